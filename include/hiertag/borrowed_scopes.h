@@ -1,0 +1,49 @@
+// Borrowed scopes: carry a node's module through torch's passes where torch
+// itself records no scope for it, without changing what torch writes.
+//
+// torch copies a node's scope to every node converted or cloned from it, so a
+// scope is the one record that survives the whole export pipeline. Two kinds of
+// nodes lack the scope they belong to:
+//   inlined call   nodes of a torch.jit.script function called from a traced
+//                  module: the tracer inlines them with a blank scope; they are
+//                  lent a child of the call site's scope (MarkInlinedCalls);
+//   shared node    a node common subexpression elimination kept for several
+//                  modules: it is lent a child of its own scope that also lists
+//                  the scopes of the merged duplicates (RecordCseSharing).
+// Before torch names the nodes, Restore() gives every node back exactly the scope
+// torch gave it (blank for inlined calls, the primary scope for shared nodes), so
+// node names and the written file are those of an untagged export.
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <vector>
+
+namespace hiertag {
+
+class BorrowedScopes {
+ public:
+  struct Loan {
+    torch::jit::ScopePtr recorded;  // the scope the node belongs to (call site / primary)
+    torch::jit::ScopePtr original;  // what torch gave the node: restored by Restore()
+    std::vector<torch::jit::ScopePtr> shared_with;  // shared node: the merged duplicates' scopes
+  };
+
+  // Lends `loan.recorded` (wrapped in a fresh child scope that carries the
+  // loan) to nodes whose scope is `loan.original`; set the result with setScope.
+  torch::jit::ScopePtr Lend(Loan loan);
+
+  // The loan behind `scope`, or nullptr when `scope` is not a borrowed scope.
+  const Loan* Find(const torch::jit::ScopePtr& scope) const;
+
+  // Gives every node (nested blocks included) whose scope is borrowed its
+  // original scope back. Returns the number of nodes restored. Idempotent.
+  int Restore(torch::jit::Block* block) const;
+
+  bool empty() const { return loans_.empty(); }
+
+ private:
+  std::vector<Loan> loans_;
+};
+
+}  // namespace hiertag

@@ -1,0 +1,45 @@
+// Scope names: how hiertag marks the scopes torch records, and how it reads them.
+//
+// torch names a module call's scope "<class part>::<variable part>" and derives
+// ONNX node names from the variable parts only (passes/onnx/naming.cpp), so
+// hiertag puts what it needs into the class part and never touches the variable
+// part: node names stay byte-identical to an untagged export.
+//
+//   instance scope   "hiertag.m<index>|<torch.typename>::<var>"
+//                    pushed by the tracer for module instance <index> of the
+//                    module table (the plugin rewrites the values of
+//                    torch.jit._trace._trace_module_map before tracing).
+//   borrowed scope   "hiertag.borrowed.<id>::" a child of a recorded scope,
+//                    given for the duration of the export to nodes torch left
+//                    without the scope they belong to (BorrowedScopes); removed
+//                    again before torch names the nodes.
+// No torch dependency.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace hiertag {
+
+inline constexpr std::string_view kScopeSeparator = "::";
+inline constexpr std::string_view kInstanceScopePrefix = "hiertag.m";
+inline constexpr std::string_view kBorrowedScopePrefix = "hiertag.borrowed.";
+
+// "pkg.Class::var" -> "hiertag.m12|pkg.Class::var".
+std::string MarkInstanceScopeName(int module_index, std::string_view torch_scope_name);
+
+struct ParsedScopeName {
+  std::string_view class_part;
+  std::string_view variable_part;
+  std::optional<int> module_index;  // set for instance scopes
+};
+
+// Splits at the first "::" as torch does. std::nullopt for a name without "::".
+std::optional<ParsedScopeName> ParseScopeName(std::string_view name);
+
+std::string BorrowedScopeName(int id);
+// The id of a borrowed scope name, or std::nullopt.
+std::optional<int> ParseBorrowedScopeName(std::string_view name);
+
+}  // namespace hiertag

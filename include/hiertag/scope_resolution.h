@@ -1,0 +1,57 @@
+// Scope resolution: from a node's recorded scope to the module instance that
+// was running and to the module whose tag the node gets.
+//
+// Input: a torch Scope chain, e.g. (traced export, instance scopes)
+//   hiertag.m0|Net:: / hiertag.m3|Layer::layers.1 / hiertag.m5|torch.nn...LayerNorm::ln
+// Each level names its module instance exactly (index into the ModuleTable), so
+// repeated blocks whose children share variable names, ModuleList / ModuleDict /
+// Sequential containers that push no scope, and children called through
+// `.forward()` directly (which push nothing) never get confused.
+// Scopes without instance ids (a whole scripted model, whose scopes torch
+// rebuilds from inlined call stacks as "Class::attr") are matched level by level
+// against the module tree: parent path + "." + variable part; when a container
+// that pushed no scope sits in between, the unique descendant whose path ends in
+// ".<variable part>" is taken. A level that matches nothing ends the walk there
+// (counted in `unresolved_levels`), so the result is the deepest module known
+// for sure, never a guess.
+//
+// The tagged module: the innermost module of the call chain that has a segment
+// (E); if the innermost module M is filtered (a torch.nn module), its nearest
+// tagged module-tree ancestor A is taken instead when A lies within E (so a
+// LayerNorm of `blocks.0` called through a `.forward()`-bypassed block still goes
+// to `blocks.0`), else E (a module owned elsewhere but called by E belongs to E's
+// computation).
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <unordered_map>
+
+#include "hiertag/module_table.h"
+
+namespace hiertag {
+
+struct ResolvedScope {
+  int module = -1;      // innermost module instance of the chain; -1: no module recorded
+  int tag_module = -1;  // the module (with a segment) whose tag the node gets
+};
+
+class ScopeResolver {
+ public:
+  explicit ScopeResolver(const ModuleTable& modules) : modules_(modules) {}
+
+  // Resolves a scope; blank and root scopes resolve to {-1, -1}. Cached per scope.
+  ResolvedScope Resolve(const torch::jit::ScopePtr& scope);
+
+  int unresolved_levels() const { return unresolved_levels_; }
+
+ private:
+  ResolvedScope ResolveUncached(const torch::jit::ScopePtr& scope);
+  int MatchChild(int parent, std::string_view variable) const;
+
+  const ModuleTable& modules_;
+  std::unordered_map<const torch::jit::Scope*, ResolvedScope> cache_;
+  int unresolved_levels_ = 0;
+};
+
+}  // namespace hiertag

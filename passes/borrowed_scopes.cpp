@@ -1,0 +1,36 @@
+// Borrowed scopes: lending and restoring scopes around torch's passes.
+#include "hiertag/borrowed_scopes.h"
+
+#include "hiertag/scope_names.h"
+
+namespace hiertag {
+
+using torch::jit::ScopePtr;
+
+torch::jit::ScopePtr BorrowedScopes::Lend(Loan loan) {
+  int id = static_cast<int>(loans_.size());
+  ScopePtr recorded = loan.recorded;
+  loans_.push_back(std::move(loan));
+  return recorded->push(c10::Symbol::scope(BorrowedScopeName(id)));
+}
+
+const BorrowedScopes::Loan* BorrowedScopes::Find(const ScopePtr& scope) const {
+  if (!scope || scope->isRoot()) return nullptr;
+  auto id = ParseBorrowedScopeName(scope->name().toUnqualString());
+  if (!id || *id >= static_cast<int>(loans_.size())) return nullptr;
+  return &loans_[*id];
+}
+
+int BorrowedScopes::Restore(torch::jit::Block* block) const {
+  int restored = 0;
+  for (torch::jit::Node* node : block->nodes()) {
+    if (const Loan* loan = Find(node->scope())) {
+      node->setScope(loan->original);
+      ++restored;
+    }
+    for (torch::jit::Block* nested : node->blocks()) restored += Restore(nested);
+  }
+  return restored;
+}
+
+}  // namespace hiertag

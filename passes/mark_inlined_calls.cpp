@@ -1,0 +1,80 @@
+// MarkInlinedCalls: lend call-site scopes to nodes inlined from script functions.
+#include "hiertag/mark_inlined_calls.h"
+
+#include <torch/csrc/jit/jit_log.h>
+#include <torch/library.h>
+
+#include <vector>
+
+namespace hiertag {
+namespace {
+
+using torch::jit::Block;
+using torch::jit::Node;
+
+const c10::Symbol kCallBegin = c10::Symbol::fromQualString("hiertag::call_begin");
+const c10::Symbol kCallEnd = c10::Symbol::fromQualString("hiertag::call_end");
+
+// Schemas for the markers, so alias analysis (run by the tracer) knows them;
+// conservative aliasing keeps dead-code elimination from dropping them.
+TORCH_LIBRARY(hiertag, library) {
+  library.def(torch::schema("hiertag::call_begin() -> ()", c10::AliasAnalysisKind::CONSERVATIVE));
+  library.def(torch::schema("hiertag::call_end() -> ()", c10::AliasAnalysisKind::CONSERVATIVE));
+}
+
+bool HasBlankScope(Node* node) {
+  return !node->scope() || node->scope()->isRoot() || node->scope()->isBlank();
+}
+
+int LendToBlankNodes(Node* node, const torch::jit::ScopePtr& lent) {
+  int count = 0;
+  if (HasBlankScope(node)) {
+    node->setScope(lent);
+    ++count;
+  }
+  for (Block* nested : node->blocks()) {
+    for (Node* inner : nested->nodes()) count += LendToBlankNodes(inner, lent);
+  }
+  return count;
+}
+
+int MarkBlock(Block* block, BorrowedScopes& borrowed) {
+  int count = 0;
+  std::vector<Node*> markers;
+  Node* open = nullptr;
+  torch::jit::ScopePtr lent;
+  for (Node* node : block->nodes()) {
+    if (node->kind() == kCallBegin) {
+      markers.push_back(node);
+      open = node;
+      lent = nullptr;
+      continue;
+    }
+    if (node->kind() == kCallEnd) {
+      markers.push_back(node);
+      open = nullptr;
+      continue;
+    }
+    if (open != nullptr && !HasBlankScope(open)) {
+      if (!lent) lent = borrowed.Lend({open->scope(), node->scope(), {}});
+      count += LendToBlankNodes(node, lent);
+    } else {
+      for (Block* nested : node->blocks()) count += MarkBlock(nested, borrowed);
+    }
+  }
+  for (Node* marker : markers) marker->destroy();
+  GRAPH_DEBUG("hiertag: lent call-site scopes to ", count, " inlined nodes");
+  return count;
+}
+
+}  // namespace
+
+void InsertCallMarker(torch::jit::Graph& graph, CallMarker marker) {
+  graph.insertNode(graph.create(marker == CallMarker::kBegin ? kCallBegin : kCallEnd, 0));
+}
+
+int MarkInlinedCalls(torch::jit::Graph& graph, BorrowedScopes& borrowed) {
+  return MarkBlock(graph.block(), borrowed);
+}
+
+}  // namespace hiertag

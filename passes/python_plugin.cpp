@@ -1,0 +1,318 @@
+// Python plugin: installs hiertag into torch's TorchScript-based ONNX exporter.
+//
+// The only file that knows about Python. Its static initializer (run when
+// libhiertag.so loads it, with the GIL held) wraps, once per process:
+//   exporter utils._setup_trace_module_map   reads HIERTAG, builds the module table
+//                                            and gives each module instance its own
+//                                            scope name (scope_names.h)
+//   exporter utils._trace_and_get_graph_from_model
+//                                            lends call-site scopes to nodes inlined
+//                                            from script functions (MarkInlinedCalls)
+//   torch._C.ScriptFunction.__call__         marks those calls while tracing
+//   torch._C._jit_pass_cse                   records nodes merged across modules
+//   torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value
+//                                            tags the final graph, restores scopes
+//   torch._C.Graph._export_onnx              writes the tags into the bytes
+//   exporter utils._reset_trace_module_map   ends the export's session
+// With HIERTAG unset, empty or 0 every wrapper calls straight through.
+#include <torch/csrc/jit/python/pybind.h>
+
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "hiertag/assign_hierarchy_tags.h"
+#include "hiertag/borrowed_scopes.h"
+#include "hiertag/mark_inlined_calls.h"
+#include "hiertag/module_table.h"
+#include "hiertag/proto_tagging.h"
+#include "hiertag/record_cse_sharing.h"
+#include "hiertag/scope_names.h"
+#include "hiertag/tag_format.h"
+
+namespace py = pybind11;
+
+namespace hiertag {
+namespace {
+
+constexpr const char* kExporterUtils = "torch.onnx._internal.torchscript_exporter.utils";
+constexpr const char* kInstalledMarker = "_hiertag_plugin_installed";
+
+struct ExportSession {
+  ModuleTable modules;
+  std::unordered_set<std::string> member_names;
+  BorrowedScopes borrowed;
+  bool tagged = false;
+  std::vector<SerializedNodeTag> node_tags;
+  std::string module_table_json;
+};
+
+// One export runs at a time per process (torch's exporter keeps global state
+// too); the GIL serialises every access.
+std::unique_ptr<ExportSession>& Session() {
+  static auto* session = new std::unique_ptr<ExportSession>();
+  return *session;
+}
+
+// HIERTAG: "1" on; unset, "" or "0" off; anything else is an error.
+bool TaggingRequested() {
+  const char* value = std::getenv("HIERTAG");
+  if (value == nullptr || value[0] == '\0' || std::string(value) == "0") return false;
+  if (std::string(value) == "1") return true;
+  throw py::value_error("hiertag: HIERTAG='" + std::string(value) +
+                        "' is not valid: use 1 (tag this export) or 0, empty or unset (plain export)");
+}
+
+// HIERTAG_TORCH_MODULES: which torch.nn / torch.ao classes keep a tag segment.
+struct TorchModuleSegments {
+  bool all = false;
+  std::unordered_set<std::string> classes;
+};
+
+TorchModuleSegments ReadTorchModuleSegments() {
+  TorchModuleSegments segments;
+  const char* value = std::getenv("HIERTAG_TORCH_MODULES");
+  std::string text = value == nullptr ? "" : value;
+  if (text.empty() || text == "0") return segments;
+  if (text == "1") {
+    segments.all = true;
+    return segments;
+  }
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    size_t begin = item.find_first_not_of(" \t");
+    size_t end = item.find_last_not_of(" \t");
+    std::string name = begin == std::string::npos ? "" : item.substr(begin, end - begin + 1);
+    bool valid = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
+    for (char c : name) valid &= std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    if (!valid) {
+      throw py::value_error("hiertag: HIERTAG_TORCH_MODULES='" + text +
+                            "' is not valid: use 0, 1 or a comma list of class names (LayerNorm,Embedding)");
+    }
+    segments.classes.insert(name);
+  }
+  return segments;
+}
+
+// "__torch__.pkg.mod.___torch_mangle_3.Class" -> "pkg.mod.Class".
+std::string UnmangleScriptTypeName(std::string name) {
+  const std::string prefix = "__torch__.";
+  if (name.compare(0, prefix.size(), prefix) == 0) name = name.substr(prefix.size());
+  std::string out;
+  std::stringstream stream(name);
+  std::string atom;
+  while (std::getline(stream, atom, '.')) {
+    if (atom.compare(0, 14, "___torch_mangle") == 0) continue;
+    if (!out.empty()) out += ".";
+    out += atom;
+  }
+  return out;
+}
+
+bool IsTorchModuleClass(const std::string& qualified) {
+  return qualified.compare(0, 9, "torch.nn.") == 0 || qualified.compare(0, 9, "torch.ao.") == 0;
+}
+
+std::unique_ptr<ExportSession> BuildSession(const py::handle& model) {
+  auto session = std::make_unique<ExportSession>();
+  py::module_ torch = py::module_::import("torch");
+  py::object script_module = torch.attr("jit").attr("ScriptModule");
+  py::object typename_of = torch.attr("typename");
+  TorchModuleSegments torch_segments = ReadTorchModuleSegments();
+  for (py::handle item : model.attr("named_modules")()) {
+    auto pair = item.cast<py::tuple>();
+    std::string path = pair[0].cast<std::string>();
+    py::handle module = pair[1];
+    std::string qualified;
+    std::string short_name;
+    if (py::isinstance(module, script_module)) {
+      qualified = UnmangleScriptTypeName(
+          module.attr("_c").attr("_type")().attr("qualified_name")().cast<std::string>());
+      short_name = module.attr("original_name").cast<std::string>();
+    } else {
+      py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(module.ptr()));
+      qualified = typename_of(type).cast<std::string>();
+      short_name = type.attr("__name__").cast<std::string>();
+    }
+    bool has_segment = !IsTorchModuleClass(qualified) || torch_segments.all ||
+                       torch_segments.classes.count(short_name) > 0;
+    session->modules.Add(path, qualified, short_name, has_segment);
+  }
+  session->modules.Finalize();
+  for (const char* members : {"named_parameters", "named_buffers"}) {
+    for (py::handle item : model.attr(members)()) {
+      session->member_names.insert(item.cast<py::tuple>()[0].cast<std::string>());
+    }
+  }
+  return session;
+}
+
+// Gives each module instance a scope name of its own (scope_names.h): the
+// tracer pushes the map's value at every module call.
+void MarkInstanceScopes(const py::handle& model) {
+  py::object trace = py::module_::import("torch.jit._trace");
+  py::object map = trace.attr("_trace_module_map");
+  if (map.is_none()) return;
+  int index = 0;
+  for (py::handle item : model.attr("named_modules")()) {
+    py::handle module = item.cast<py::tuple>()[1];
+    if (map.contains(module)) {
+      std::string name = map[module].cast<std::string>();
+      map[module] = MarkInstanceScopeName(index, name);
+    }
+    ++index;
+  }
+}
+
+py::object SetupTraceModuleMap(const py::object& original, py::args args, py::kwargs kwargs) {
+  Session().reset();
+  bool tagging = TaggingRequested();
+  py::object model = args.size() > 0 ? py::reinterpret_borrow<py::object>(args[0])
+                                     : py::reinterpret_borrow<py::object>(kwargs["model"]);
+  if (tagging) {
+    py::object as_functions = args.size() > 1 ? py::reinterpret_borrow<py::object>(args[1])
+                                              : kwargs.attr("get")("export_modules_as_functions", false);
+    if (py::bool_(as_functions)) {
+      throw py::value_error(
+          "hiertag: HIERTAG=1 does not support export_modules_as_functions; export without it");
+    }
+  }
+  py::object result = original(*args, **kwargs);
+  if (!tagging) return result;
+  auto session = BuildSession(model);
+  py::object script_module = py::module_::import("torch").attr("jit").attr("ScriptModule");
+  if (!py::isinstance(model, script_module)) MarkInstanceScopes(model);
+  Session() = std::move(session);
+  return result;
+}
+
+py::object TraceAndGetGraph(const py::object& original, py::args args, py::kwargs kwargs) {
+  py::object result = original(*args, **kwargs);
+  if (Session()) {
+    auto graph = result.cast<py::tuple>()[0].cast<std::shared_ptr<torch::jit::Graph>>();
+    MarkInlinedCalls(*graph, Session()->borrowed);
+  }
+  return result;
+}
+
+py::object CallScriptFunction(const py::object& original, py::args args, py::kwargs kwargs) {
+  std::shared_ptr<torch::jit::tracer::TracingState> state =
+      Session() ? torch::jit::tracer::getTracingState() : nullptr;
+  if (!state) return original(*args, **kwargs);
+  InsertCallMarker(*state->graph, CallMarker::kBegin);
+  py::object result = original(*args, **kwargs);
+  InsertCallMarker(*state->graph, CallMarker::kEnd);
+  return result;
+}
+
+py::object EliminateCommonSubexpression(const py::object& original, py::args args) {
+  if (!Session()) return original(*args);
+  auto graph = args[0].cast<std::shared_ptr<torch::jit::Graph>>();
+  bool changed = false;
+  RecordCseSharing(*graph, Session()->borrowed,
+                   [&] { changed = original(*args).cast<bool>(); });
+  return py::bool_(changed);
+}
+
+py::object AssignScopedNames(const py::object& original, py::args args) {
+  ExportSession* session = Session().get();
+  if (session != nullptr) {
+    auto graph = args[0].cast<std::shared_ptr<torch::jit::Graph>>();
+    HierarchyTagging tagging =
+        AssignHierarchyTags(*graph, session->modules, session->borrowed, session->member_names);
+    session->node_tags = tagging.ToSerialized(session->modules);
+    session->module_table_json = session->modules.ToJson(tagging.UsedTagModules());
+    session->borrowed.Restore(graph->block());
+    session->tagged = true;
+  }
+  return original(*args);
+}
+
+py::object ExportOnnx(const py::object& original, py::args args, py::kwargs kwargs) {
+  ExportSession* session = Session().get();
+  if (session == nullptr) {
+    if (TaggingRequested()) {
+      throw py::value_error(
+          "hiertag: HIERTAG=1 tags exports of a torch.nn.Module or ScriptModule; this export's "
+          "model is neither");
+    }
+    return original(*args, **kwargs);
+  }
+  if (!session->tagged) {
+    throw std::runtime_error("hiertag: the graph reached the serializer untagged; nothing written");
+  }
+  py::tuple result = original(*args, **kwargs);
+  std::string bytes = result[0].cast<std::string>();
+  std::string tagged;
+  std::string error;
+  std::vector<ModelMetadataEntry> entries = {
+      {std::string(kModuleTableKey), session->module_table_json},
+      {std::string(kFormatVersionKey), std::string(kFormatVersion)}};
+  if (!AddTagsToSerializedModel(bytes, session->node_tags, entries, &tagged, &error)) {
+    throw std::runtime_error("hiertag: cannot tag the exported model (" + error + "); nothing written");
+  }
+  py::list items(result);
+  items[0] = py::bytes(tagged);
+  return py::tuple(items);
+}
+
+py::object ResetTraceModuleMap(const py::object& original, py::args args) {
+  Session().reset();
+  return original(*args);
+}
+
+template <typename Wrapper>
+void Wrap(py::object owner, const char* name, Wrapper wrapper) {
+  py::object original = owner.attr(name);
+  owner.attr(name) = py::cpp_function(
+      [original, wrapper](py::args args, py::kwargs kwargs) { return wrapper(original, args, kwargs); },
+      py::name(name));
+}
+
+void Install() {
+  py::module_ torch = py::module_::import("torch");
+  py::module_ c = torch.attr("_C");
+  if (py::hasattr(c, kInstalledMarker)) return;
+  py::module_ utils = py::module_::import(kExporterUtils);
+  Wrap(utils, "_setup_trace_module_map", SetupTraceModuleMap);
+  Wrap(utils, "_trace_and_get_graph_from_model", TraceAndGetGraph);
+  Wrap(utils, "_reset_trace_module_map",
+       [](const py::object& original, py::args args, py::kwargs) { return ResetTraceModuleMap(original, args); });
+  Wrap(c, "_jit_pass_cse",
+       [](const py::object& original, py::args args, py::kwargs) { return EliminateCommonSubexpression(original, args); });
+  Wrap(c, "_jit_pass_onnx_assign_scoped_names_for_node_and_value",
+       [](const py::object& original, py::args args, py::kwargs) { return AssignScopedNames(original, args); });
+
+  py::object graph_class = c.attr("Graph");
+  py::object export_onnx = graph_class.attr("_export_onnx");
+  graph_class.attr("_export_onnx") = py::cpp_function(
+      [export_onnx](py::args args, py::kwargs kwargs) { return ExportOnnx(export_onnx, args, kwargs); },
+      py::name("_export_onnx"), py::is_method(graph_class));
+  py::object function_class = c.attr("ScriptFunction");
+  py::object call = function_class.attr("__call__");
+  function_class.attr("__call__") = py::cpp_function(
+      [call](py::args args, py::kwargs kwargs) { return CallScriptFunction(call, args, kwargs); },
+      py::name("__call__"), py::is_method(function_class));
+  c.attr(kInstalledMarker) = true;
+}
+
+struct InstallAtLoad {
+  InstallAtLoad() {
+    if (!Py_IsInitialized()) return;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    try {
+      Install();
+    } catch (const std::exception& error) {
+      PyErr_Clear();
+      PySys_WriteStderr("hiertag: plugin not installed: %.400s\n", error.what());
+    }
+    PyGILState_Release(gil);
+  }
+} install_at_load;
+
+}  // namespace
+}  // namespace hiertag

@@ -1,0 +1,56 @@
+// Scope names: instance and borrowed scope name formats.
+#include "hiertag/scope_names.h"
+
+#include <charconv>
+
+namespace hiertag {
+namespace {
+
+std::optional<int> ParseLeadingInt(std::string_view text, std::string_view* rest) {
+  int value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end == text.data() || value < 0) return std::nullopt;
+  *rest = text.substr(end - text.data());
+  return value;
+}
+
+}  // namespace
+
+std::string MarkInstanceScopeName(int module_index, std::string_view torch_scope_name) {
+  std::string out(kInstanceScopePrefix);
+  out += std::to_string(module_index);
+  out += '|';
+  out += torch_scope_name;
+  return out;
+}
+
+std::optional<ParsedScopeName> ParseScopeName(std::string_view name) {
+  size_t separator = name.find(kScopeSeparator);
+  if (separator == std::string_view::npos) return std::nullopt;
+  ParsedScopeName parsed;
+  parsed.class_part = name.substr(0, separator);
+  parsed.variable_part = name.substr(separator + kScopeSeparator.size());
+  if (parsed.class_part.substr(0, kInstanceScopePrefix.size()) == kInstanceScopePrefix) {
+    std::string_view rest;
+    auto index = ParseLeadingInt(parsed.class_part.substr(kInstanceScopePrefix.size()), &rest);
+    if (index && !rest.empty() && rest.front() == '|') {
+      parsed.module_index = index;
+      parsed.class_part = rest.substr(1);
+    }
+  }
+  return parsed;
+}
+
+std::string BorrowedScopeName(int id) {
+  return std::string(kBorrowedScopePrefix) + std::to_string(id) + std::string(kScopeSeparator);
+}
+
+std::optional<int> ParseBorrowedScopeName(std::string_view name) {
+  if (name.substr(0, kBorrowedScopePrefix.size()) != kBorrowedScopePrefix) return std::nullopt;
+  std::string_view rest;
+  auto id = ParseLeadingInt(name.substr(kBorrowedScopePrefix.size()), &rest);
+  if (!id || rest != kScopeSeparator) return std::nullopt;
+  return id;
+}
+
+}  // namespace hiertag
