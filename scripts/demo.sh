@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The main job on a built-in default: set up, build, export the bundled BERT
+# (2 layers, hidden 128, random weights) with HIERTAG=1 and print its module tree.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+mkdir -p out
+HIERTAG=1 .venv/bin/python scripts/export_model.py bert out/bert.onnx
+.venv/bin/python scripts/show_tree.py out/bert.onnx

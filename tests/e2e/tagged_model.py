@@ -1,0 +1,192 @@
+"""Reading a tagged ONNX file back, and the module-boundary check."""
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime
+import torch
+
+TAG_KEY = "hierarchy_tag"
+SHARED_KEY = "hiertag.shared_with"
+TABLE_KEY = "hiertag.modules"
+
+
+def node_props(node):
+    return {p.key: p.value for p in node.metadata_props}
+
+
+def walk_nodes(graph):
+    """Every node, nested graphs included, in pre-order."""
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from walk_nodes(attribute.g)
+            for sub in attribute.graphs:
+                yield from walk_nodes(sub)
+
+
+def module_table(model):
+    return json.loads({p.key: p.value for p in model.metadata_props}[TABLE_KEY])
+
+
+def is_within(tag, ancestor):
+    return tag == ancestor or tag.startswith(ancestor + "/")
+
+
+def strip_tags(model):
+    """The model without hiertag's entries (a copy)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for node in walk_nodes(copy.graph):
+        keep = [p for p in node.metadata_props if p.key not in (TAG_KEY, SHARED_KEY)]
+        del node.metadata_props[:]
+        node.metadata_props.extend(keep)
+    keep = [p for p in copy.metadata_props if not p.key.startswith("hiertag.")]
+    del copy.metadata_props[:]
+    copy.metadata_props.extend(keep)
+    return copy
+
+
+def flatten_tensors(value, out):
+    if isinstance(value, torch.Tensor):
+        out.append(value.detach().clone())
+    elif isinstance(value, (bool,)):
+        return
+    elif isinstance(value, (int, float)):
+        out.append(torch.tensor(value))
+    elif isinstance(value, dict):
+        for item in value.values():
+            flatten_tensors(item, out)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            flatten_tensors(item, out)
+    elif hasattr(value, "to_tuple"):
+        flatten_tensors(value.to_tuple(), out)
+    return out
+
+
+def record_module_io(model, args):
+    """{qualified path: (received, returned)} for every module called through
+    __call__, recorded with forward hooks (cloned: modules mutate in place)
+    while torch.jit.trace runs the model: the values are real, and models take
+    the code paths they take under the exporter's tracer (transformers keeps an
+    all-ones attention mask when tracing and drops it in plain eager mode)."""
+    calls = {}
+    handles = []
+    for path, module in model.named_modules():
+        def pre(module, hook_args, hook_kwargs, path=path):
+            calls.setdefault(path, ([], []))[0].extend(flatten_tensors((hook_args, hook_kwargs), []))
+
+        def post(module, hook_args, hook_kwargs, output, path=path):
+            calls.setdefault(path, ([], []))[1].extend(flatten_tensors(output, []))
+
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(module.register_forward_hook(post, with_kwargs=True))
+    try:
+        positional = list(args)
+        keywords = positional.pop() if positional and isinstance(positional[-1], dict) else {}
+        with torch.no_grad():
+            torch.jit.trace(model, tuple(positional), example_kwarg_inputs=keywords or None,
+                            strict=False, check_trace=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return calls
+
+
+def _implicit_inputs(node):
+    """Names a node reads, its subgraphs' outer-scope references included."""
+    names = [name for name in node.input if name]
+    for attribute in node.attribute:
+        graphs = ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else []) + list(attribute.graphs)
+        for graph in graphs:
+            defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+            for inner in walk_nodes(graph):
+                defined.update(inner.output)
+            for inner in walk_nodes(graph):
+                names.extend(n for n in inner.input if n and n not in defined)
+    return names
+
+
+def module_boundaries(model):
+    """{tag: (values consumed from outside, values produced for outside)} over
+    the main graph, for every tag in the table. A node belongs to module M when
+    its tag or one of its hiertag.shared_with tags lies within M. Initializers
+    and Constant outputs are weights, not data a module receives."""
+    graph = model.graph
+    constants = {i.name for i in graph.initializer}
+    constants.update(o for n in graph.node if n.op_type == "Constant" for o in n.output)
+    graph_outputs = {o.name for o in graph.output}
+    consumers = {}
+    for node in graph.node:
+        for name in _implicit_inputs(node):
+            consumers.setdefault(name, []).append(node)
+    boundaries = {}
+    for tag in module_table(model):
+        def member(node):
+            props = node_props(node)
+            tags = [props[TAG_KEY]] + json.loads(props.get(SHARED_KEY, "[]"))
+            return any(is_within(t, tag) for t in tags)
+        members = [n for n in graph.node if member(n)]
+        ids = {id(n) for n in members}
+        produced = {o for n in members for o in n.output}
+        inputs = {name for n in members for name in _implicit_inputs(n)
+                  if name not in produced and name not in constants}
+        outputs = {name for name in produced if name not in constants and (
+                   name in graph_outputs or any(id(c) not in ids for c in consumers.get(name, [])))}
+        boundaries[tag] = (sorted(inputs), sorted(outputs))
+    return boundaries
+
+
+def intermediate_values(model, feeds, names):
+    """ONNX Runtime values of `names` (optimizations off so every node runs)."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    existing = {o.name for o in probe.graph.output}
+    for name in names:
+        if name not in existing:
+            probe.graph.output.append(onnx.ValueInfoProto(name=name))
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = onnxruntime.InferenceSession(probe.SerializeToString(), options)
+    wanted = [o.name for o in probe.graph.output]
+    return dict(zip(wanted, session.run(wanted, feeds)))
+
+
+def _matches(value, candidates):
+    for candidate in candidates:
+        expected = candidate.numpy()
+        if expected.shape == value.shape and (
+                expected.size == 0 or np.allclose(value.astype(np.float64), expected.astype(np.float64),
+                                                  rtol=1e-4, atol=1e-5)):
+            return True
+    return False
+
+
+def check_module_boundaries(model, torch_model, args, feeds):
+    """For every module in the table called through __call__: each value its
+    nodes consume from outside equals a tensor it received in eager PyTorch, and
+    each value they produce for outside equals a tensor it returned. Returns
+    (checked paths, skipped paths, failures)."""
+    table = module_table(model)
+    calls = record_module_io(torch_model, args)
+    boundaries = module_boundaries(model)
+    names = sorted({n for ins, outs in boundaries.values() for n in ins + outs})
+    values = intermediate_values(model, feeds, names)
+    checked, skipped, failures = [], [], []
+    for tag, (inputs, outputs) in sorted(boundaries.items()):
+        path = table[tag]["path"]
+        if path not in calls:
+            skipped.append(path)
+            continue
+        received, returned = calls[path]
+        checked.append(path)
+        for name in inputs:
+            if not _matches(values[name], received):
+                failures.append(f"{tag}: consumes '{name}' {values[name].shape}, not a tensor it received")
+        for name in outputs:
+            if not _matches(values[name], returned):
+                failures.append(f"{tag}: produces '{name}' {values[name].shape}, not a tensor it returned")
+    return checked, skipped, failures
