@@ -26,14 +26,18 @@ bool HasBlankScope(Node* node) {
   return !node->scope() || node->scope()->isRoot() || node->scope()->isBlank();
 }
 
-int LendToBlankNodes(Node* node, const torch::jit::ScopePtr& lent) {
+// Lends the call site's scope to `node` and its nested nodes where blank. The
+// loan is taken at the first blank node, whose scope is the one Restore gives back.
+int LendToBlankNodes(Node* node, Node* call_begin, BorrowedScopes& borrowed,
+                     torch::jit::ScopePtr* lent) {
   int count = 0;
   if (HasBlankScope(node)) {
-    node->setScope(lent);
+    if (!*lent) *lent = borrowed.Lend({call_begin->scope(), node->scope(), {}});
+    node->setScope(*lent);
     ++count;
   }
   for (Block* nested : node->blocks()) {
-    for (Node* inner : nested->nodes()) count += LendToBlankNodes(inner, lent);
+    for (Node* inner : nested->nodes()) count += LendToBlankNodes(inner, call_begin, borrowed, lent);
   }
   return count;
 }
@@ -56,8 +60,7 @@ int MarkBlock(Block* block, BorrowedScopes& borrowed) {
       continue;
     }
     if (open != nullptr && !HasBlankScope(open)) {
-      if (!lent) lent = borrowed.Lend({open->scope(), node->scope(), {}});
-      count += LendToBlankNodes(node, lent);
+      count += LendToBlankNodes(node, open, borrowed, &lent);
     } else {
       for (Block* nested : node->blocks()) count += MarkBlock(nested, borrowed);
     }

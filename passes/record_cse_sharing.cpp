@@ -26,11 +26,14 @@ struct NodeBefore {
   std::vector<InputSlot> uses;  // every use of any output
 };
 
+// Every node, nested blocks included, and every block's return node (a use by
+// a graph or body output is a use too).
 void Collect(Block* block, std::vector<Node*>* nodes) {
   for (Node* node : block->nodes()) {
     nodes->push_back(node);
     for (Block* nested : node->blocks()) Collect(nested, nodes);
   }
+  nodes->push_back(block->return_node());
 }
 
 bool IsBlank(const ScopePtr& scope) { return !scope || scope->isRoot() || scope->isBlank(); }

@@ -22,7 +22,7 @@
 //                   ancestor of the tags of the nodes producing its inputs and
 //                   consuming its outputs (user inputs and graph outputs count
 //                   as the root; initializers do not count).
-//   root            nothing above applies (a graph of only unscoped nodes).
+//   root            nothing above applies (an unscoped node with no neighbours at all).
 // consumers / neighbours are settled in pre-order sweeps until nothing changes;
 // while some neighbour is itself unsettled the node waits, and only when no
 // sweep settles anything does the first waiting node settle on the neighbours

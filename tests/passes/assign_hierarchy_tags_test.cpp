@@ -1,1 +1,671 @@
+// Tests of AssignHierarchyTags: each tagging rule on small ONNX-level graphs.
+#include "hiertag/assign_hierarchy_tags.h"
+
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/ir/irparser.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "hiertag/scope_names.h"
+
+namespace hiertag {
+namespace {
+
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Scope;
+using torch::jit::ScopePtr;
+using torch::jit::Value;
+
+// Module indices of the table built by the fixture.
+constexpr int kNet = 0;
+constexpr int kLayers = 1;
+constexpr int kLayer0 = 2;
+constexpr int kAttn0 = 3;
+constexpr int kLn0 = 4;
+constexpr int kLayer1 = 5;
+constexpr int kAttn1 = 6;
+constexpr int kLn1 = 7;
+
+ScopePtr Push(const ScopePtr& parent, const std::string& name) {
+  return parent->push(c10::Symbol::scope(name));
+}
+
+ScopePtr Instance(const ScopePtr& parent, int module_index, const std::string& torch_name) {
+  return Push(parent, MarkInstanceScopeName(module_index, torch_name));
+}
+
+class AssignHierarchyTagsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EXPECT_EQ(modules_.Add("", "pkg.Net", "Net", true), kNet);
+    EXPECT_EQ(modules_.Add("layers", "torch.nn.modules.container.ModuleList", "ModuleList", false),
+              kLayers);
+    EXPECT_EQ(modules_.Add("layers.0", "pkg.Layer", "Layer", true), kLayer0);
+    EXPECT_EQ(modules_.Add("layers.0.attn", "pkg.Attn", "Attn", true), kAttn0);
+    EXPECT_EQ(modules_.Add("layers.0.attn.ln", kLayerNorm, "LayerNorm", false), kLn0);
+    EXPECT_EQ(modules_.Add("layers.1", "pkg.Layer", "Layer", true), kLayer1);
+    EXPECT_EQ(modules_.Add("layers.1.attn", "pkg.Attn", "Attn", true), kAttn1);
+    EXPECT_EQ(modules_.Add("layers.1.attn.ln", kLayerNorm, "LayerNorm", false), kLn1);
+    modules_.Finalize();
+    ASSERT_EQ(modules_.at(kAttn1).tag, "/Net/Layer.1/Attn");
+
+    net_ = Instance(root_, kNet, "pkg.Net::");
+    layer0_ = Instance(net_, kLayer0, "pkg.Layer::layers.0");
+    attn0_ = Instance(layer0_, kAttn0, "pkg.Attn::attn");
+    ln0_ = Instance(attn0_, kLn0, std::string(kLayerNorm) + "::ln");
+    layer1_ = Instance(net_, kLayer1, "pkg.Layer::layers.1");
+    attn1_ = Instance(layer1_, kAttn1, "pkg.Attn::attn");
+    ln1_ = Instance(attn1_, kLn1, std::string(kLayerNorm) + "::ln");
+  }
+
+  void Parse(const std::string& ir) {
+    graph_ = std::make_shared<Graph>();
+    vmap_.clear();
+    torch::jit::parseIR(ir, graph_.get(), vmap_, /*parse_tensor_constants=*/true);
+    // The parser names graph inputs only; the rules read output names too (parameter names).
+    for (const auto& [name, value] : vmap_) {
+      if (value->debugName() != name) value->setDebugName(name);
+    }
+  }
+
+  Node* NodeOf(const std::string& value_name) { return vmap_.at(value_name)->node(); }
+
+  void SetScope(const std::string& value_name, const ScopePtr& scope) {
+    NodeOf(value_name)->setScope(scope);
+  }
+
+  HierarchyTagging Tag() { return AssignHierarchyTags(*graph_, modules_, borrowed_, members_); }
+
+  const TaggedNode& Tagged(const HierarchyTagging& tagging, const std::string& value_name) {
+    Node* node = NodeOf(value_name);
+    for (const TaggedNode& tagged : tagging.nodes) {
+      if (tagged.node == node) return tagged;
+    }
+    ADD_FAILURE() << "node of %" << value_name << " not tagged";
+    static const TaggedNode kMissing;
+    return kMissing;
+  }
+
+  // "<tag> (<rule>)" of the node producing `value_name`, for one-line comparisons.
+  std::string TagAndRule(const HierarchyTagging& tagging, const std::string& value_name) {
+    const TaggedNode& tagged = Tagged(tagging, value_name);
+    if (tagged.tag_module < 0 || tagged.tag_module >= modules_.size()) return "<no tag module>";
+    return modules_.at(tagged.tag_module).tag + " (" + TagRuleName(tagged.rule) + ")";
+  }
+
+  static constexpr const char* kLayerNorm = "torch.nn.modules.normalization.LayerNorm";
+
+  ModuleTable modules_;
+  BorrowedScopes borrowed_;
+  std::unordered_set<std::string> members_ = {"layers.0.attn.ln.weight", "layers.0.attn.ln.bias",
+                                              "layers.1.attn.ln.weight", "layers.1.attn.ln.bias"};
+  std::shared_ptr<Graph> graph_;
+  std::unordered_map<std::string, Value*> vmap_;
+  ScopePtr root_ = c10::make_intrusive<Scope>();
+  ScopePtr net_, layer0_, attn0_, ln0_, layer1_, attn1_, ln1_;
+};
+
+TEST_F(AssignHierarchyTagsTest, RecordedScopeGivesItsModuleTag) {
+  // Check that a node recorded in a module call gets that module's tag by the recorded rule.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %r0 : Tensor = onnx::Relu(%input)
+  %a0 : Tensor = onnx::Sigmoid(%r0)
+  %r1 : Tensor = onnx::Tanh(%a0)
+  %n : Tensor = onnx::Neg(%r1)
+  return (%n)
+)IR");
+  SetScope("r0", layer0_);
+  SetScope("a0", attn0_);
+  SetScope("r1", layer1_);
+  SetScope("n", net_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "r0"), "/Net/Layer.0 (recorded)");
+  EXPECT_EQ(TagAndRule(tagging, "a0"), "/Net/Layer.0/Attn (recorded)");
+  EXPECT_EQ(TagAndRule(tagging, "r1"), "/Net/Layer.1 (recorded)");
+  EXPECT_EQ(TagAndRule(tagging, "n"), "/Net (recorded)");
+  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kRecorded)], 4);
+  EXPECT_EQ(tagging.unresolved_scope_levels, 0);
+}
+
+TEST_F(AssignHierarchyTagsTest, FilteredModuleScopeGoesToTaggedAncestor) {
+  // Check that a node recorded in a filtered LayerNorm gets the tag of its tagged ancestor Attn.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %m0 : Tensor = onnx::Mul(%input, %input)
+  %m1 : Tensor = onnx::Mul(%m0, %m0)
+  return (%m1)
+)IR");
+  SetScope("m0", ln0_);
+  SetScope("m1", ln1_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(Tagged(tagging, "m0").tag_module, kAttn0);
+  EXPECT_EQ(TagAndRule(tagging, "m0"), "/Net/Layer.0/Attn (recorded)");
+  EXPECT_EQ(Tagged(tagging, "m1").tag_module, kAttn1);
+}
+
+TEST_F(AssignHierarchyTagsTest, FilteredModuleCalledFromBypassedForwardStaysInOwner) {
+  // Check that layers.0's LayerNorm called directly from Layer.0 (Attn's forward bypassed) still goes to Attn.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %m0 : Tensor = onnx::Mul(%input, %input)
+  return (%m0)
+)IR");
+  SetScope("m0", Instance(layer0_, kLn0, std::string(kLayerNorm) + "::ln"));
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "m0"), "/Net/Layer.0/Attn (recorded)");
+}
+
+TEST_F(AssignHierarchyTagsTest, FilteredModuleOwnedElsewhereGoesToCaller) {
+  // Check that layers.1's LayerNorm called from Layer.0 is tagged with the caller Layer.0, not Layer.1.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %m0 : Tensor = onnx::Mul(%input, %input)
+  return (%m0)
+)IR");
+  SetScope("m0", Instance(layer0_, kLn1, std::string(kLayerNorm) + "::ln"));
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "m0"), "/Net/Layer.0 (recorded)");
+}
+
+TEST_F(AssignHierarchyTagsTest, DeduplicatedParameterIdentityGoesToOwner) {
+  // Check that an unscoped Identity from a graph input to a parameter name is tagged with the parameter's owner.
+  Parse(R"IR(
+graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
+  %layers.1.attn.ln.bias : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
+  %y : Tensor = onnx::Add(%input, %layers.1.attn.ln.bias)
+  return (%y)
+)IR");
+  SetScope("y", layer1_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(Tagged(tagging, "layers.1.attn.ln.bias").tag_module, kAttn1);
+  EXPECT_EQ(TagAndRule(tagging, "layers.1.attn.ln.bias"), "/Net/Layer.1/Attn (parameter-owner)");
+  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kParameterOwner)], 1);
+}
+
+TEST_F(AssignHierarchyTagsTest, IdentityOfNonParameterIsNotParameterOwner) {
+  // Check that an Identity whose output is not a parameter name falls through to its neighbours.
+  Parse(R"IR(
+graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
+  %bias_copy : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
+  %y : Tensor = onnx::Add(%input, %bias_copy)
+  return (%y)
+)IR");
+  SetScope("y", layer1_);
+  HierarchyTagging tagging = Tag();
+  // The initializer input does not count, so the only neighbour is the Layer.1 consumer.
+  EXPECT_EQ(TagAndRule(tagging, "bias_copy"), "/Net/Layer.1 (neighbours)");
+  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kParameterOwner)], 0);
+}
+
+TEST_F(AssignHierarchyTagsTest, RecordedScopeWinsOverParameterOwner) {
+  // Check that a parameter Identity with a recorded scope keeps the recorded module.
+  Parse(R"IR(
+graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
+  %layers.1.attn.ln.bias : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
+  %y : Tensor = onnx::Add(%input, %layers.1.attn.ln.bias)
+  return (%y)
+)IR");
+  SetScope("layers.1.attn.ln.bias", layer0_);
+  SetScope("y", layer1_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "layers.1.attn.ln.bias"), "/Net/Layer.0 (recorded)");
+}
+
+TEST_F(AssignHierarchyTagsTest, LoopBodyNodeTakesEnclosingTag) {
+  // Check that unscoped nodes in a Loop body take the Loop's tag, listed right after the Loop.
+  Parse(R"IR(
+graph(%input : Tensor, %n : Tensor, %cond : Tensor):
+  %y : Tensor = onnx::Loop(%n, %cond, %input)
+    block0(%i : Tensor, %c : Tensor, %v : Tensor):
+      %b : Tensor = onnx::Relu(%v)
+      %b2 : Tensor = onnx::Sigmoid(%b)
+      -> (%c, %b2)
+  %z : Tensor = onnx::Neg(%y)
+  return (%z)
+)IR");
+  SetScope("y", layer1_);
+  SetScope("z", layer0_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "b"), "/Net/Layer.1 (enclosing)");
+  EXPECT_EQ(TagAndRule(tagging, "b2"), "/Net/Layer.1 (enclosing)");
+  ASSERT_EQ(tagging.nodes.size(), 4u);
+  EXPECT_EQ(tagging.nodes[0].node, NodeOf("y"));
+  EXPECT_EQ(tagging.nodes[1].node, NodeOf("b"));
+  EXPECT_EQ(tagging.nodes[2].node, NodeOf("b2"));
+  EXPECT_EQ(tagging.nodes[3].node, NodeOf("z"));
+}
+
+TEST_F(AssignHierarchyTagsTest, ScopedLoopBodyNodeKeepsItsRecord) {
+  // Check that a body node with its own recorded scope is not moved to the enclosing Loop's tag.
+  Parse(R"IR(
+graph(%input : Tensor, %n : Tensor, %cond : Tensor):
+  %y : Tensor = onnx::Loop(%n, %cond, %input)
+    block0(%i : Tensor, %c : Tensor, %v : Tensor):
+      %b : Tensor = onnx::Relu(%v)
+      %b2 : Tensor = onnx::Sigmoid(%b)
+      -> (%c, %b2)
+  return (%y)
+)IR");
+  SetScope("y", layer1_);
+  SetScope("b2", attn1_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "b"), "/Net/Layer.1 (enclosing)");
+  EXPECT_EQ(TagAndRule(tagging, "b2"), "/Net/Layer.1/Attn (recorded)");
+}
+
+TEST_F(AssignHierarchyTagsTest, GraphAttributeNodesTakeEnclosingTag) {
+  // Check that unscoped nodes of a graph-valued attribute take the holder's tag, listed right after it.
+  Parse(R"IR(
+graph(%input : Tensor, %cond : Tensor):
+  %y : Tensor = onnx::If(%cond)
+  %z : Tensor = onnx::Neg(%y)
+  return (%z)
+)IR");
+  auto branch = std::make_shared<Graph>();
+  std::unordered_map<std::string, Value*> branch_values;
+  torch::jit::parseIR(R"IR(
+graph():
+  %k : Long(requires_grad=0, device=cpu) = onnx::Constant[value={7}]()
+  %r : Tensor = onnx::Relu(%k)
+  return (%r)
+)IR",
+                      branch.get(), branch_values, /*parse_tensor_constants=*/true);
+  NodeOf("y")->g_(c10::Symbol::attr("then_branch"), branch);
+  SetScope("y", attn1_);
+  SetScope("z", layer0_);
+  HierarchyTagging tagging = Tag();
+  ASSERT_EQ(tagging.nodes.size(), 4u);
+  EXPECT_EQ(tagging.nodes[0].node, NodeOf("y"));
+  EXPECT_EQ(tagging.nodes[1].node, branch_values.at("k")->node());
+  EXPECT_EQ(tagging.nodes[2].node, branch_values.at("r")->node());
+  EXPECT_EQ(tagging.nodes[3].node, NodeOf("z"));
+  for (int i : {1, 2}) {
+    EXPECT_EQ(tagging.nodes[i].tag_module, kAttn1) << i;
+    EXPECT_EQ(tagging.nodes[i].rule, TagRule::kEnclosing) << i;
+  }
+}
+
+TEST_F(AssignHierarchyTagsTest, ConstantUsedAsBodyOutputGoesToHolder) {
+  // Check that a body output counts as the node holding the body for the consumers rule.
+  Parse(R"IR(
+graph(%input : Tensor, %n : Tensor, %cond : Tensor):
+  %c : Long(requires_grad=0, device=cpu) = onnx::Constant[value={5}]()
+  %y : Tensor = onnx::Loop(%n, %cond, %input)
+    block0(%i : Tensor, %cc : Tensor, %v : Tensor):
+      -> (%cc, %c)
+  %z : Tensor = onnx::Neg(%y)
+  return (%z)
+)IR");
+  SetScope("y", attn1_);
+  SetScope("z", layer1_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "c"), "/Net/Layer.1/Attn (consumers)");
+}
+
+TEST_F(AssignHierarchyTagsTest, ConstantUsedByTwoLayersGoesToCommonAncestor) {
+  // Check that an unscoped Constant used in Layer.0 and Layer.1 is tagged with their common ancestor Net.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %c_shared : Long(requires_grad=0, device=cpu) = onnx::Constant[value={1}]()
+  %r0 : Tensor = onnx::Add(%input, %c_shared)
+  %r1 : Tensor = onnx::Add(%r0, %c_shared)
+  return (%r1)
+)IR");
+  SetScope("r0", layer0_);
+  SetScope("r1", layer1_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "c_shared"), "/Net (consumers)");
+}
+
+TEST_F(AssignHierarchyTagsTest, ConstantUsedByOneLayerStaysInIt) {
+  // Check that a Constant used only in Layer.0 (and in Layer.0's Attn) is tagged Layer.0.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %c_layer0 : Long(requires_grad=0, device=cpu) = onnx::Constant[value={2}]()
+  %c_nested : Long(requires_grad=0, device=cpu) = onnx::Constant[value={3}]()
+  %r0 : Tensor = onnx::Add(%input, %c_layer0)
+  %q0 : Tensor = onnx::Sub(%r0, %c_nested)
+  %p0 : Tensor = onnx::Div(%q0, %c_nested)
+  return (%p0)
+)IR");
+  SetScope("r0", layer0_);
+  SetScope("q0", attn0_);
+  SetScope("p0", layer0_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "c_layer0"), "/Net/Layer.0 (consumers)");
+  EXPECT_EQ(TagAndRule(tagging, "c_nested"), "/Net/Layer.0 (consumers)");
+}
+
+TEST_F(AssignHierarchyTagsTest, ConstantReturnedAsGraphOutputGoesToRoot) {
+  // Check that a graph output counts as the root for the consumers rule.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %c : Long(requires_grad=0, device=cpu) = onnx::Constant[value={4}]()
+  %r1 : Tensor = onnx::Add(%input, %c)
+  return (%r1, %c)
+)IR");
+  SetScope("r1", attn1_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "c"), "/Net (consumers)");
+}
+
+TEST_F(AssignHierarchyTagsTest, NeighboursInOneModuleKeepTheNodeThere) {
+  // Check that an unscoped node between two nodes of Layer.0's Attn is tagged Attn by the neighbours rule.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %a0 : Tensor = onnx::Relu(%input)
+  %t0 : Tensor = onnx::Transpose[perm=[1, 0]](%a0)
+  %m0 : Tensor = onnx::Mul(%t0, %a0)
+  return (%m0)
+)IR");
+  SetScope("a0", attn0_);
+  SetScope("m0", ln0_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "t0"), "/Net/Layer.0/Attn (neighbours)");
+}
+
+TEST_F(AssignHierarchyTagsTest, NeighboursInTwoLayersLiftTheNodeToTheirAncestor) {
+  // Check that an unscoped node fed by Layer.0 and Layer.1 and consumed in Layer.1 is tagged Net.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %a0 : Tensor = onnx::Relu(%input)
+  %r1 : Tensor = onnx::Sigmoid(%a0)
+  %x : Tensor = onnx::Sub(%r1, %a0)
+  %z : Tensor = onnx::Neg(%x)
+  return (%z)
+)IR");
+  SetScope("a0", attn0_);
+  SetScope("r1", layer1_);
+  SetScope("z", layer1_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "x"), "/Net (neighbours)");
+}
+
+TEST_F(AssignHierarchyTagsTest, InitializerInputDoesNotCountAsNeighbour) {
+  // Check that an initializer input does not pull an unscoped node to the root.
+  Parse(R"IR(
+graph(%input : Tensor, %layers.0.attn.ln.weight : Tensor):
+  %w : Tensor = onnx::Cast[to=1](%layers.0.attn.ln.weight)
+  %r1 : Tensor = onnx::Add(%input, %w)
+  return (%r1)
+)IR");
+  SetScope("r1", attn1_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "w"), "/Net/Layer.1/Attn (neighbours)");
+}
+
+TEST_F(AssignHierarchyTagsTest, UserInputCountsAsRootNeighbour) {
+  // Check that a user input counts as the root for the neighbours rule.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %u : Tensor = onnx::Cast[to=1](%input)
+  %r1 : Tensor = onnx::Add(%u, %u)
+  return (%r1)
+)IR");
+  SetScope("r1", attn1_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "u"), "/Net (neighbours)");
+}
+
+TEST_F(AssignHierarchyTagsTest, WaitingChainSettlesFirstNodeOnKnownNeighbours) {
+  // Check that a chain of unscoped nodes first settles its first node on the neighbours known so far.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %a0 : Tensor = onnx::Relu(%input)
+  %u1 : Tensor = onnx::Neg(%a0)
+  %u2 : Tensor = onnx::Abs(%u1)
+  %r1 : Tensor = onnx::Sigmoid(%u2)
+  return (%r1)
+)IR");
+  SetScope("a0", attn0_);
+  SetScope("r1", layer1_);
+  HierarchyTagging tagging = Tag();
+  // u1 waits for u2 and u2 for u1; u1 (first) settles on its known producer, then u2 sees Attn.0 and Layer.1.
+  EXPECT_EQ(TagAndRule(tagging, "u1"), "/Net/Layer.0/Attn (neighbours)");
+  EXPECT_EQ(TagAndRule(tagging, "u2"), "/Net (neighbours)");
+}
+
+TEST_F(AssignHierarchyTagsTest, UnusedConstantFallsBackToRoot) {
+  // Check that a node no rule applies to (an unscoped, unused Constant) gets the root by the root rule.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %unused : Long(requires_grad=0, device=cpu) = onnx::Constant[value={1}]()
+  %r0 : Tensor = onnx::Relu(%input)
+  return (%r0)
+)IR");
+  SetScope("r0", layer0_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "unused"), "/Net (root)");
+  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kRoot)], 1);
+}
+
+TEST_F(AssignHierarchyTagsTest, UsedConstantDoesNotFallBackToRoot) {
+  // Check that a used unscoped Constant is settled by its consumers, not by the root fallback.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %used : Long(requires_grad=0, device=cpu) = onnx::Constant[value={1}]()
+  %r0 : Tensor = onnx::Add(%input, %used)
+  return (%r0)
+)IR");
+  SetScope("r0", layer0_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "used"), "/Net/Layer.0 (consumers)");
+  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kRoot)], 0);
+}
+
+// One graph in which each rule applies to at least one node.
+constexpr const char* kAllRulesGraph = R"IR(
+graph(%input : Tensor, %n : Tensor, %cond : Tensor, %layers.0.attn.ln.bias : Tensor):
+  %c_shared : Long(requires_grad=0, device=cpu) = onnx::Constant[value={1}]()
+  %unused : Long(requires_grad=0, device=cpu) = onnx::Constant[value={2}]()
+  %layers.1.attn.ln.bias : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
+  %r0 : Tensor = onnx::Add(%input, %c_shared)
+  %t0 : Tensor = onnx::Neg(%r0)
+  %m0 : Tensor = onnx::Mul(%t0, %r0)
+  %y : Tensor = onnx::Loop(%n, %cond, %m0)
+    block0(%i : Tensor, %c : Tensor, %v : Tensor):
+      %b : Tensor = onnx::Add(%v, %layers.1.attn.ln.bias)
+      -> (%c, %b)
+  %z : Tensor = onnx::Add(%y, %c_shared)
+  return (%z)
+)IR";
+
+TEST_F(AssignHierarchyTagsTest, RuleCountsCoverEveryNode) {
+  // Check that on a graph using all six rules each node gets the expected rule and the counts add up.
+  Parse(kAllRulesGraph);
+  SetScope("r0", layer0_);
+  SetScope("m0", ln0_);
+  SetScope("y", layer1_);
+  SetScope("z", attn1_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "c_shared"), "/Net (consumers)");
+  EXPECT_EQ(TagAndRule(tagging, "unused"), "/Net (root)");
+  EXPECT_EQ(TagAndRule(tagging, "layers.1.attn.ln.bias"), "/Net/Layer.1/Attn (parameter-owner)");
+  EXPECT_EQ(TagAndRule(tagging, "r0"), "/Net/Layer.0 (recorded)");
+  EXPECT_EQ(TagAndRule(tagging, "t0"), "/Net/Layer.0 (neighbours)");
+  EXPECT_EQ(TagAndRule(tagging, "m0"), "/Net/Layer.0/Attn (recorded)");
+  EXPECT_EQ(TagAndRule(tagging, "y"), "/Net/Layer.1 (recorded)");
+  EXPECT_EQ(TagAndRule(tagging, "b"), "/Net/Layer.1 (enclosing)");
+  EXPECT_EQ(TagAndRule(tagging, "z"), "/Net/Layer.1/Attn (recorded)");
+  ASSERT_EQ(tagging.nodes.size(), 9u);
+  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kRecorded)], 4);
+  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kParameterOwner)], 1);
+  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kEnclosing)], 1);
+  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kConsumers)], 1);
+  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kNeighbours)], 1);
+  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kRoot)], 1);
+}
+
+TEST_F(AssignHierarchyTagsTest, ToSerializedListsOpTypesAndTagsInPreOrder) {
+  // Check that ToSerialized gives ONNX op types and tags in serialization pre-order.
+  Parse(kAllRulesGraph);
+  SetScope("r0", layer0_);
+  SetScope("m0", ln0_);
+  SetScope("y", layer1_);
+  SetScope("z", attn1_);
+  std::vector<SerializedNodeTag> serialized = Tag().ToSerialized(modules_);
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"Constant", "/Net"},           {"Constant", "/Net"},
+      {"Identity", "/Net/Layer.1/Attn"}, {"Add", "/Net/Layer.0"},
+      {"Neg", "/Net/Layer.0"},        {"Mul", "/Net/Layer.0/Attn"},
+      {"Loop", "/Net/Layer.1"},       {"Add", "/Net/Layer.1"},
+      {"Add", "/Net/Layer.1/Attn"}};
+  ASSERT_EQ(serialized.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(serialized[i].op_type, expected[i].first) << i;
+    EXPECT_EQ(serialized[i].tag, expected[i].second) << i;
+    EXPECT_TRUE(serialized[i].shared_with.empty()) << i;
+  }
+}
+
+TEST_F(AssignHierarchyTagsTest, UsedTagModulesAreSortedAndUnique) {
+  // Check that UsedTagModules lists each tag module once, ascending.
+  Parse(kAllRulesGraph);
+  SetScope("r0", layer0_);
+  SetScope("m0", ln0_);
+  SetScope("y", layer1_);
+  SetScope("z", attn1_);
+  EXPECT_EQ(Tag().UsedTagModules(), (std::vector<int>{kNet, kLayer0, kAttn0, kLayer1, kAttn1}));
+}
+
+TEST_F(AssignHierarchyTagsTest, TaggingLeavesGraphUnchangedAndIsDeterministic) {
+  // Check that tagging does not change the graph and gives the same result twice.
+  Parse(kAllRulesGraph);
+  SetScope("r0", layer0_);
+  SetScope("m0", ln0_);
+  SetScope("y", layer1_);
+  SetScope("z", attn1_);
+  const std::string before = graph_->toString();
+  HierarchyTagging first = Tag();
+  HierarchyTagging second = Tag();
+  EXPECT_EQ(graph_->toString(), before);
+  EXPECT_EQ(NodeOf("r0")->scope(), layer0_);
+  ASSERT_EQ(first.nodes.size(), second.nodes.size());
+  for (size_t i = 0; i < first.nodes.size(); ++i) {
+    EXPECT_EQ(first.nodes[i].node, second.nodes[i].node) << i;
+    EXPECT_EQ(first.nodes[i].tag_module, second.nodes[i].tag_module) << i;
+    EXPECT_EQ(first.nodes[i].rule, second.nodes[i].rule) << i;
+  }
+}
+
+TEST_F(AssignHierarchyTagsTest, SharedNodeListsOtherModules) {
+  // Check that a node lent a shared scope lists the merged duplicates' tag modules, minus its own, ascending.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %s : Tensor = onnx::Shape(%input)
+  %r0 : Tensor = onnx::Add(%input, %s)
+  %r1 : Tensor = onnx::Add(%r0, %s)
+  return (%r1)
+)IR");
+  ScopePtr other_layer0_call = Instance(net_, kLayer0, "pkg.Layer::layers.0");
+  SetScope("s", borrowed_.Lend({layer0_, layer0_, {attn1_, layer1_, other_layer0_call, ln1_}}));
+  SetScope("r0", layer0_);
+  SetScope("r1", layer1_);
+  HierarchyTagging tagging = Tag();
+  const TaggedNode& shared = Tagged(tagging, "s");
+  EXPECT_EQ(TagAndRule(tagging, "s"), "/Net/Layer.0 (recorded)");
+  EXPECT_EQ(shared.shared_with, (std::vector<int>{kLayer1, kAttn1}));
+  std::vector<SerializedNodeTag> serialized = tagging.ToSerialized(modules_);
+  ASSERT_EQ(serialized.size(), 3u);
+  EXPECT_EQ(serialized[0].shared_with, (std::vector<std::string>{"/Net/Layer.1", "/Net/Layer.1/Attn"}));
+  EXPECT_TRUE(serialized[1].shared_with.empty());
+  EXPECT_EQ(tagging.UsedTagModules(), (std::vector<int>{kLayer0, kLayer1, kAttn1}));
+}
+
+TEST_F(AssignHierarchyTagsTest, NodeLentOnlyItsOwnModuleIsNotShared) {
+  // Check that a loan whose duplicates all resolve to the node's own module gives no shared_with.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %s : Tensor = onnx::Shape(%input)
+  return (%s)
+)IR");
+  ScopePtr other_layer0_call = Instance(net_, kLayer0, "pkg.Layer::layers.0");
+  SetScope("s", borrowed_.Lend({layer0_, layer0_, {other_layer0_call}}));
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "s"), "/Net/Layer.0 (recorded)");
+  EXPECT_TRUE(Tagged(tagging, "s").shared_with.empty());
+}
+
+TEST_F(AssignHierarchyTagsTest, BorrowedCallSiteScopeIsRecorded) {
+  // Check that a node lent a call-site scope (inlined call) is tagged with the call site's module.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %r : Tensor = onnx::Relu(%input)
+  return (%r)
+)IR");
+  SetScope("r", borrowed_.Lend({attn1_, root_, {}}));
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "r"), "/Net/Layer.1/Attn (recorded)");
+  EXPECT_EQ(tagging.unresolved_scope_levels, 0);
+}
+
+// Scopes as torch rebuilds them for a scripted model: "Class::attr", no instance ids.
+TEST_F(AssignHierarchyTagsTest, ChainWithoutInstanceIdsResolvesByPath) {
+  // Check that "Net::" / "Layer::layers.0" / "Attn::attn" resolves to layers.0.attn.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %a0 : Tensor = onnx::Relu(%input)
+  %r1 : Tensor = onnx::Neg(%a0)
+  %n : Tensor = onnx::Abs(%r1)
+  return (%n)
+)IR");
+  ScopePtr net = Push(root_, "__torch__.pkg.Net::");
+  SetScope("a0", Push(Push(net, "__torch__.pkg.Layer::layers.0"), "__torch__.pkg.Attn::attn"));
+  SetScope("r1", Push(net, "__torch__.pkg.Layer::layers.1"));
+  SetScope("n", net);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "a0"), "/Net/Layer.0/Attn (recorded)");
+  EXPECT_EQ(TagAndRule(tagging, "r1"), "/Net/Layer.1 (recorded)");
+  EXPECT_EQ(TagAndRule(tagging, "n"), "/Net (recorded)");
+  EXPECT_EQ(tagging.unresolved_scope_levels, 0);
+}
+
+TEST_F(AssignHierarchyTagsTest, UnmatchedLevelStopsAtDeepestMatchedModule) {
+  // Check that a level matching no module ends the walk at the deepest matched module and is counted.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %a0 : Tensor = onnx::Relu(%input)
+  return (%a0)
+)IR");
+  ScopePtr layer0 = Push(Push(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Layer::layers.0");
+  SetScope("a0", Push(Push(layer0, "__torch__.pkg.Mystery::nowhere"), "__torch__.pkg.Attn::attn"));
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "a0"), "/Net/Layer.0 (recorded)");
+  EXPECT_EQ(tagging.unresolved_scope_levels, 1);
+}
+
+TEST_F(AssignHierarchyTagsTest, LevelThroughUnscopedContainerMatchesUniqueDescendant) {
+  // Check that "ln" under Layer::layers.1 finds the unique descendant layers.1.attn.ln (goes to its Attn).
+  Parse(R"IR(
+graph(%input : Tensor):
+  %m1 : Tensor = onnx::Mul(%input, %input)
+  return (%m1)
+)IR");
+  ScopePtr layer1 = Push(Push(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Layer::layers.1");
+  SetScope("m1", Push(layer1, "__torch__.torch.nn.modules.normalization.LayerNorm::ln"));
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "m1"), "/Net/Layer.1/Attn (recorded)");
+  EXPECT_EQ(tagging.unresolved_scope_levels, 0);
+}
+
+TEST_F(AssignHierarchyTagsTest, AmbiguousLevelIsNotGuessed) {
+  // Check that "attn" directly under Net (matching layers.0.attn and layers.1.attn) stops at the root.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %a : Tensor = onnx::Relu(%input)
+  return (%a)
+)IR");
+  SetScope("a", Push(Push(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Attn::attn"));
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "a"), "/Net (recorded)");
+  EXPECT_EQ(tagging.unresolved_scope_levels, 1);
+}
+
+}  // namespace
+}  // namespace hiertag

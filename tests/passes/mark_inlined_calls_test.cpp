@@ -1,1 +1,265 @@
+// Tests of MarkInlinedCalls: call-site scopes lent to nodes between call markers.
+#include "hiertag/mark_inlined_calls.h"
+
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/ir/irparser.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "hiertag/scope_names.h"
+
+namespace hiertag {
+namespace {
+
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Scope;
+using torch::jit::ScopePtr;
+using torch::jit::Value;
+
+const c10::Symbol kCallBegin = c10::Symbol::fromQualString("hiertag::call_begin");
+const c10::Symbol kCallEnd = c10::Symbol::fromQualString("hiertag::call_end");
+
+ScopePtr Instance(const ScopePtr& parent, int module_index, const std::string& torch_name) {
+  return parent->push(c10::Symbol::scope(MarkInstanceScopeName(module_index, torch_name)));
+}
+
+int CountKind(torch::jit::Block* block, c10::Symbol kind) {
+  int count = 0;
+  for (Node* node : block->nodes()) {
+    if (node->kind() == kind) ++count;
+    for (torch::jit::Block* nested : node->blocks()) count += CountKind(nested, kind);
+  }
+  return count;
+}
+
+class MarkInlinedCallsTest : public ::testing::Test {
+ protected:
+  void Parse(const std::string& ir) {
+    graph_ = std::make_shared<Graph>();
+    torch::jit::parseIR(ir, graph_.get(), vmap_);
+  }
+
+  Node* NodeOf(const std::string& value_name) { return vmap_.at(value_name)->node(); }
+
+  // Inserts a marker right before the node producing `value_name`, created in `scope`.
+  void InsertMarkerBefore(const std::string& value_name, CallMarker marker, const ScopePtr& scope) {
+    torch::jit::WithInsertPoint insert_point(NodeOf(value_name));
+    torch::jit::WithCurrentScope current_scope(*graph_, scope);
+    InsertCallMarker(*graph_, marker);
+  }
+
+  int RunPass() {
+    int lent = MarkInlinedCalls(*graph_, borrowed_);
+    graph_->lint();
+    return lent;
+  }
+
+  int Restore() {
+    int restored = borrowed_.Restore(graph_->block());
+    graph_->lint();
+    return restored;
+  }
+
+  // The loan behind the node's scope, or nullptr.
+  const BorrowedScopes::Loan* LoanOf(const std::string& value_name) {
+    return borrowed_.Find(NodeOf(value_name)->scope());
+  }
+
+  std::shared_ptr<Graph> graph_;
+  std::unordered_map<std::string, Value*> vmap_;
+  BorrowedScopes borrowed_;
+  ScopePtr net_ = Instance(c10::make_intrusive<Scope>(), 0, "pkg.Net::");
+  ScopePtr layer0_ = Instance(net_, 2, "pkg.Layer::layers.0");
+  ScopePtr layer1_ = Instance(net_, 5, "pkg.Layer::layers.1");
+};
+
+constexpr const char* kStraightGraph = R"IR(
+graph(%x : Tensor):
+  %a : Tensor = aten::relu(%x)
+  %b : Tensor = aten::sigmoid(%a)
+  %c : Tensor = aten::tanh(%b)
+  %d : Tensor = aten::neg(%c)
+  return (%d)
+)IR";
+
+TEST_F(MarkInlinedCallsTest, InsertCallMarkerUsesCurrentScope) {
+  // Check that a marker is created in the graph's current scope, at the insertion point.
+  Parse(kStraightGraph);
+  InsertMarkerBefore("b", CallMarker::kBegin, layer1_);
+  Node* marker = NodeOf("b")->prev();
+  EXPECT_EQ(marker->kind(), kCallBegin);
+  EXPECT_EQ(marker->scope(), layer1_);
+  EXPECT_EQ(marker->outputs().size(), 0u);
+}
+
+TEST_F(MarkInlinedCallsTest, BlankNodesBetweenMarkersBorrowCallSiteScope) {
+  // Check that blank-scoped nodes between markers are lent a child of the markers' scope.
+  Parse(kStraightGraph);
+  NodeOf("a")->setScope(layer0_);
+  InsertMarkerBefore("b", CallMarker::kBegin, layer1_);
+  InsertMarkerBefore("d", CallMarker::kEnd, layer1_);
+  ASSERT_EQ(CountKind(graph_->block(), kCallBegin), 1);
+
+  EXPECT_EQ(RunPass(), 2);
+
+  for (const char* name : {"b", "c"}) {
+    const BorrowedScopes::Loan* loan = LoanOf(name);
+    ASSERT_NE(loan, nullptr) << name;
+    EXPECT_EQ(loan->recorded, layer1_) << name;
+    EXPECT_TRUE(loan->shared_with.empty()) << name;
+    EXPECT_EQ(NodeOf(name)->scope()->parent(), layer1_) << name;
+    EXPECT_TRUE(ParseBorrowedScopeName(NodeOf(name)->scope()->name().toUnqualString()).has_value())
+        << name;
+  }
+  EXPECT_EQ(NodeOf("b")->scope(), NodeOf("c")->scope());
+  EXPECT_EQ(CountKind(graph_->block(), kCallBegin), 0);
+  EXPECT_EQ(CountKind(graph_->block(), kCallEnd), 0);
+}
+
+TEST_F(MarkInlinedCallsTest, NodesOutsideMarkersAreNotLent) {
+  // Check that nodes before and after the markers keep their scope, blank or not.
+  Parse(kStraightGraph);
+  NodeOf("a")->setScope(layer0_);
+  ScopePtr blank = NodeOf("d")->scope();
+  ASSERT_TRUE(blank->isBlank());
+  InsertMarkerBefore("b", CallMarker::kBegin, layer1_);
+  InsertMarkerBefore("c", CallMarker::kEnd, layer1_);
+
+  EXPECT_EQ(RunPass(), 1);
+
+  EXPECT_NE(LoanOf("b"), nullptr);
+  EXPECT_EQ(NodeOf("a")->scope(), layer0_);
+  EXPECT_EQ(NodeOf("c")->scope(), blank);
+  EXPECT_EQ(NodeOf("d")->scope(), blank);
+  EXPECT_EQ(LoanOf("c"), nullptr);
+}
+
+TEST_F(MarkInlinedCallsTest, ScopedNodeBetweenMarkersKeepsItsScope) {
+  // Check that a node between the markers that has its own scope is not lent the call site's.
+  Parse(kStraightGraph);
+  NodeOf("b")->setScope(layer0_);
+  InsertMarkerBefore("b", CallMarker::kBegin, layer1_);
+  InsertMarkerBefore("d", CallMarker::kEnd, layer1_);
+
+  EXPECT_EQ(RunPass(), 1);
+
+  EXPECT_EQ(NodeOf("b")->scope(), layer0_);
+  const BorrowedScopes::Loan* loan = LoanOf("c");
+  ASSERT_NE(loan, nullptr);
+  EXPECT_EQ(loan->recorded, layer1_);
+}
+
+TEST_F(MarkInlinedCallsTest, NestedBlockNodesBorrowCallSiteScope) {
+  // Check that blank nodes inside a Loop body between the markers are lent the call site's scope too.
+  Parse(R"IR(
+graph(%x : Tensor, %n : int, %cond : bool):
+  %a : Tensor = aten::relu(%x)
+  %y : Tensor = prim::Loop(%n, %cond, %a)
+    block0(%i : int, %v : Tensor):
+      %w : Tensor = aten::sigmoid(%v)
+      -> (%cond, %w)
+  %d : Tensor = aten::neg(%y)
+  return (%d)
+)IR");
+  NodeOf("a")->setScope(layer0_);
+  InsertMarkerBefore("y", CallMarker::kBegin, layer1_);
+  InsertMarkerBefore("d", CallMarker::kEnd, layer1_);
+
+  EXPECT_EQ(RunPass(), 2);
+
+  const BorrowedScopes::Loan* loop_loan = LoanOf("y");
+  const BorrowedScopes::Loan* body_loan = LoanOf("w");
+  ASSERT_NE(loop_loan, nullptr);
+  ASSERT_NE(body_loan, nullptr);
+  EXPECT_EQ(loop_loan->recorded, layer1_);
+  EXPECT_EQ(body_loan->recorded, layer1_);
+  EXPECT_EQ(LoanOf("d"), nullptr);
+}
+
+TEST_F(MarkInlinedCallsTest, BlankMarkersLendNothing) {
+  // Check that markers without a scope (no calling module known) lend nothing but are still removed.
+  Parse(kStraightGraph);
+  ScopePtr blank = NodeOf("b")->scope();
+  InsertMarkerBefore("b", CallMarker::kBegin, blank);
+  InsertMarkerBefore("d", CallMarker::kEnd, blank);
+
+  EXPECT_EQ(RunPass(), 0);
+
+  EXPECT_EQ(NodeOf("b")->scope(), blank);
+  EXPECT_EQ(NodeOf("c")->scope(), blank);
+  EXPECT_EQ(CountKind(graph_->block(), kCallBegin), 0);
+  EXPECT_EQ(CountKind(graph_->block(), kCallEnd), 0);
+}
+
+TEST_F(MarkInlinedCallsTest, SecondRunChangesNothing) {
+  // Check that the pass is idempotent: a second run finds no markers and lends nothing.
+  Parse(kStraightGraph);
+  InsertMarkerBefore("b", CallMarker::kBegin, layer1_);
+  InsertMarkerBefore("d", CallMarker::kEnd, layer1_);
+  ASSERT_EQ(RunPass(), 2);
+  ScopePtr lent = NodeOf("b")->scope();
+  const std::string after_first = graph_->toString();
+
+  EXPECT_EQ(RunPass(), 0);
+  EXPECT_EQ(graph_->toString(), after_first);
+  EXPECT_EQ(NodeOf("b")->scope(), lent);
+}
+
+TEST_F(MarkInlinedCallsTest, RestoreGivesOriginalScopeBack) {
+  // Check that Restore gives the lent nodes their blank scope back and leaves other nodes alone.
+  Parse(kStraightGraph);
+  NodeOf("a")->setScope(layer0_);
+  ScopePtr blank = NodeOf("b")->scope();
+  InsertMarkerBefore("b", CallMarker::kBegin, layer1_);
+  InsertMarkerBefore("d", CallMarker::kEnd, layer1_);
+  ASSERT_EQ(RunPass(), 2);
+
+  EXPECT_EQ(Restore(), 2);
+  EXPECT_EQ(NodeOf("b")->scope(), blank);
+  EXPECT_EQ(NodeOf("c")->scope(), blank);
+  EXPECT_EQ(NodeOf("a")->scope(), layer0_);
+  EXPECT_EQ(Restore(), 0);
+}
+
+TEST_F(MarkInlinedCallsTest, RestoreReachesNestedBlocks) {
+  // Check that Restore gives a Loop body node its blank scope back.
+  Parse(R"IR(
+graph(%x : Tensor, %n : int, %cond : bool):
+  %y : Tensor = prim::Loop(%n, %cond, %x)
+    block0(%i : int, %v : Tensor):
+      %w : Tensor = aten::sigmoid(%v)
+      -> (%cond, %w)
+  %d : Tensor = aten::neg(%y)
+  return (%d)
+)IR");
+  ScopePtr blank = NodeOf("w")->scope();
+  InsertMarkerBefore("y", CallMarker::kBegin, layer1_);
+  InsertMarkerBefore("d", CallMarker::kEnd, layer1_);
+  ASSERT_EQ(RunPass(), 2);
+
+  EXPECT_EQ(Restore(), 2);
+  EXPECT_EQ(NodeOf("w")->scope(), blank);
+  EXPECT_EQ(NodeOf("y")->scope(), blank);
+}
+
+TEST_F(MarkInlinedCallsTest, RestoreAfterScopedFirstNodeGivesBlankBack) {
+  // Check that a blank node lent after a scoped node in the same call gets its blank scope back.
+  Parse(kStraightGraph);
+  NodeOf("b")->setScope(layer0_);
+  ScopePtr blank = NodeOf("c")->scope();
+  InsertMarkerBefore("b", CallMarker::kBegin, layer1_);
+  InsertMarkerBefore("d", CallMarker::kEnd, layer1_);
+  ASSERT_EQ(RunPass(), 1);
+  ASSERT_NE(LoanOf("c"), nullptr);
+
+  EXPECT_EQ(Restore(), 1);
+  EXPECT_EQ(NodeOf("b")->scope(), layer0_);
+  EXPECT_EQ(NodeOf("c")->scope(), blank) << "c was given back "
+                                         << NodeOf("c")->scope()->namesFromRoot();
+}
+
+}  // namespace
+}  // namespace hiertag
