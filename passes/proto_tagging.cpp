@@ -116,21 +116,31 @@ class Reader {
   size_t position_ = 0;
 };
 
-class Tagger {
- public:
-  Tagger(const std::vector<SerializedNodeTag>& nodes, std::string* error)
-      : nodes_(nodes), error_(error) {}
+}  // namespace
 
-  bool RewriteModel(std::string_view model, const std::vector<ModelMetadataEntry>& entries,
-                    std::string* out) {
+class PlanBuilder {
+ public:
+  // One length-delimited message being rebuilt: its chunks, its payload size.
+  struct Rebuilt {
+    std::vector<TaggedModelPlan::Chunk> chunks;
+    size_t size = 0;
+  };
+
+  PlanBuilder(const std::vector<SerializedNodeTag>& nodes, TaggedModelPlan* plan, std::string* error)
+      : nodes_(nodes), plan_(plan), error_(error) {}
+
+  bool BuildModel(std::string_view model, const std::vector<ModelMetadataEntry>& entries) {
     Reader reader(model);
     Field field;
     bool saw_graph = false;
     bool entries_written = false;
+    Rebuilt out;
     auto write_entries = [&] {
+      std::string bytes;
       for (const ModelMetadataEntry& entry : entries) {
-        AppendLengthDelimited(out, kModelMetadataProps, StringEntry(entry.key, entry.value));
+        AppendLengthDelimited(&bytes, kModelMetadataProps, StringEntry(entry.key, entry.value));
       }
+      Own(&out, std::move(bytes));
       entries_written = true;
     };
     while (!reader.done()) {
@@ -138,12 +148,12 @@ class Tagger {
       // Keep the canonical field order: our entries go before the first higher field.
       if (!entries_written && field.number > kModelMetadataProps) write_entries();
       if (field.number == kModelGraph && field.wire_type == kLengthDelimited) {
-        std::string graph;
-        if (!RewriteGraph(field.payload, 0, &graph)) return false;
-        AppendLengthDelimited(out, kModelGraph, graph);
+        Rebuilt graph;
+        if (!BuildGraph(field.payload, 0, &graph)) return false;
+        Splice(&out, kModelGraph, std::move(graph));
         saw_graph = true;
       } else {
-        out->append(field.raw);
+        Borrow(&out, field.raw);
       }
     }
     if (!entries_written) write_entries();
@@ -152,6 +162,8 @@ class Tagger {
       return Fail("the model has " + std::to_string(next_node_) + " nodes, the graph had " +
                   std::to_string(nodes_.size()));
     }
+    plan_->chunks_ = std::move(out.chunks);
+    plan_->size_ = out.size;
     return true;
   }
 
@@ -161,27 +173,65 @@ class Tagger {
     return false;
   }
 
-  bool RewriteGraph(std::string_view graph, int depth, std::string* out) {
+  void Borrow(Rebuilt* out, std::string_view bytes) {
+    if (bytes.empty()) return;
+    TaggedModelPlan::Chunk* last = out->chunks.empty() ? nullptr : &out->chunks.back();
+    if (last != nullptr && !last->borrowed.empty() &&
+        last->borrowed.data() + last->borrowed.size() == bytes.data()) {
+      last->borrowed = std::string_view(last->borrowed.data(), last->borrowed.size() + bytes.size());
+    } else {
+      out->chunks.push_back({bytes, 0});
+    }
+    out->size += bytes.size();
+  }
+
+  void Own(Rebuilt* out, std::string bytes) {
+    if (bytes.empty()) return;
+    out->size += bytes.size();
+    TaggedModelPlan::Chunk* last = out->chunks.empty() ? nullptr : &out->chunks.back();
+    if (last != nullptr && last->borrowed.empty()) {
+      plan_->owned_[last->owned] += bytes;
+    } else {
+      plan_->owned_.push_back(std::move(bytes));
+      out->chunks.push_back({{}, plan_->owned_.size() - 1});
+    }
+  }
+
+  // Appends `inner` as length-delimited field `field` of `out`.
+  void Splice(Rebuilt* out, uint32_t field, Rebuilt inner) {
+    std::string header;
+    AppendVarint(&header, (static_cast<uint64_t>(field) << 3) | kLengthDelimited);
+    AppendVarint(&header, inner.size);
+    Own(out, std::move(header));
+    for (const TaggedModelPlan::Chunk& chunk : inner.chunks) {
+      if (chunk.borrowed.empty()) {
+        Own(out, std::move(plan_->owned_[chunk.owned]));
+      } else {
+        Borrow(out, chunk.borrowed);
+      }
+    }
+  }
+
+  bool BuildGraph(std::string_view graph, int depth, Rebuilt* out) {
     if (depth > kMaxGraphNesting) return Fail("graphs are nested too deeply");
     Reader reader(graph);
     Field field;
     while (!reader.done()) {
       if (!reader.Next(&field)) return Fail("a GraphProto is not well-formed");
       if (field.number == kGraphNode && field.wire_type == kLengthDelimited) {
-        std::string node;
-        if (!RewriteNode(field.payload, depth, &node)) return false;
-        AppendLengthDelimited(out, kGraphNode, node);
+        Rebuilt node;
+        if (!BuildNode(field.payload, depth, &node)) return false;
+        Splice(out, kGraphNode, std::move(node));
       } else {
-        out->append(field.raw);
+        Borrow(out, field.raw);
       }
     }
     return true;
   }
 
-  bool RewriteNode(std::string_view node, int depth, std::string* out) {
+  bool BuildNode(std::string_view node, int depth, Rebuilt* out) {
     if (next_node_ >= nodes_.size()) {
-      return Fail("the model has more nodes than the graph (" + std::to_string(nodes_.size()) +
-                  ")");
+      return Fail("the model has more nodes than the graph (" + std::to_string(nodes_.size()) + ")");
     }
     const SerializedNodeTag& expected = nodes_[next_node_++];
     Reader reader(node);
@@ -192,21 +242,21 @@ class Tagger {
       if (field.number == kNodeOpType && field.wire_type == kLengthDelimited) {
         op_type_seen = true;
         if (field.payload != expected.op_type) {
-          return Fail("node " + std::to_string(next_node_ - 1) + " is '" +
-                      std::string(field.payload) + "' in the model but '" + expected.op_type +
-                      "' in the graph");
+          return Fail("node " + std::to_string(next_node_ - 1) + " is '" + std::string(field.payload) +
+                      "' in the model but '" + expected.op_type + "' in the graph");
         }
-        out->append(field.raw);
+        Borrow(out, field.raw);
       } else if (field.number == kNodeAttribute && field.wire_type == kLengthDelimited) {
-        std::string attribute;
-        if (!RewriteAttribute(field.payload, depth, &attribute)) return false;
-        AppendLengthDelimited(out, kNodeAttribute, attribute);
+        Rebuilt attribute;
+        if (!BuildAttribute(field.payload, depth, &attribute)) return false;
+        Splice(out, kNodeAttribute, std::move(attribute));
       } else {
-        out->append(field.raw);
+        Borrow(out, field.raw);
       }
     }
     if (!op_type_seen) return Fail("a NodeProto has no op_type");
-    AppendLengthDelimited(out, kNodeMetadataProps, StringEntry(kHierarchyTagKey, expected.tag));
+    std::string entries;
+    AppendLengthDelimited(&entries, kNodeMetadataProps, StringEntry(kHierarchyTagKey, expected.tag));
     if (!expected.shared_with.empty()) {
       std::string list = "[";
       for (size_t i = 0; i < expected.shared_with.size(); ++i) {
@@ -214,44 +264,62 @@ class Tagger {
         list += JsonQuote(expected.shared_with[i]);
       }
       list += "]";
-      AppendLengthDelimited(out, kNodeMetadataProps, StringEntry(kSharedWithKey, list));
+      AppendLengthDelimited(&entries, kNodeMetadataProps, StringEntry(kSharedWithKey, list));
     }
+    Own(out, std::move(entries));
     return true;
   }
 
-  bool RewriteAttribute(std::string_view attribute, int depth, std::string* out) {
+  bool BuildAttribute(std::string_view attribute, int depth, Rebuilt* out) {
     Reader reader(attribute);
     Field field;
     while (!reader.done()) {
       if (!reader.Next(&field)) return Fail("an AttributeProto is not well-formed");
       if ((field.number == kAttributeGraph || field.number == kAttributeGraphs) &&
           field.wire_type == kLengthDelimited) {
-        std::string graph;
-        if (!RewriteGraph(field.payload, depth + 1, &graph)) return false;
-        AppendLengthDelimited(out, field.number, graph);
+        Rebuilt graph;
+        if (!BuildGraph(field.payload, depth + 1, &graph)) return false;
+        Splice(out, field.number, std::move(graph));
       } else {
-        out->append(field.raw);
+        Borrow(out, field.raw);
       }
     }
     return true;
   }
 
   const std::vector<SerializedNodeTag>& nodes_;
+  TaggedModelPlan* plan_;
   std::string* error_;
   size_t next_node_ = 0;
 };
 
-}  // namespace
+void TaggedModelPlan::ForEachChunk(const std::function<void(std::string_view)>& sink) const {
+  for (const Chunk& chunk : chunks_) sink(chunk.borrowed.empty() ? owned_[chunk.owned] : chunk.borrowed);
+}
+
+std::string TaggedModelPlan::ToString() const {
+  std::string out;
+  out.reserve(size_);
+  ForEachChunk([&](std::string_view chunk) { out.append(chunk); });
+  return out;
+}
+
+bool PlanTaggedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
+                     const std::vector<ModelMetadataEntry>& model_entries, TaggedModelPlan* plan,
+                     std::string* error) {
+  TaggedModelPlan built;
+  if (!PlanBuilder(nodes, &built, error).BuildModel(model, model_entries)) return false;
+  *plan = std::move(built);
+  return true;
+}
 
 bool AddTagsToSerializedModel(std::string_view model,
                               const std::vector<SerializedNodeTag>& nodes,
                               const std::vector<ModelMetadataEntry>& model_entries,
                               std::string* tagged_model, std::string* error) {
-  std::string out;
-  out.reserve(model.size() + nodes.size() * 64 + 4096);
-  Tagger tagger(nodes, error);
-  if (!tagger.RewriteModel(model, model_entries, &out)) return false;
-  *tagged_model = std::move(out);
+  TaggedModelPlan plan;
+  if (!PlanTaggedModel(model, nodes, model_entries, &plan, error)) return false;
+  *tagged_model = plan.ToString();
   return true;
 }
 

@@ -12,7 +12,11 @@
 //   torch._C._jit_pass_cse                   records nodes merged across modules
 //   torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value
 //                                            tags the final graph, restores scopes
-//   torch._C.Graph._export_onnx              writes the tags into the bytes
+//   torch._C.Graph._export_onnx              plans the tagged bytes (fails before
+//                                            anything is written if nodes and tags differ)
+//   exporter onnx_proto_utils._export_file   writes the planned bytes: torch's own
+//                                            chunks streamed between the new ones,
+//                                            the weights never copied
 //   exporter utils._reset_trace_module_map   ends the export's session
 // With HIERTAG unset, empty or 0 every wrapper calls straight through.
 #include <torch/csrc/jit/python/pybind.h>
@@ -39,6 +43,7 @@ namespace hiertag {
 namespace {
 
 constexpr const char* kExporterUtils = "torch.onnx._internal.torchscript_exporter.utils";
+constexpr const char* kExporterProtoUtils = "torch.onnx._internal.torchscript_exporter.onnx_proto_utils";
 constexpr const char* kInstalledMarker = "_hiertag_plugin_installed";
 
 struct ExportSession {
@@ -48,6 +53,8 @@ struct ExportSession {
   bool tagged = false;
   std::vector<SerializedNodeTag> node_tags;
   std::string module_table_json;
+  py::object planned_bytes;  // torch's serialized model the plan borrows from
+  TaggedModelPlan plan;
 };
 
 // One export runs at a time per process (torch's exporter keeps global state
@@ -232,6 +239,24 @@ py::object AssignScopedNames(const py::object& original, py::args args) {
   return original(*args);
 }
 
+std::string_view BytesView(const py::handle& bytes) {
+  char* data = nullptr;
+  Py_ssize_t size = 0;
+  if (PyBytes_AsStringAndSize(bytes.ptr(), &data, &size) != 0) throw py::error_already_set();
+  return std::string_view(data, static_cast<size_t>(size));
+}
+
+void PlanTags(ExportSession& session, const py::object& model_bytes) {
+  std::vector<ModelMetadataEntry> entries = {
+      {std::string(kModuleTableKey), session.module_table_json},
+      {std::string(kFormatVersionKey), std::string(kFormatVersion)}};
+  std::string error;
+  if (!PlanTaggedModel(BytesView(model_bytes), session.node_tags, entries, &session.plan, &error)) {
+    throw std::runtime_error("hiertag: cannot tag the exported model (" + error + "); nothing written");
+  }
+  session.planned_bytes = model_bytes;
+}
+
 py::object ExportOnnx(const py::object& original, py::args args, py::kwargs kwargs) {
   ExportSession* session = Session().get();
   if (session == nullptr) {
@@ -246,18 +271,32 @@ py::object ExportOnnx(const py::object& original, py::args args, py::kwargs kwar
     throw std::runtime_error("hiertag: the graph reached the serializer untagged; nothing written");
   }
   py::tuple result = original(*args, **kwargs);
-  std::string bytes = result[0].cast<std::string>();
-  std::string tagged;
-  std::string error;
-  std::vector<ModelMetadataEntry> entries = {
-      {std::string(kModuleTableKey), session->module_table_json},
-      {std::string(kFormatVersionKey), std::string(kFormatVersion)}};
-  if (!AddTagsToSerializedModel(bytes, session->node_tags, entries, &tagged, &error)) {
-    throw std::runtime_error("hiertag: cannot tag the exported model (" + error + "); nothing written");
+  PlanTags(*session, result[0]);
+  return result;
+}
+
+py::object ExportFile(const py::object& original, py::args args, py::kwargs kwargs) {
+  ExportSession* session = Session().get();
+  if (session == nullptr || !session->planned_bytes || args.size() < 2) return original(*args, **kwargs);
+  py::object model_bytes = py::reinterpret_borrow<py::object>(args[0]);
+  // torch re-serializes the model when it adds onnxscript functions; the nodes
+  // are the same, so plan again on the new bytes.
+  if (!model_bytes.is(session->planned_bytes)) PlanTags(*session, model_bytes);
+  py::object open_file_like = py::module_::import("torch.serialization").attr("_open_file_like");
+  py::object context = open_file_like(args[1], "wb");
+  py::object opened = context.attr("__enter__")();
+  try {
+    py::object write = opened.attr("write");
+    session->plan.ForEachChunk([&](std::string_view chunk) {
+      write(py::memoryview::from_memory(chunk.data(), static_cast<py::ssize_t>(chunk.size())));
+    });
+  } catch (py::error_already_set& error) {
+    context.attr("__exit__")(error.type(), error.value(), error.trace());
+    throw;
   }
-  py::list items(result);
-  items[0] = py::bytes(tagged);
-  return py::tuple(items);
+  context.attr("__exit__")(py::none(), py::none(), py::none());
+  session->planned_bytes = py::object();
+  return py::none();
 }
 
 py::object ResetTraceModuleMap(const py::object& original, py::args args) {
@@ -280,6 +319,7 @@ void Install() {
   py::module_ utils = py::module_::import(kExporterUtils);
   Wrap(utils, "_setup_trace_module_map", SetupTraceModuleMap);
   Wrap(utils, "_trace_and_get_graph_from_model", TraceAndGetGraph);
+  Wrap(py::module_::import(kExporterProtoUtils), "_export_file", ExportFile);
   Wrap(utils, "_reset_trace_module_map",
        [](const py::object& original, py::args args, py::kwargs) { return ResetTraceModuleMap(original, args); });
   Wrap(c, "_jit_pass_cse",

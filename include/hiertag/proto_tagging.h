@@ -7,19 +7,27 @@
 //
 // What changes: each NodeProto gains metadata_props (field 9) entries
 // `hierarchy_tag` (and `hiertag.shared_with` where listed); the ModelProto gains
-// metadata_props (field 14) entries `hiertag.modules` and `hiertag.format_version`.
-// Every other byte is copied through unchanged: initializers are skipped by
-// length, never parsed. Not idempotent (a second run adds the entries again).
+// metadata_props (field 14) entries before its first higher-numbered field.
+// Every other byte is torch's: only ModelProto.graph, GraphProto.node,
+// NodeProto.attribute and AttributeProto.g/graphs are descended into.
+//
+// The result is planned, not built: a TaggedModelPlan is a list of chunks, each
+// either a view into `model` (initializers and every other untouched field, never
+// copied) or a small rewritten piece (node protos and length prefixes). Writing
+// the chunks in order yields the tagged model, so a caller can stream it to a
+// file without ever copying the weights. The plan borrows `model`: keep it alive.
 //
 // Before:  node { input: "x" output: "y" name: "/layer.0/Relu" op_type: "Relu" }
 // After:   node { ... op_type: "Relu"
 //                 metadata_props { key: "hierarchy_tag" value: "/Net/Layer.0" } }
 //
-// Fails (returns false with a one-line reason, output untouched) when the bytes
-// are not a well-formed ModelProto or the nodes do not match `nodes` one to one
-// by op_type: a file is never written with tags on the wrong nodes.
+// Fails (returns false with a one-line reason) when the bytes are not a
+// well-formed ModelProto or the nodes do not match `nodes` one to one by
+// op_type: a file is never written with tags on the wrong nodes. Not idempotent.
 #pragma once
 
+#include <deque>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +45,30 @@ struct ModelMetadataEntry {
   std::string value;
 };
 
+class TaggedModelPlan {
+ public:
+  size_t size() const { return size_; }
+  // Calls `sink` with every chunk of the tagged model, in order.
+  void ForEachChunk(const std::function<void(std::string_view)>& sink) const;
+  // The tagged model as one string (one copy of everything).
+  std::string ToString() const;
+
+ private:
+  friend class PlanBuilder;
+  struct Chunk {
+    std::string_view borrowed;  // set for views into the source model
+    size_t owned = 0;           // else: index into owned_
+  };
+  std::vector<Chunk> chunks_;
+  std::deque<std::string> owned_;
+  size_t size_ = 0;
+};
+
+bool PlanTaggedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
+                     const std::vector<ModelMetadataEntry>& model_entries, TaggedModelPlan* plan,
+                     std::string* error);
+
+// PlanTaggedModel + ToString.
 bool AddTagsToSerializedModel(std::string_view model,
                               const std::vector<SerializedNodeTag>& nodes,
                               const std::vector<ModelMetadataEntry>& model_entries,
