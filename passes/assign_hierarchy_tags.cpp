@@ -62,11 +62,13 @@ bool IsSerialized(Node* node) {
 class Tagger {
  public:
   Tagger(Graph& graph, const ModuleTable& modules, const BorrowedScopes& borrowed,
-         const std::unordered_set<std::string>& member_names)
+         const std::unordered_set<std::string>& member_names,
+         int user_input_count)
       : graph_(graph),
         modules_(modules),
         borrowed_(borrowed),
         member_names_(member_names),
+        user_input_count_(user_input_count),
         resolver_(modules) {}
 
   HierarchyTagging Run() {
@@ -100,7 +102,7 @@ class Tagger {
     TaggedNode& tagged = result_.nodes[i];
     const torch::jit::ScopePtr& scope = tagged.node->scope();
     const BorrowedScopes::Loan* loan = borrowed_.Find(scope);
-    ResolvedScope resolved = resolver_.Resolve(loan ? loan->recorded : scope);
+    ResolvedScope resolved = resolver_.Resolve(loan ? loan->recorded : scope, tagged.node->callstack());
     if (resolved.tag_module >= 0) {
       Settle(i, resolved.tag_module, TagRule::kRecorded);
       if (loan) {
@@ -136,8 +138,11 @@ class Tagger {
   }
 
   bool IsUserInput(const Value* value) const {
-    return value->node()->kind() == c10::prim::Param && value->node()->owningBlock() == graph_.block() &&
-           member_names_.count(value->debugName()) == 0;
+    if (value->node()->kind() != c10::prim::Param || value->node()->owningBlock() != graph_.block()) {
+      return false;
+    }
+    if (user_input_count_ >= 0) return static_cast<int>(value->offset()) < user_input_count_;
+    return member_names_.count(value->debugName()) == 0;
   }
 
   // The tag of a value's producer: root for user inputs, the holder for body
@@ -236,6 +241,7 @@ class Tagger {
   const ModuleTable& modules_;
   const BorrowedScopes& borrowed_;
   const std::unordered_set<std::string>& member_names_;
+  int user_input_count_;
   ScopeResolver resolver_;
   HierarchyTagging result_;
   std::unordered_map<const Node*, size_t> index_;
@@ -246,8 +252,9 @@ class Tagger {
 
 HierarchyTagging AssignHierarchyTags(Graph& graph, const ModuleTable& modules,
                                      const BorrowedScopes& borrowed,
-                                     const std::unordered_set<std::string>& member_names) {
-  return Tagger(graph, modules, borrowed, member_names).Run();
+                                     const std::unordered_set<std::string>& member_names,
+                                     int user_input_count) {
+  return Tagger(graph, modules, borrowed, member_names, user_input_count).Run();
 }
 
 }  // namespace hiertag

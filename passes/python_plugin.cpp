@@ -5,11 +5,14 @@
 //   exporter utils._setup_trace_module_map   reads HIERTAG, builds the module table
 //                                            and gives each module instance its own
 //                                            scope name (scope_names.h)
-//   exporter utils._trace_and_get_graph_from_model
-//                                            lends call-site scopes to nodes inlined
-//                                            from script functions (MarkInlinedCalls)
-//   torch._C.ScriptFunction.__call__         marks those calls while tracing
+//   torch._C.ScriptFunction.__call__         marks script-function calls while tracing
+//   torch._C._jit_pass_onnx_function_substitution
+//                                            (inlines those calls right after the
+//                                            trace) lends their call-site scopes to
+//                                            the inlined nodes (MarkInlinedCalls)
 //   torch._C._jit_pass_cse                   records nodes merged across modules
+//   torch._C._jit_pass_onnx_eliminate_unused_items
+//                                            notes which graph inputs are initializers
 //   torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value
 //                                            tags the final graph, restores scopes
 //   torch._C.Graph._export_onnx              plans the tagged bytes (fails before
@@ -49,6 +52,7 @@ constexpr const char* kInstalledMarker = "_hiertag_plugin_installed";
 struct ExportSession {
   ModuleTable modules;
   std::unordered_set<std::string> member_names;
+  int user_input_count = -1;  // leading graph inputs that are not initializers
   BorrowedScopes borrowed;
   bool tagged = false;
   std::vector<SerializedNodeTag> node_tags;
@@ -105,21 +109,6 @@ TorchModuleSegments ReadTorchModuleSegments() {
   return segments;
 }
 
-// "__torch__.pkg.mod.___torch_mangle_3.Class" -> "pkg.mod.Class".
-std::string UnmangleScriptTypeName(std::string name) {
-  const std::string prefix = "__torch__.";
-  if (name.compare(0, prefix.size(), prefix) == 0) name = name.substr(prefix.size());
-  std::string out;
-  std::stringstream stream(name);
-  std::string atom;
-  while (std::getline(stream, atom, '.')) {
-    if (atom.compare(0, 14, "___torch_mangle") == 0) continue;
-    if (!out.empty()) out += ".";
-    out += atom;
-  }
-  return out;
-}
-
 bool IsTorchModuleClass(const std::string& qualified) {
   return qualified.compare(0, 9, "torch.nn.") == 0 || qualified.compare(0, 9, "torch.ao.") == 0;
 }
@@ -137,7 +126,7 @@ std::unique_ptr<ExportSession> BuildSession(const py::handle& model) {
     std::string qualified;
     std::string short_name;
     if (py::isinstance(module, script_module)) {
-      qualified = UnmangleScriptTypeName(
+      qualified = UnmangleTorchScriptTypeName(
           module.attr("_c").attr("_type")().attr("qualified_name")().cast<std::string>());
       short_name = module.attr("original_name").cast<std::string>();
     } else {
@@ -197,12 +186,9 @@ py::object SetupTraceModuleMap(const py::object& original, py::args args, py::kw
   return result;
 }
 
-py::object TraceAndGetGraph(const py::object& original, py::args args, py::kwargs kwargs) {
-  py::object result = original(*args, **kwargs);
-  if (Session()) {
-    auto graph = result.cast<py::tuple>()[0].cast<std::shared_ptr<torch::jit::Graph>>();
-    MarkInlinedCalls(*graph, Session()->borrowed);
-  }
+py::object SubstituteFunctions(const py::object& original, py::args args) {
+  py::object result = original(*args);
+  if (Session()) MarkInlinedCalls(*args[0].cast<std::shared_ptr<torch::jit::Graph>>(), Session()->borrowed);
   return result;
 }
 
@@ -225,12 +211,24 @@ py::object EliminateCommonSubexpression(const py::object& original, py::args arg
   return py::bool_(changed);
 }
 
+// The exporter's final params_dict: its initializers are the trailing inputs.
+py::object EliminateUnusedItems(const py::object& original, py::args args) {
+  py::object params = original(*args);
+  if (Session()) {
+    auto graph = args[0].cast<std::shared_ptr<torch::jit::Graph>>();
+    Session()->user_input_count =
+        static_cast<int>(graph->inputs().size()) - static_cast<int>(py::len(params));
+  }
+  return params;
+}
+
 py::object AssignScopedNames(const py::object& original, py::args args) {
   ExportSession* session = Session().get();
   if (session != nullptr) {
     auto graph = args[0].cast<std::shared_ptr<torch::jit::Graph>>();
     HierarchyTagging tagging =
-        AssignHierarchyTags(*graph, session->modules, session->borrowed, session->member_names);
+        AssignHierarchyTags(*graph, session->modules, session->borrowed, session->member_names,
+                            session->user_input_count);
     session->node_tags = tagging.ToSerialized(session->modules);
     session->module_table_json = session->modules.ToJson(tagging.UsedTagModules());
     session->borrowed.Restore(graph->block());
@@ -318,12 +316,15 @@ void Install() {
   if (py::hasattr(c, kInstalledMarker)) return;
   py::module_ utils = py::module_::import(kExporterUtils);
   Wrap(utils, "_setup_trace_module_map", SetupTraceModuleMap);
-  Wrap(utils, "_trace_and_get_graph_from_model", TraceAndGetGraph);
   Wrap(py::module_::import(kExporterProtoUtils), "_export_file", ExportFile);
   Wrap(utils, "_reset_trace_module_map",
        [](const py::object& original, py::args args, py::kwargs) { return ResetTraceModuleMap(original, args); });
+  Wrap(c, "_jit_pass_onnx_function_substitution",
+       [](const py::object& original, py::args args, py::kwargs) { return SubstituteFunctions(original, args); });
   Wrap(c, "_jit_pass_cse",
        [](const py::object& original, py::args args, py::kwargs) { return EliminateCommonSubexpression(original, args); });
+  Wrap(c, "_jit_pass_onnx_eliminate_unused_items",
+       [](const py::object& original, py::args args, py::kwargs) { return EliminateUnusedItems(original, args); });
   Wrap(c, "_jit_pass_onnx_assign_scoped_names_for_node_and_value",
        [](const py::object& original, py::args args, py::kwargs) { return AssignScopedNames(original, args); });
 

@@ -41,6 +41,24 @@ std::optional<ParsedScopeName> ParseScopeName(std::string_view name) {
   return parsed;
 }
 
+std::string UnmangleTorchScriptTypeName(std::string_view name) {
+  constexpr std::string_view kPrefix = "__torch__.";
+  constexpr std::string_view kMangle = "___torch_mangle";
+  if (name.substr(0, kPrefix.size()) == kPrefix) name.remove_prefix(kPrefix.size());
+  std::string out;
+  while (!name.empty()) {
+    size_t dot = name.find('.');
+    std::string_view atom = name.substr(0, dot);
+    if (atom.substr(0, kMangle.size()) != kMangle) {
+      if (!out.empty()) out += '.';
+      out += atom;
+    }
+    if (dot == std::string_view::npos) break;
+    name.remove_prefix(dot + 1);
+  }
+  return out;
+}
+
 std::string BorrowedScopeName(int id) {
   return std::string(kBorrowedScopePrefix) + std::to_string(id) + std::string(kScopeSeparator);
 }

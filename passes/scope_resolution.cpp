@@ -20,12 +20,41 @@ ResolvedScope ScopeResolver::Resolve(const ScopePtr& scope) {
   return resolved;
 }
 
-int ScopeResolver::MatchChild(int parent, std::string_view variable) const {
+ResolvedScope ScopeResolver::Resolve(const ScopePtr& scope,
+                                     const std::optional<torch::jit::InlinedCallStackPtr>& callstack) {
+  if (!callstack || !*callstack) return Resolve(scope);
+  const torch::jit::InlinedCallStack* key = callstack->get();
+  auto cached = callstack_cache_.find(key);
+  if (cached != callstack_cache_.end()) {
+    return cached->second.module >= 0 ? cached->second : Resolve(scope);
+  }
+  std::vector<int> chain = {0};
+  bool names_modules = false;
+  for (const auto& frame : (*callstack)->vec()) {
+    const std::optional<torch::jit::ModuleInstanceInfo>& info = std::get<2>(frame);
+    if (!info) continue;  // a function call, not a module's
+    names_modules = true;
+    std::string class_name =
+        info->class_type() ? UnmangleTorchScriptTypeName(info->class_type()->name()->qualifiedName()) : "";
+    int module = MatchChild(chain.back(), info->instance_name(), class_name);
+    if (module < 0) {
+      ++unresolved_levels_;
+      GRAPH_DEBUG("hiertag: call-stack frame '", info->instance_name(), "' matches no module; stopping there");
+      break;
+    }
+    chain.push_back(module);
+  }
+  ResolvedScope resolved = names_modules ? FromChain(chain) : ResolvedScope{};
+  callstack_cache_.emplace(key, resolved);
+  return resolved.module >= 0 ? resolved : Resolve(scope);
+}
+
+int ScopeResolver::MatchChild(int parent, std::string_view variable, std::string_view class_name) const {
   const std::string& parent_path = modules_.at(parent).path;
   std::string path = parent_path.empty() ? std::string(variable)
                                          : parent_path + "." + std::string(variable);
   int exact = modules_.FindByPath(path);
-  if (exact >= 0) return exact;
+  if (exact >= 0 && (class_name.empty() || modules_.at(exact).class_name == class_name)) return exact;
   // A container that pushed no scope sits between parent and child.
   std::string suffix = "." + std::string(variable);
   int match = -1;
@@ -33,7 +62,8 @@ int ScopeResolver::MatchChild(int parent, std::string_view variable) const {
     const std::string& candidate = modules_.at(i).path;
     if (candidate.size() <= suffix.size() ||
         candidate.compare(candidate.size() - suffix.size(), suffix.size(), suffix) != 0 ||
-        !modules_.IsModuleAncestorOrSelf(parent, i) || i == parent) {
+        !modules_.IsModuleAncestorOrSelf(parent, i) || i == parent ||
+        (!class_name.empty() && modules_.at(i).class_name != class_name)) {
       continue;
     }
     if (match >= 0) return -1;  // ambiguous: stop rather than guess
@@ -73,6 +103,10 @@ ResolvedScope ScopeResolver::ResolveUncached(const ScopePtr& scope) {
     }
     chain.push_back(module);
   }
+  return FromChain(chain);
+}
+
+ResolvedScope ScopeResolver::FromChain(const std::vector<int>& chain) const {
   if (chain.empty()) return {};
   ResolvedScope resolved;
   resolved.module = chain.back();

@@ -21,7 +21,8 @@
 //   neighbours      any other node (made by a later pass): the common tag-tree
 //                   ancestor of the tags of the nodes producing its inputs and
 //                   consuming its outputs (user inputs and graph outputs count
-//                   as the root; initializers do not count).
+//                   as the root; initializers, e.g. the biases torch makes when
+//                   it fuses Conv and BatchNorm, do not count).
 //   root            nothing above applies (an unscoped node with no neighbours at all).
 // consumers / neighbours are settled in pre-order sweeps until nothing changes;
 // while some neighbour is itself unsettled the node waits, and only when no
@@ -71,8 +72,13 @@ struct HierarchyTagging {
 };
 
 // `member_names`: qualified names of the model's parameters and buffers.
+// `user_input_count`: how many leading graph inputs are user inputs; the rest
+// are initializers (torch's own convention, including initializers its passes
+// made under names of their own). -1: unknown, then an input is a user input
+// when its name is not in `member_names`.
 HierarchyTagging AssignHierarchyTags(torch::jit::Graph& graph, const ModuleTable& modules,
                                      const BorrowedScopes& borrowed,
-                                     const std::unordered_set<std::string>& member_names);
+                                     const std::unordered_set<std::string>& member_names,
+                                     int user_input_count = -1);
 
 }  // namespace hiertag

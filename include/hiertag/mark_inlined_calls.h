@@ -2,17 +2,19 @@
 // scope of the module call that called the function.
 //
 // Measured (torch 2.13): a script function called from a traced module is
-// recorded by the tracer as a call and inlined when tracing ends; the inlined
-// nodes (a data-dependent loop's prim::Loop among them) carry a blank scope, so
-// torch no longer knows which module called the function.
+// recorded by the tracer as a prim::CallFunction in the calling module's scope;
+// _jit_pass_onnx_function_substitution, which the exporter runs right after the
+// trace, inlines it, and the inlined nodes (a data-dependent loop's prim::Loop
+// among them) carry a blank scope: torch no longer knows which module called.
 //
 // While tracing, the plugin brackets each script-function call with two marker
 // nodes (InsertCallMarker); a marker is created in the tracer's current scope,
-// the calling module's. Right after tracing, MarkInlinedCalls lends that scope
+// the calling module's. Right after the inlining, MarkInlinedCalls lends that scope
 // (BorrowedScopes) to every blank-scoped node between the markers, nested blocks
 // included, and removes the markers. Nodes that already have a scope keep it.
 //
-// Precondition: the traced graph, before any pass. Idempotent (no markers left).
+// Precondition: the traced graph, right after _jit_pass_onnx_function_substitution.
+// Idempotent (no markers left).
 //
 // Before:  hiertag::call_begin()            scope: .../Layer::layers.1
 //          %y = prim::Loop(%n, %c, %x)      scope: <blank>

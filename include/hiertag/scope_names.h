@@ -38,6 +38,10 @@ struct ParsedScopeName {
 // Splits at the first "::" as torch does. std::nullopt for a name without "::".
 std::optional<ParsedScopeName> ParseScopeName(std::string_view name);
 
+// "__torch__.pkg.mod.___torch_mangle_3.Class" -> "pkg.mod.Class": the Python
+// class name behind a TorchScript type name.
+std::string UnmangleTorchScriptTypeName(std::string_view name);
+
 std::string BorrowedScopeName(int id);
 // The id of a borrowed scope name, or std::nullopt.
 std::optional<int> ParseBorrowedScopeName(std::string_view name);

@@ -7,13 +7,19 @@
 // repeated blocks whose children share variable names, ModuleList / ModuleDict /
 // Sequential containers that push no scope, and children called through
 // `.forward()` directly (which push nothing) never get confused.
-// Scopes without instance ids (a whole scripted model, whose scopes torch
-// rebuilds from inlined call stacks as "Class::attr") are matched level by level
-// against the module tree: parent path + "." + variable part; when a container
-// that pushed no scope sits in between, the unique descendant whose path ends in
-// ".<variable part>" is taken. A level that matches nothing ends the walk there
-// (counted in `unresolved_levels`), so the result is the deepest module known
-// for sure, never a guess.
+// A whole scripted model has no instance scopes; its nodes carry inlined call
+// stacks whose frames name each called module by attribute name and type
+// (measured, torch 2.13: the scopes torch rebuilds from them drop a level for the
+// second instance of a type, and a scripted class's second export in a process
+// has none at all, while the call stacks are exact every time). A node whose call
+// stack names modules is resolved from it; otherwise scopes without instance ids
+// are matched by their "Class::attr" variable parts. Either way each level is
+// matched against the module tree: parent path + "." + name; when a container
+// that records no call sits in between (ModuleList), the unique descendant whose
+// path ends in ".<name>" (and, for call stacks, whose class matches) is taken.
+// A level that matches nothing ends the walk there (counted in
+// `unresolved_levels`), so the result is the deepest module known for sure,
+// never a guess.
 //
 // The tagged module: the innermost module of the call chain that has a segment
 // (E); if the innermost module M is filtered (a torch.nn module), its nearest
@@ -25,7 +31,9 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "hiertag/module_table.h"
 
@@ -43,14 +51,22 @@ class ScopeResolver {
   // Resolves a scope; blank and root scopes resolve to {-1, -1}. Cached per scope.
   ResolvedScope Resolve(const torch::jit::ScopePtr& scope);
 
+  // Resolves a node's record: its inlined call stack when that names module
+  // instances, else its scope. Cached per call stack.
+  ResolvedScope Resolve(const torch::jit::ScopePtr& scope,
+                        const std::optional<torch::jit::InlinedCallStackPtr>& callstack);
+
   int unresolved_levels() const { return unresolved_levels_; }
 
  private:
   ResolvedScope ResolveUncached(const torch::jit::ScopePtr& scope);
-  int MatchChild(int parent, std::string_view variable) const;
+  ResolvedScope FromChain(const std::vector<int>& chain) const;
+  // `class_name` empty: any class.
+  int MatchChild(int parent, std::string_view variable, std::string_view class_name = {}) const;
 
   const ModuleTable& modules_;
   std::unordered_map<const torch::jit::Scope*, ResolvedScope> cache_;
+  std::unordered_map<const torch::jit::InlinedCallStack*, ResolvedScope> callstack_cache_;
   int unresolved_levels_ = 0;
 };
 
