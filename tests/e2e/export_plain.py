@@ -1,5 +1,8 @@
-"""Exports every zoo model without ever loading hiertag (run in its own process)
-so the tests can compare flag-off exports byte for byte."""
+"""Exports zoo models in a process of its own, so the tests can compare
+flag-off exports byte for byte between processes with the same history.
+
+usage: export_plain.py OUT_DIR [--load-plugin] MODEL...
+--load-plugin loads build/libhiertag.so first (run it with HIERTAG off)."""
 
 import io
 import sys
@@ -22,5 +25,9 @@ def export_bytes(name):
 
 if __name__ == "__main__":
     out_dir = Path(sys.argv[1])
-    for name in sys.argv[2:]:
+    names = sys.argv[2:]
+    if names and names[0] == "--load-plugin":
+        torch.ops.load_library(str(Path(__file__).resolve().parents[2] / "build" / "libhiertag.so"))
+        names = names[1:]
+    for name in names:
         (out_dir / f"{name}.onnx").write_bytes(export_bytes(name))

@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import torch
+from torch.onnx._internal.torchscript_exporter import utils as exporter_utils
 
 TAG_KEY = "hierarchy_tag"
 SHARED_KEY = "hiertag.shared_with"
@@ -70,9 +71,10 @@ def flatten_tensors(value, out):
 def record_module_io(model, args):
     """{qualified path: (received, returned)} for every module called through
     __call__, recorded with forward hooks (cloned: modules mutate in place)
-    while torch.jit.trace runs the model: the values are real, and models take
-    the code paths they take under the exporter's tracer (transformers keeps an
-    all-ones attention mask when tracing and drops it in plain eager mode)."""
+    while the exporter's own tracer runs the model on the arguments as the
+    exporter decides them: the values are real, and models take the code paths
+    they take under export (transformers keeps an all-ones attention mask when
+    tracing and drops it in plain eager mode)."""
     calls = {}
     handles = []
     for path, module in model.named_modules():
@@ -85,11 +87,9 @@ def record_module_io(model, args):
         handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(module.register_forward_hook(post, with_kwargs=True))
     try:
-        positional = list(args)
-        keywords = positional.pop() if positional and isinstance(positional[-1], dict) else {}
+        decided = exporter_utils._decide_input_format(model, args)
         with torch.no_grad():
-            torch.jit.trace(model, tuple(positional), example_kwarg_inputs=keywords or None,
-                            strict=False, check_trace=False)
+            torch.jit._get_trace_graph(model, tuple(decided), strict=False)
     finally:
         for handle in handles:
             handle.remove()
@@ -110,11 +110,23 @@ def _implicit_inputs(node):
     return names
 
 
+def node_tags(node):
+    """The node's tag followed by its hiertag.shared_with tags."""
+    props = node_props(node)
+    return [props[TAG_KEY]] + json.loads(props.get(SHARED_KEY, "[]"))
+
+
 def module_boundaries(model):
-    """{tag: (values consumed from outside, values produced for outside)} over
-    the main graph, for every tag in the table. A node belongs to module M when
-    its tag or one of its hiertag.shared_with tags lies within M. Initializers
-    and Constant outputs are weights, not data a module receives."""
+    """{tag: (values consumed from outside, values produced for outside, aliases)}
+    over the main graph, for every tag in the table.
+
+    A node belongs to module M when its tag or one of its hiertag.shared_with
+    tags lies within M. A use of a member's output is outside M unless the user
+    lies within another module the node was kept for (its own merged copy).
+    Initializers and Constant outputs are weights, not data a module receives.
+    `aliases` maps outputs made by a value-preserving Cast/Identity of a value
+    consumed from outside (the tracer maps later uses of a tensor that a no-op
+    `.to()` returned to that node) to the value they alias."""
     graph = model.graph
     constants = {i.name for i in graph.initializer}
     constants.update(o for n in graph.node if n.op_type == "Constant" for o in n.output)
@@ -125,18 +137,24 @@ def module_boundaries(model):
             consumers.setdefault(name, []).append(node)
     boundaries = {}
     for tag in module_table(model):
-        def member(node):
-            props = node_props(node)
-            tags = [props[TAG_KEY]] + json.loads(props.get(SHARED_KEY, "[]"))
-            return any(is_within(t, tag) for t in tags)
-        members = [n for n in graph.node if member(n)]
+        members = [n for n in graph.node if any(is_within(t, tag) for t in node_tags(n))]
         ids = {id(n) for n in members}
         produced = {o for n in members for o in n.output}
         inputs = {name for n in members for name in _implicit_inputs(n)
                   if name not in produced and name not in constants}
-        outputs = {name for name in produced if name not in constants and (
-                   name in graph_outputs or any(id(c) not in ids for c in consumers.get(name, [])))}
-        boundaries[tag] = (sorted(inputs), sorted(outputs))
+        outputs, aliases = set(), {}
+        for node in members:
+            sharers = [t for t in node_tags(node) if not is_within(t, tag)]
+            for name in node.output:
+                if name in constants:
+                    continue
+                outside = [c for c in consumers.get(name, []) if id(c) not in ids and
+                           not any(is_within(t, s) for t in node_tags(c) for s in sharers)]
+                if name in graph_outputs or outside:
+                    outputs.add(name)
+                    if node.op_type in ("Cast", "Identity") and node.input[0] in inputs:
+                        aliases[name] = node.input[0]
+        boundaries[tag] = (sorted(inputs), sorted(outputs), aliases)
     return boundaries
 
 
@@ -173,10 +191,10 @@ def check_module_boundaries(model, torch_model, args, feeds):
     table = module_table(model)
     calls = record_module_io(torch_model, args)
     boundaries = module_boundaries(model)
-    names = sorted({n for ins, outs in boundaries.values() for n in ins + outs})
+    names = sorted({n for ins, outs, _ in boundaries.values() for n in ins + outs})
     values = intermediate_values(model, feeds, names)
     checked, skipped, failures = [], [], []
-    for tag, (inputs, outputs) in sorted(boundaries.items()):
+    for tag, (inputs, outputs, aliases) in sorted(boundaries.items()):
         path = table[tag]["path"]
         if path not in calls:
             skipped.append(path)
@@ -187,6 +205,9 @@ def check_module_boundaries(model, torch_model, args, feeds):
             if not _matches(values[name], received):
                 failures.append(f"{tag}: consumes '{name}' {values[name].shape}, not a tensor it received")
         for name in outputs:
+            if name in aliases and np.array_equal(values[name], values[aliases[name]]) and \
+                    _matches(values[name], received):
+                continue
             if not _matches(values[name], returned):
                 failures.append(f"{tag}: produces '{name}' {values[name].shape}, not a tensor it returned")
     return checked, skipped, failures
