@@ -4,6 +4,7 @@
 #include <torch/csrc/jit/jit_log.h>
 #include <torch/library.h>
 
+#include <cstdio>
 #include <vector>
 
 namespace hiertag {
@@ -17,10 +18,22 @@ const c10::Symbol kCallEnd = c10::Symbol::fromQualString("hiertag::call_end");
 
 // Schemas for the markers, so alias analysis (run by the tracer) knows them;
 // conservative aliasing keeps dead-code elimination from dropping them.
-TORCH_LIBRARY(hiertag, library) {
-  library.def(torch::schema("hiertag::call_begin() -> ()", c10::AliasAnalysisKind::CONSERVATIVE));
-  library.def(torch::schema("hiertag::call_end() -> ()", c10::AliasAnalysisKind::CONSERVATIVE));
-}
+// Registered once per process even when a second copy of the library loads
+// (TORCH_LIBRARY would throw from a static initializer there), and never lets an
+// exception escape a static initializer.
+struct RegisterCallMarkerSchemas {
+  RegisterCallMarkerSchemas() {
+    try {
+      if (c10::Dispatcher::singleton().findSchema({"hiertag::call_begin", ""}).has_value()) return;
+      static auto* library = new torch::Library(torch::Library::FRAGMENT, "hiertag", std::nullopt,
+                                                __FILE__, __LINE__);
+      library->def(torch::schema("hiertag::call_begin() -> ()", c10::AliasAnalysisKind::CONSERVATIVE));
+      library->def(torch::schema("hiertag::call_end() -> ()", c10::AliasAnalysisKind::CONSERVATIVE));
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "hiertag: cannot register the call markers: %s\n", error.what());
+    }
+  }
+} register_call_marker_schemas;
 
 bool HasBlankScope(Node* node) {
   return !node->scope() || node->scope()->isRoot() || node->scope()->isBlank();

@@ -25,6 +25,7 @@
 #include <torch/csrc/jit/python/pybind.h>
 
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -75,6 +76,31 @@ bool TaggingRequested() {
   if (std::string(value) == "1") return true;
   throw py::value_error("hiertag: HIERTAG='" + std::string(value) +
                         "' is not valid: use 1 (tag this export) or 0, empty or unset (plain export)");
+}
+
+// HIERTAG_REPORT=1: one stderr line per tagged export saying which rule tagged
+// how many nodes, and the op types of the nodes no recorded scope tagged.
+bool ReportRequested() {
+  const char* value = std::getenv("HIERTAG_REPORT");
+  return value != nullptr && std::string(value) == "1";
+}
+
+void PrintReport(const HierarchyTagging& tagging) {
+  std::ostringstream line;
+  line << "hiertag: " << tagging.nodes.size() << " nodes:";
+  for (int rule = 0; rule < kTagRuleCount; ++rule) {
+    line << " " << TagRuleName(static_cast<TagRule>(rule)) << " " << tagging.rule_counts[rule];
+  }
+  std::map<std::string, int> unrecorded;
+  for (const TaggedNode& tagged : tagging.nodes) {
+    if (tagged.rule != TagRule::kRecorded) ++unrecorded[tagged.node->kind().toUnqualString()];
+  }
+  if (!unrecorded.empty()) {
+    line << "; not recorded:";
+    for (const auto& [op_type, count] : unrecorded) line << " " << op_type << "=" << count;
+  }
+  line << "; unresolved scope levels " << tagging.unresolved_scope_levels << "\n";
+  PySys_WriteStderr("%s", line.str().c_str());
 }
 
 // HIERTAG_TORCH_MODULES: which torch.nn / torch.ao classes keep a tag segment.
@@ -230,6 +256,7 @@ py::object AssignScopedNames(const py::object& original, py::args args) {
         AssignHierarchyTags(*graph, session->modules, session->borrowed, session->member_names,
                             session->user_input_count);
     session->node_tags = tagging.ToSerialized(session->modules);
+    if (ReportRequested()) PrintReport(tagging);
     session->module_table_json = session->modules.ToJson(tagging.UsedTagModules());
     session->borrowed.Restore(graph->block());
     session->tagged = true;
