@@ -139,7 +139,10 @@ bool IsTorchModuleClass(const std::string& qualified) {
   return qualified.compare(0, 9, "torch.nn.") == 0 || qualified.compare(0, 9, "torch.ao.") == 0;
 }
 
-std::unique_ptr<ExportSession> BuildSession(const py::handle& model) {
+// Builds the module table from named_modules(). With `trace_module_map` (a
+// traced export), also gives each module instance a scope name of its own
+// (scope_names.h): the tracer pushes the map's value at every module call.
+std::unique_ptr<ExportSession> BuildSession(const py::handle& model, py::object trace_module_map) {
   auto session = std::make_unique<ExportSession>();
   py::module_ torch = py::module_::import("torch");
   py::object script_module = torch.attr("jit").attr("ScriptModule");
@@ -162,7 +165,11 @@ std::unique_ptr<ExportSession> BuildSession(const py::handle& model) {
     }
     bool has_segment = !IsTorchModuleClass(qualified) || torch_segments.all ||
                        torch_segments.classes.count(short_name) > 0;
-    session->modules.Add(path, qualified, short_name, has_segment);
+    int index = session->modules.Add(path, qualified, short_name, has_segment);
+    if (!trace_module_map.is_none() && trace_module_map.contains(module)) {
+      std::string name = trace_module_map[module].cast<std::string>();
+      trace_module_map[module] = MarkInstanceScopeName(index, name);
+    }
   }
   session->modules.Finalize();
   for (const char* members : {"named_parameters", "named_buffers"}) {
@@ -171,23 +178,6 @@ std::unique_ptr<ExportSession> BuildSession(const py::handle& model) {
     }
   }
   return session;
-}
-
-// Gives each module instance a scope name of its own (scope_names.h): the
-// tracer pushes the map's value at every module call.
-void MarkInstanceScopes(const py::handle& model) {
-  py::object trace = py::module_::import("torch.jit._trace");
-  py::object map = trace.attr("_trace_module_map");
-  if (map.is_none()) return;
-  int index = 0;
-  for (py::handle item : model.attr("named_modules")()) {
-    py::handle module = item.cast<py::tuple>()[1];
-    if (map.contains(module)) {
-      std::string name = map[module].cast<std::string>();
-      map[module] = MarkInstanceScopeName(index, name);
-    }
-    ++index;
-  }
 }
 
 py::object SetupTraceModuleMap(const py::object& original, py::args args, py::kwargs kwargs) {
@@ -205,10 +195,11 @@ py::object SetupTraceModuleMap(const py::object& original, py::args args, py::kw
   }
   py::object result = original(*args, **kwargs);
   if (!tagging) return result;
-  auto session = BuildSession(model);
-  py::object script_module = py::module_::import("torch").attr("jit").attr("ScriptModule");
-  if (!py::isinstance(model, script_module)) MarkInstanceScopes(model);
-  Session() = std::move(session);
+  // A scripted model is not traced: its nodes carry call stacks instead.
+  bool scripted = py::isinstance(model, py::module_::import("torch").attr("jit").attr("ScriptModule"));
+  py::object trace_module_map = py::none();
+  if (!scripted) trace_module_map = py::module_::import("torch.jit._trace").attr("_trace_module_map");
+  Session() = BuildSession(model, trace_module_map);
   return result;
 }
 

@@ -1,16 +1,11 @@
 // Tests of AssignHierarchyTags: each tagging rule on small ONNX-level graphs.
 #include "hiertag/assign_hierarchy_tags.h"
 
-#include <gtest/gtest.h>
-#include <torch/csrc/jit/ir/irparser.h>
-
-#include <memory>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
-#include "hiertag/scope_names.h"
+#include "graph_test_support.h"
 
 namespace hiertag {
 namespace {
@@ -31,15 +26,7 @@ constexpr int kLayer1 = 5;
 constexpr int kAttn1 = 6;
 constexpr int kLn1 = 7;
 
-ScopePtr Push(const ScopePtr& parent, const std::string& name) {
-  return parent->push(c10::Symbol::scope(name));
-}
-
-ScopePtr Instance(const ScopePtr& parent, int module_index, const std::string& torch_name) {
-  return Push(parent, MarkInstanceScopeName(module_index, torch_name));
-}
-
-class AssignHierarchyTagsTest : public ::testing::Test {
+class AssignHierarchyTagsTest : public testing::GraphTest {
  protected:
   void SetUp() override {
     EXPECT_EQ(modules_.Add("", "pkg.Net", "Net", true), kNet);
@@ -54,30 +41,16 @@ class AssignHierarchyTagsTest : public ::testing::Test {
     modules_.Finalize();
     ASSERT_EQ(modules_.at(kAttn1).tag, "/Net/Layer.1/Attn");
 
-    net_ = Instance(root_, kNet, "pkg.Net::");
-    layer0_ = Instance(net_, kLayer0, "pkg.Layer::layers.0");
-    attn0_ = Instance(layer0_, kAttn0, "pkg.Attn::attn");
-    ln0_ = Instance(attn0_, kLn0, std::string(kLayerNorm) + "::ln");
-    layer1_ = Instance(net_, kLayer1, "pkg.Layer::layers.1");
-    attn1_ = Instance(layer1_, kAttn1, "pkg.Attn::attn");
-    ln1_ = Instance(attn1_, kLn1, std::string(kLayerNorm) + "::ln");
-  }
-
-  void Parse(const std::string& ir) {
-    graph_ = std::make_shared<Graph>();
-    vmap_.clear();
-    torch::jit::parseIR(ir, graph_.get(), vmap_, /*parse_tensor_constants=*/true);
-    // The parser names graph inputs only; the rules read output names too (parameter names).
-    for (const auto& [name, value] : vmap_) {
-      if (value->debugName() != name) value->setDebugName(name);
-    }
+    net_ = testing::InstanceScope(root_, kNet, "pkg.Net::");
+    layer0_ = testing::InstanceScope(net_, kLayer0, "pkg.Layer::layers.0");
+    attn0_ = testing::InstanceScope(layer0_, kAttn0, "pkg.Attn::attn");
+    ln0_ = testing::InstanceScope(attn0_, kLn0, std::string(kLayerNorm) + "::ln");
+    layer1_ = testing::InstanceScope(net_, kLayer1, "pkg.Layer::layers.1");
+    attn1_ = testing::InstanceScope(layer1_, kAttn1, "pkg.Attn::attn");
+    ln1_ = testing::InstanceScope(attn1_, kLn1, std::string(kLayerNorm) + "::ln");
   }
 
   Node* NodeOf(const std::string& value_name) { return vmap_.at(value_name)->node(); }
-
-  void SetScope(const std::string& value_name, const ScopePtr& scope) {
-    NodeOf(value_name)->setScope(scope);
-  }
 
   HierarchyTagging Tag() { return AssignHierarchyTags(*graph_, modules_, borrowed_, members_); }
 
@@ -101,11 +74,8 @@ class AssignHierarchyTagsTest : public ::testing::Test {
   static constexpr const char* kLayerNorm = "torch.nn.modules.normalization.LayerNorm";
 
   ModuleTable modules_;
-  BorrowedScopes borrowed_;
   std::unordered_set<std::string> members_ = {"layers.0.attn.ln.weight", "layers.0.attn.ln.bias",
                                               "layers.1.attn.ln.weight", "layers.1.attn.ln.bias"};
-  std::shared_ptr<Graph> graph_;
-  std::unordered_map<std::string, Value*> vmap_;
   ScopePtr root_ = c10::make_intrusive<Scope>();
   ScopePtr net_, layer0_, attn0_, ln0_, layer1_, attn1_, ln1_;
 };
@@ -156,7 +126,7 @@ graph(%input : Tensor):
   %m0 : Tensor = onnx::Mul(%input, %input)
   return (%m0)
 )IR");
-  SetScope("m0", Instance(layer0_, kLn0, std::string(kLayerNorm) + "::ln"));
+  SetScope("m0", testing::InstanceScope(layer0_, kLn0, std::string(kLayerNorm) + "::ln"));
   HierarchyTagging tagging = Tag();
   EXPECT_EQ(TagAndRule(tagging, "m0"), "/Net/Layer.0/Attn (recorded)");
 }
@@ -168,7 +138,7 @@ graph(%input : Tensor):
   %m0 : Tensor = onnx::Mul(%input, %input)
   return (%m0)
 )IR");
-  SetScope("m0", Instance(layer0_, kLn1, std::string(kLayerNorm) + "::ln"));
+  SetScope("m0", testing::InstanceScope(layer0_, kLn1, std::string(kLayerNorm) + "::ln"));
   HierarchyTagging tagging = Tag();
   EXPECT_EQ(TagAndRule(tagging, "m0"), "/Net/Layer.0 (recorded)");
 }
@@ -563,7 +533,7 @@ graph(%input : Tensor):
   %r1 : Tensor = onnx::Add(%r0, %s)
   return (%r1)
 )IR");
-  ScopePtr other_layer0_call = Instance(net_, kLayer0, "pkg.Layer::layers.0");
+  ScopePtr other_layer0_call = testing::InstanceScope(net_, kLayer0, "pkg.Layer::layers.0");
   SetScope("s", borrowed_.Lend({layer0_, layer0_, {attn1_, layer1_, other_layer0_call, ln1_}}));
   SetScope("r0", layer0_);
   SetScope("r1", layer1_);
@@ -585,7 +555,7 @@ graph(%input : Tensor):
   %s : Tensor = onnx::Shape(%input)
   return (%s)
 )IR");
-  ScopePtr other_layer0_call = Instance(net_, kLayer0, "pkg.Layer::layers.0");
+  ScopePtr other_layer0_call = testing::InstanceScope(net_, kLayer0, "pkg.Layer::layers.0");
   SetScope("s", borrowed_.Lend({layer0_, layer0_, {other_layer0_call}}));
   HierarchyTagging tagging = Tag();
   EXPECT_EQ(TagAndRule(tagging, "s"), "/Net/Layer.0 (recorded)");
@@ -615,9 +585,9 @@ graph(%input : Tensor):
   %n : Tensor = onnx::Abs(%r1)
   return (%n)
 )IR");
-  ScopePtr net = Push(root_, "__torch__.pkg.Net::");
-  SetScope("a0", Push(Push(net, "__torch__.pkg.Layer::layers.0"), "__torch__.pkg.Attn::attn"));
-  SetScope("r1", Push(net, "__torch__.pkg.Layer::layers.1"));
+  ScopePtr net = testing::PushScope(root_, "__torch__.pkg.Net::");
+  SetScope("a0", testing::PushScope(testing::PushScope(net, "__torch__.pkg.Layer::layers.0"), "__torch__.pkg.Attn::attn"));
+  SetScope("r1", testing::PushScope(net, "__torch__.pkg.Layer::layers.1"));
   SetScope("n", net);
   HierarchyTagging tagging = Tag();
   EXPECT_EQ(TagAndRule(tagging, "a0"), "/Net/Layer.0/Attn (recorded)");
@@ -633,8 +603,8 @@ graph(%input : Tensor):
   %a0 : Tensor = onnx::Relu(%input)
   return (%a0)
 )IR");
-  ScopePtr layer0 = Push(Push(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Layer::layers.0");
-  SetScope("a0", Push(Push(layer0, "__torch__.pkg.Mystery::nowhere"), "__torch__.pkg.Attn::attn"));
+  ScopePtr layer0 = testing::PushScope(testing::PushScope(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Layer::layers.0");
+  SetScope("a0", testing::PushScope(testing::PushScope(layer0, "__torch__.pkg.Mystery::nowhere"), "__torch__.pkg.Attn::attn"));
   HierarchyTagging tagging = Tag();
   EXPECT_EQ(TagAndRule(tagging, "a0"), "/Net/Layer.0 (recorded)");
   EXPECT_EQ(tagging.unresolved_scope_levels, 1);
@@ -647,8 +617,8 @@ graph(%input : Tensor):
   %m1 : Tensor = onnx::Mul(%input, %input)
   return (%m1)
 )IR");
-  ScopePtr layer1 = Push(Push(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Layer::layers.1");
-  SetScope("m1", Push(layer1, "__torch__.torch.nn.modules.normalization.LayerNorm::ln"));
+  ScopePtr layer1 = testing::PushScope(testing::PushScope(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Layer::layers.1");
+  SetScope("m1", testing::PushScope(layer1, "__torch__.torch.nn.modules.normalization.LayerNorm::ln"));
   HierarchyTagging tagging = Tag();
   EXPECT_EQ(TagAndRule(tagging, "m1"), "/Net/Layer.1/Attn (recorded)");
   EXPECT_EQ(tagging.unresolved_scope_levels, 0);
@@ -661,7 +631,7 @@ graph(%input : Tensor):
   %a : Tensor = onnx::Relu(%input)
   return (%a)
 )IR");
-  SetScope("a", Push(Push(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Attn::attn"));
+  SetScope("a", testing::PushScope(testing::PushScope(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Attn::attn"));
   HierarchyTagging tagging = Tag();
   EXPECT_EQ(TagAndRule(tagging, "a"), "/Net (recorded)");
   EXPECT_EQ(tagging.unresolved_scope_levels, 1);

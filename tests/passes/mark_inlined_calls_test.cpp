@@ -1,14 +1,9 @@
 // Tests of MarkInlinedCalls: call-site scopes lent to nodes between call markers.
 #include "hiertag/mark_inlined_calls.h"
 
-#include <gtest/gtest.h>
-#include <torch/csrc/jit/ir/irparser.h>
-
-#include <memory>
 #include <string>
-#include <unordered_map>
 
-#include "hiertag/scope_names.h"
+#include "graph_test_support.h"
 
 namespace hiertag {
 namespace {
@@ -22,10 +17,6 @@ using torch::jit::Value;
 const c10::Symbol kCallBegin = c10::Symbol::fromQualString("hiertag::call_begin");
 const c10::Symbol kCallEnd = c10::Symbol::fromQualString("hiertag::call_end");
 
-ScopePtr Instance(const ScopePtr& parent, int module_index, const std::string& torch_name) {
-  return parent->push(c10::Symbol::scope(MarkInstanceScopeName(module_index, torch_name)));
-}
-
 int CountKind(torch::jit::Block* block, c10::Symbol kind) {
   int count = 0;
   for (Node* node : block->nodes()) {
@@ -35,13 +26,8 @@ int CountKind(torch::jit::Block* block, c10::Symbol kind) {
   return count;
 }
 
-class MarkInlinedCallsTest : public ::testing::Test {
+class MarkInlinedCallsTest : public testing::GraphTest {
  protected:
-  void Parse(const std::string& ir) {
-    graph_ = std::make_shared<Graph>();
-    torch::jit::parseIR(ir, graph_.get(), vmap_);
-  }
-
   Node* NodeOf(const std::string& value_name) { return vmap_.at(value_name)->node(); }
 
   // Inserts a marker right before the node producing `value_name`, created in `scope`.
@@ -57,23 +43,9 @@ class MarkInlinedCallsTest : public ::testing::Test {
     return lent;
   }
 
-  int Restore() {
-    int restored = borrowed_.Restore(graph_->block());
-    graph_->lint();
-    return restored;
-  }
-
-  // The loan behind the node's scope, or nullptr.
-  const BorrowedScopes::Loan* LoanOf(const std::string& value_name) {
-    return borrowed_.Find(NodeOf(value_name)->scope());
-  }
-
-  std::shared_ptr<Graph> graph_;
-  std::unordered_map<std::string, Value*> vmap_;
-  BorrowedScopes borrowed_;
-  ScopePtr net_ = Instance(c10::make_intrusive<Scope>(), 0, "pkg.Net::");
-  ScopePtr layer0_ = Instance(net_, 2, "pkg.Layer::layers.0");
-  ScopePtr layer1_ = Instance(net_, 5, "pkg.Layer::layers.1");
+  ScopePtr net_ = testing::InstanceScope(c10::make_intrusive<Scope>(), 0, "pkg.Net::");
+  ScopePtr layer0_ = testing::InstanceScope(net_, 2, "pkg.Layer::layers.0");
+  ScopePtr layer1_ = testing::InstanceScope(net_, 5, "pkg.Layer::layers.1");
 };
 
 constexpr const char* kStraightGraph = R"IR(

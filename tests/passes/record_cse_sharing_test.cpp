@@ -1,16 +1,12 @@
 // Tests of RecordCseSharing around torch's common subexpression elimination.
 #include "hiertag/record_cse_sharing.h"
 
-#include <gtest/gtest.h>
-#include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/passes/common_subexpression_elimination.h>
 
-#include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "hiertag/scope_names.h"
+#include "graph_test_support.h"
 
 namespace hiertag {
 namespace {
@@ -21,28 +17,15 @@ using torch::jit::Scope;
 using torch::jit::ScopePtr;
 using torch::jit::Value;
 
-ScopePtr Instance(const ScopePtr& parent, int module_index, const std::string& torch_name) {
-  return parent->push(c10::Symbol::scope(MarkInstanceScopeName(module_index, torch_name)));
-}
-
 int CountKind(const Graph& graph, c10::Symbol kind) {
   int count = 0;
   for (const Node* node : graph.nodes()) count += node->kind() == kind ? 1 : 0;
   return count;
 }
 
-class RecordCseSharingTest : public ::testing::Test {
+class RecordCseSharingTest : public testing::GraphTest {
  protected:
-  void Parse(const std::string& ir) {
-    graph_ = std::make_shared<Graph>();
-    torch::jit::parseIR(ir, graph_.get(), vmap_);
-  }
-
   Node* NodeOf(const std::string& value_name) { return vmap_.at(value_name)->node(); }
-
-  void SetScope(const std::string& value_name, const ScopePtr& scope) {
-    NodeOf(value_name)->setScope(scope);
-  }
 
   int RunPass() {
     int lent = RecordCseSharing(*graph_, borrowed_,
@@ -51,25 +34,11 @@ class RecordCseSharingTest : public ::testing::Test {
     return lent;
   }
 
-  int Restore() {
-    int restored = borrowed_.Restore(graph_->block());
-    graph_->lint();
-    return restored;
-  }
-
-  // The loan behind the scope of the node producing `value_name`, or nullptr.
-  const BorrowedScopes::Loan* LoanOf(const std::string& value_name) {
-    return borrowed_.Find(NodeOf(value_name)->scope());
-  }
-
-  std::shared_ptr<Graph> graph_;
-  std::unordered_map<std::string, Value*> vmap_;
-  BorrowedScopes borrowed_;
   ScopePtr root_ = c10::make_intrusive<Scope>();
-  ScopePtr net_ = Instance(root_, 0, "pkg.Net::");
-  ScopePtr layer0_ = Instance(net_, 2, "pkg.Layer::layers.0");
-  ScopePtr layer1_ = Instance(net_, 5, "pkg.Layer::layers.1");
-  ScopePtr layer2_ = Instance(net_, 8, "pkg.Layer::layers.2");
+  ScopePtr net_ = testing::InstanceScope(root_, 0, "pkg.Net::");
+  ScopePtr layer0_ = testing::InstanceScope(net_, 2, "pkg.Layer::layers.0");
+  ScopePtr layer1_ = testing::InstanceScope(net_, 5, "pkg.Layer::layers.1");
+  ScopePtr layer2_ = testing::InstanceScope(net_, 8, "pkg.Layer::layers.2");
 };
 
 const c10::Symbol kMul = c10::Symbol::fromQualString("aten::mul");
