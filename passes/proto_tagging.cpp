@@ -7,10 +7,17 @@
 
 #include <cstdint>
 
+#include "hiertag/proto_wire.h"
 #include "hiertag/tag_format.h"
 
 namespace hiertag {
 namespace {
+
+using wire::AppendLengthDelimited;
+using wire::AppendVarint;
+using wire::Field;
+using wire::kLengthDelimited;
+using wire::Reader;
 
 constexpr uint32_t kModelGraph = 7;
 constexpr uint32_t kModelMetadataProps = 14;
@@ -23,26 +30,7 @@ constexpr uint32_t kAttributeGraphs = 11;
 constexpr uint32_t kEntryKey = 1;
 constexpr uint32_t kEntryValue = 2;
 
-constexpr uint32_t kVarint = 0;
-constexpr uint32_t kFixed64 = 1;
-constexpr uint32_t kLengthDelimited = 2;
-constexpr uint32_t kFixed32 = 5;
-
 constexpr int kMaxGraphNesting = 64;
-
-void AppendVarint(std::string* out, uint64_t value) {
-  while (value >= 0x80) {
-    out->push_back(static_cast<char>((value & 0x7F) | 0x80));
-    value >>= 7;
-  }
-  out->push_back(static_cast<char>(value));
-}
-
-void AppendLengthDelimited(std::string* out, uint32_t field, std::string_view payload) {
-  AppendVarint(out, (static_cast<uint64_t>(field) << 3) | kLengthDelimited);
-  AppendVarint(out, payload.size());
-  out->append(payload);
-}
 
 std::string StringEntry(std::string_view key, std::string_view value) {
   std::string entry;
@@ -50,71 +38,6 @@ std::string StringEntry(std::string_view key, std::string_view value) {
   AppendLengthDelimited(&entry, kEntryValue, value);
   return entry;
 }
-
-// One field of a message: its number, wire type, whole byte span and, for
-// length-delimited fields, the payload.
-struct Field {
-  uint32_t number = 0;
-  uint32_t wire_type = 0;
-  std::string_view raw;
-  std::string_view payload;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
-  bool done() const { return position_ >= bytes_.size(); }
-
-  bool Next(Field* field) {
-    size_t start = position_;
-    uint64_t key = 0;
-    if (!ReadVarint(&key)) return false;
-    field->number = static_cast<uint32_t>(key >> 3);
-    field->wire_type = static_cast<uint32_t>(key & 7);
-    if (field->number == 0) return false;
-    switch (field->wire_type) {
-      case kVarint: {
-        uint64_t ignored = 0;
-        if (!ReadVarint(&ignored)) return false;
-        break;
-      }
-      case kFixed64:
-        if (bytes_.size() - position_ < 8) return false;
-        position_ += 8;
-        break;
-      case kFixed32:
-        if (bytes_.size() - position_ < 4) return false;
-        position_ += 4;
-        break;
-      case kLengthDelimited: {
-        uint64_t length = 0;
-        if (!ReadVarint(&length) || length > bytes_.size() - position_) return false;
-        field->payload = bytes_.substr(position_, length);
-        position_ += length;
-        break;
-      }
-      default:
-        return false;
-    }
-    field->raw = bytes_.substr(start, position_ - start);
-    return true;
-  }
-
- private:
-  bool ReadVarint(uint64_t* value) {
-    *value = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (position_ >= bytes_.size()) return false;
-      uint8_t byte = static_cast<uint8_t>(bytes_[position_++]);
-      *value |= static_cast<uint64_t>(byte & 0x7F) << shift;
-      if ((byte & 0x80) == 0) return true;
-    }
-    return false;
-  }
-
-  std::string_view bytes_;
-  size_t position_ = 0;
-};
 
 }  // namespace
 

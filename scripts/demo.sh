@@ -7,4 +7,5 @@ scripts/setup.sh
 scripts/build.sh
 mkdir -p out
 HIERTAG=1 .venv/bin/python scripts/export_model.py bert out/bert.onnx
-.venv/bin/python scripts/show_tree.py out/bert.onnx
+build/hiertag validate out/bert.onnx
+build/hiertag tree out/bert.onnx --depth 3

@@ -3,9 +3,12 @@
 import io
 import json
 import os
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import onnxruntime
 import pytest
 import torch
@@ -143,3 +146,38 @@ def test_every_module_passes_the_boundary_check(exported):
     # Only modules whose forward was called directly (child.forward(x)) have no
     # recorded call to compare with.
     assert skipped == (["blocks.0", "blocks.1"] if name == "direct_forward" else [])
+
+
+TOOL = Path(__file__).resolve().parents[2] / "build" / "hiertag"
+
+
+def run_tool(*args):
+    return subprocess.run([str(TOOL), *map(str, args)], capture_output=True, text=True)
+
+
+def test_hiertag_validate_accepts_the_tagged_file_and_rejects_the_plain_one(exported, tmp_path):
+    _, _, _, tagged, plain = exported
+    (tmp_path / "tagged.onnx").write_bytes(tagged)
+    (tmp_path / "plain.onnx").write_bytes(plain)
+    result = run_tool("validate", tmp_path / "tagged.onnx")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.endswith(f"valid: {len(list(tm.walk_nodes(onnx.load_from_string(tagged).graph)))} "
+                                  f"nodes tagged, {len(tm.module_table(onnx.load_from_string(tagged)))} modules\n")
+    result = run_tool("validate", tmp_path / "plain.onnx")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "not tagged by hiertag" in result.stderr
+
+
+def test_hiertag_tree_accounts_for_every_node(exported, tmp_path):
+    _, _, _, tagged, _ = exported
+    (tmp_path / "tagged.onnx").write_bytes(tagged)
+    result = run_tool("tree", tmp_path / "tagged.onnx", "--json")
+    assert result.returncode == 0, result.stderr
+    modules = json.loads(result.stdout)["modules"]
+    model = onnx.load_from_string(tagged)
+    assert {m["tag"] for m in modules} == set(tm.module_table(model))
+    assert modules[0]["depth"] == 0
+    assert modules[0]["nodes_total"] == len(list(tm.walk_nodes(model.graph)))
+    assert sum(m["nodes_own"] for m in modules) == modules[0]["nodes_total"]
+    assert modules[0]["bytes_total"] == sum(onnx.numpy_helper.to_array(i).nbytes for i in model.graph.initializer
+                                            if any(i.name in n.input for n in tm.walk_nodes(model.graph)))

@@ -1,0 +1,81 @@
+// OnnxModel: a read-only view of a serialized ONNX model, for the tool.
+//
+// Decodes only what hiertag's commands need (nodes with their inputs, outputs
+// and metadata_props, nested graphs, graph inputs / outputs / value_info /
+// initializers by name, opsets, model metadata_props) straight from the wire
+// format (proto_wire.h): no protobuf library, no torch, no Python. Every
+// element keeps its raw bytes, so a command can copy them into a new model.
+//
+// Nodes are numbered in pre-order (a node, then the nodes of its graph-valued
+// attributes, then the next node), the order hiertag writes tags in. Graph 0
+// is the main graph.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hiertag {
+
+struct OnnxNode {
+  std::string name;
+  std::string op_type;
+  std::string domain;
+  std::vector<std::string> inputs;    // "" for an omitted optional input
+  std::vector<std::string> outputs;
+  std::map<std::string, std::string> metadata;  // NodeProto.metadata_props
+  int graph = 0;                      // the graph holding the node
+  std::vector<int> subgraphs;         // graphs of its graph-valued attributes
+  std::string_view raw;               // the NodeProto bytes
+};
+
+struct OnnxValue {
+  std::string name;
+  std::string_view raw;  // ValueInfoProto or TensorProto bytes
+};
+
+struct OnnxInitializer {
+  std::string name;
+  int64_t elements = 0;  // product of dims
+  int64_t bytes = 0;     // elements times the element size of its data type
+  std::string_view raw;
+};
+
+struct OnnxGraph {
+  int holder = -1;        // the node whose attribute this graph is; -1 for the main graph
+  std::vector<int> nodes;  // in graph order
+  std::vector<OnnxValue> inputs;
+  std::vector<OnnxValue> outputs;
+  std::vector<OnnxValue> value_info;
+  std::vector<OnnxInitializer> initializers;
+};
+
+struct OnnxOpset {
+  std::string domain;
+  int64_t version = 0;
+};
+
+class OnnxModel {
+ public:
+  // Parses a serialized ModelProto. std::nullopt with a one-line reason when
+  // the bytes are not one (truncated, another format, no graph).
+  static std::optional<OnnxModel> Parse(std::string bytes, std::string* error);
+  // Reads and parses a file; the reason names what failed (missing, unreadable...).
+  static std::optional<OnnxModel> Load(const std::string& path, std::string* error);
+
+  int64_t ir_version = 0;
+  std::vector<OnnxOpset> opsets;
+  std::map<std::string, std::string> metadata;  // ModelProto.metadata_props
+  std::vector<OnnxGraph> graphs;                // graphs[0]: the main graph
+  std::vector<OnnxNode> nodes;                  // every node, pre-order
+  std::string_view bytes() const { return *bytes_; }
+
+ private:
+  std::shared_ptr<const std::string> bytes_;
+};
+
+}  // namespace hiertag

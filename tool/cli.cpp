@@ -1,0 +1,89 @@
+// The hiertag tool's command line: usage, options, dispatch.
+#include <charconv>
+#include <ostream>
+
+#include "hiertag/tool_commands.h"
+
+namespace hiertag {
+namespace {
+
+constexpr const char* kToolUsage =
+    "usage: hiertag COMMAND MODEL.onnx [options]\n"
+    "\n"
+    "Commands over ONNX files tagged by hiertag (build/libhiertag.so, HIERTAG=1):\n"
+    "  validate MODEL.onnx [--json]              check every node's tag against the grammar and the module table\n"
+    "  tree MODEL.onnx [--json] [--depth N]      print the module tree with node, op and parameter counts\n"
+    "\n"
+    "Exit status: 0 success, 1 validate found problems, 2 bad input or usage.\n"
+    "Run 'hiertag COMMAND --help' for a command's details.\n";
+
+constexpr const char* kValidateUsage =
+    "usage: hiertag validate MODEL.onnx [--json]\n"
+    "\n"
+    "Checks that every node, nested graphs included, has a hierarchy_tag that parses under the tag\n"
+    "grammar and is in the module table; that every tag's ancestors are in the table; and that each\n"
+    "table entry names one module path, inside its parent's. Prints one line per problem\n"
+    "(<file>: node '<name>' (<op_type>): <problem>) and a summary line.\n"
+    "  --json   print the result as one JSON object\n"
+    "Exit status: 0 valid, 1 problems found, 2 missing, truncated, non-ONNX or untagged file.\n";
+
+constexpr const char* kTreeUsage =
+    "usage: hiertag tree MODEL.onnx [--json] [--depth N]\n"
+    "\n"
+    "Prints the module tree: per module its class, qualified path, node counts (own and with\n"
+    "descendants), op-type histogram, and parameters (initializers whose consumers all lie within\n"
+    "the module: count and bytes), children in graph order.\n"
+    "  --json      print the modules as JSON\n"
+    "  --depth N   only modules at most N levels below the root\n"
+    "Exit status: 0 success, 2 missing, truncated, non-ONNX or untagged file.\n";
+
+int UsageError(const std::string& message, std::ostream& err) {
+  err << "hiertag: " << message << " (see 'hiertag --help')\n";
+  return 2;
+}
+
+}  // namespace
+
+int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  if (args.empty()) return UsageError("no command given", err);
+  const std::string& command = args[0];
+  bool help = false;
+  for (const std::string& arg : args) help |= arg == "--help" || arg == "-h";
+  if (command != "validate" && command != "tree") {
+    if (help) {
+      out << kToolUsage;
+      return 0;
+    }
+    return UsageError("unknown command '" + command + "'", err);
+  }
+  if (help) {
+    out << (command == "validate" ? kValidateUsage : kTreeUsage);
+    return 0;
+  }
+  std::string model;
+  bool json = false;
+  int depth = -1;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--json") {
+      json = true;
+    } else if (arg == "--depth" && command == "tree") {
+      if (i + 1 >= args.size()) return UsageError("--depth needs a number", err);
+      const std::string& value = args[++i];
+      auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), depth);
+      if (error != std::errc() || end != value.data() + value.size() || depth < 0) {
+        return UsageError("--depth takes a whole number >= 0, not '" + value + "'", err);
+      }
+    } else if (!arg.empty() && arg[0] == '-') {
+      return UsageError("unknown option '" + arg + "' for " + command, err);
+    } else if (model.empty()) {
+      model = arg;
+    } else {
+      return UsageError("more than one model given ('" + model + "', '" + arg + "')", err);
+    }
+  }
+  if (model.empty()) return UsageError(command + " needs MODEL.onnx", err);
+  return command == "validate" ? RunValidate(model, json, out, err) : RunTree(model, json, depth, out, err);
+}
+
+}  // namespace hiertag

@@ -1,0 +1,224 @@
+// hiertag tree: the module tree with node, op-type and parameter counts.
+#include <algorithm>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <ostream>
+#include <sstream>
+
+#include "hiertag/tag_format.h"
+#include "hiertag/tool_commands.h"
+#include "tagged_file.h"
+
+namespace hiertag {
+namespace {
+
+struct ModuleStats {
+  const ModuleEntry* entry = nullptr;
+  int depth = 0;
+  size_t first_node = SIZE_MAX;  // pre-order index of its first node reading computed data,
+                                 // descendants included (orders children as they run)
+  int64_t own_nodes = 0, total_nodes = 0;
+  int64_t own_params = 0, total_params = 0;
+  int64_t own_bytes = 0, total_bytes = 0;
+  std::map<std::string, int64_t> ops;  // own nodes by op type
+  std::vector<std::string> children;
+};
+
+std::string CommonAncestor(std::string a, std::string_view b) {
+  while (!IsTagAncestorOrSelf(a, b)) a = std::string(ParentTag(a));
+  return a;
+}
+
+class TreeBuilder {
+ public:
+  explicit TreeBuilder(const TaggedFile& file) : file_(file) {}
+
+  std::map<std::string, ModuleStats> Build() {
+    for (const ModuleEntry& entry : file_.modules) {
+      ModuleStats& stats = modules_[entry.tag];
+      stats.entry = &entry;
+      stats.depth = static_cast<int>(std::count(entry.tag.begin(), entry.tag.end(), '/')) - 1;
+    }
+    for (const OnnxGraph& graph : file_.model.graphs) {
+      for (const OnnxInitializer& initializer : graph.initializers) initializers_.insert(initializer.name);
+    }
+    for (size_t i = 0; i < file_.model.nodes.size(); ++i) CountNode(i);
+    CountParameters();
+    for (auto& [tag, stats] : modules_) {
+      std::string parent(ParentTag(tag));
+      if (modules_.count(parent)) modules_[parent].children.push_back(tag);
+    }
+    return std::move(modules_);
+  }
+
+ private:
+  void CountNode(size_t index) {
+    const OnnxNode& node = file_.model.nodes[index];
+    const std::string* tag = NodeTag(node);
+    if (tag == nullptr || modules_.count(*tag) == 0) return;
+    ModuleStats& stats = modules_[*tag];
+    ++stats.own_nodes;
+    ++stats.ops[node.op_type];
+    // Constants and the Identity nodes of deduplicated initializers sit at the
+    // top of the graph; the first node reading computed data shows where a module runs.
+    bool reads_data = std::any_of(node.inputs.begin(), node.inputs.end(), [&](const std::string& input) {
+      return !input.empty() && initializers_.count(input) == 0;
+    });
+    for (std::string up = *tag; !up.empty(); up = std::string(ParentTag(up))) {
+      auto found = modules_.find(up);
+      if (found == modules_.end()) continue;
+      ++found->second.total_nodes;
+      if (reads_data) found->second.first_node = std::min(found->second.first_node, index);
+    }
+  }
+
+  // An initializer belongs to the common ancestor of its consumers' tags.
+  void CountParameters() {
+    std::map<std::string, std::string> owner;  // initializer name -> tag
+    for (const OnnxNode& node : file_.model.nodes) {
+      const std::string* tag = NodeTag(node);
+      if (tag == nullptr) continue;
+      for (const std::string& input : node.inputs) {
+        auto [it, inserted] = owner.emplace(input, *tag);
+        if (!inserted) it->second = CommonAncestor(it->second, *tag);
+      }
+    }
+    for (const OnnxGraph& graph : file_.model.graphs) {
+      for (const OnnxInitializer& initializer : graph.initializers) {
+        auto found = owner.find(initializer.name);
+        if (found == owner.end() || modules_.count(found->second) == 0) continue;
+        modules_[found->second].own_params += initializer.elements;
+        modules_[found->second].own_bytes += initializer.bytes;
+        for (std::string up = found->second; !up.empty(); up = std::string(ParentTag(up))) {
+          auto module = modules_.find(up);
+          if (module == modules_.end()) continue;
+          module->second.total_params += initializer.elements;
+          module->second.total_bytes += initializer.bytes;
+        }
+      }
+    }
+  }
+
+  const TaggedFile& file_;
+  std::set<std::string> initializers_;
+  std::map<std::string, ModuleStats> modules_;
+};
+
+std::string Thousands(int64_t value) {
+  std::string digits = std::to_string(value);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(i, ",");
+  return digits;
+}
+
+std::string HumanBytes(int64_t bytes) {
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(1);
+  if (bytes >= (1 << 20)) {
+    text << bytes / double(1 << 20) << " MiB";
+  } else if (bytes >= (1 << 10)) {
+    text << bytes / double(1 << 10) << " KiB";
+  } else {
+    text << bytes << " B";
+  }
+  return text.str();
+}
+
+class TreePrinter {
+ public:
+  TreePrinter(const std::map<std::string, ModuleStats>& modules, int depth, std::ostream& out)
+      : modules_(modules), depth_(depth), out_(out) {}
+
+  void PrintText(const std::string& tag) {
+    const ModuleStats& stats = modules_.at(tag);
+    if (depth_ >= 0 && stats.depth > depth_) return;
+    std::string indent(2 * stats.depth, ' ');
+    std::string segment = tag.substr(tag.rfind('/') + 1);
+    out_ << indent << segment << "  " << stats.entry->class_name << "  "
+         << (stats.entry->path.empty() ? "(root)" : stats.entry->path) << "\n";
+    out_ << indent << "    nodes " << stats.own_nodes << " own / " << stats.total_nodes << " total;  params "
+         << Thousands(stats.own_params) << " own / " << Thousands(stats.total_params) << " total ("
+         << HumanBytes(stats.total_bytes) << ")\n";
+    if (!stats.ops.empty()) {
+      out_ << indent << "    ops";
+      const char* separator = " ";
+      for (const auto& [op_type, count] : SortedOps(stats)) {
+        out_ << separator << op_type << " " << count;
+        separator = ", ";
+      }
+      out_ << "\n";
+    }
+    for (const std::string& child : Children(stats)) PrintText(child);
+  }
+
+  void PrintJson(const std::string& tag, bool* first) {
+    const ModuleStats& stats = modules_.at(tag);
+    if (depth_ >= 0 && stats.depth > depth_) return;
+    out_ << (*first ? "" : ",") << "{\"tag\":" << JsonQuote(tag) << ",\"path\":" << JsonQuote(stats.entry->path)
+         << ",\"class\":" << JsonQuote(stats.entry->class_name) << ",\"depth\":" << stats.depth
+         << ",\"nodes_own\":" << stats.own_nodes << ",\"nodes_total\":" << stats.total_nodes
+         << ",\"params_own\":" << stats.own_params << ",\"params_total\":" << stats.total_params
+         << ",\"bytes_own\":" << stats.own_bytes << ",\"bytes_total\":" << stats.total_bytes << ",\"ops\":{";
+    bool first_op = true;
+    for (const auto& [op_type, count] : SortedOps(stats)) {
+      out_ << (first_op ? "" : ",") << JsonQuote(op_type) << ":" << count;
+      first_op = false;
+    }
+    out_ << "}}";
+    *first = false;
+    for (const std::string& child : Children(stats)) PrintJson(child, first);
+  }
+
+ private:
+  // Most frequent first, then by name.
+  static std::vector<std::pair<std::string, int64_t>> SortedOps(const ModuleStats& stats) {
+    std::vector<std::pair<std::string, int64_t>> ops(stats.ops.begin(), stats.ops.end());
+    std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    return ops;
+  }
+
+  // In the order they run (first node reading computed data), the others last, by tag.
+  std::vector<std::string> Children(const ModuleStats& stats) const {
+    std::vector<std::string> children = stats.children;
+    std::stable_sort(children.begin(), children.end(), [&](const std::string& a, const std::string& b) {
+      return modules_.at(a).first_node < modules_.at(b).first_node;
+    });
+    return children;
+  }
+
+  const std::map<std::string, ModuleStats>& modules_;
+  int depth_;
+  std::ostream& out_;
+};
+
+}  // namespace
+
+int RunTree(const std::string& path, bool json, int depth, std::ostream& out, std::ostream& err) {
+  std::string error;
+  std::optional<TaggedFile> file = LoadTaggedFile(path, &error);
+  if (!file) {
+    err << error << "\n";
+    return 2;
+  }
+  std::map<std::string, ModuleStats> modules = TreeBuilder(*file).Build();
+  std::vector<std::string> roots;
+  for (const auto& [tag, stats] : modules) {
+    if (ParentTag(tag).empty()) roots.push_back(tag);
+  }
+  if (roots.size() != 1) {
+    err << path << ": the module table has " << roots.size() << " root tags, not one\n";
+    return 2;
+  }
+  TreePrinter printer(modules, depth, out);
+  if (json) {
+    out << "{\"file\":" << JsonQuote(path) << ",\"modules\":[";
+    bool first = true;
+    printer.PrintJson(roots[0], &first);
+    out << "]}\n";
+  } else {
+    printer.PrintText(roots[0]);
+  }
+  return 0;
+}
+
+}  // namespace hiertag
