@@ -24,6 +24,7 @@
 // With HIERTAG unset, empty or 0 every wrapper calls straight through.
 #include <torch/csrc/jit/python/pybind.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -60,6 +61,22 @@ struct ExportSession {
   std::string module_table_json;
   py::object planned_bytes;  // torch's serialized model the plan borrows from
   TaggedModelPlan plan;
+  bool written = false;
+  std::string report;                            // HIERTAG_REPORT line, printed once written
+  std::chrono::steady_clock::duration own_time{};  // hiertag's own work, torch's excluded
+  std::chrono::steady_clock::duration write_time{};  // writing the file (replaces torch's write)
+};
+
+// Adds the time until it goes out of scope to `total`.
+class Stopwatch {
+ public:
+  explicit Stopwatch(std::chrono::steady_clock::duration* total)
+      : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~Stopwatch() { *total_ += std::chrono::steady_clock::now() - start_; }
+
+ private:
+  std::chrono::steady_clock::duration* total_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 // One export runs at a time per process (torch's exporter keeps global state
@@ -79,13 +96,14 @@ bool TaggingRequested() {
 }
 
 // HIERTAG_REPORT=1: one stderr line per tagged export saying which rule tagged
-// how many nodes, and the op types of the nodes no recorded scope tagged.
+// how many nodes, the op types of the nodes no recorded scope tagged, and the
+// time hiertag's own work took; printed once the file is written.
 bool ReportRequested() {
   const char* value = std::getenv("HIERTAG_REPORT");
   return value != nullptr && std::string(value) == "1";
 }
 
-void PrintReport(const HierarchyTagging& tagging) {
+std::string DescribeTagging(const HierarchyTagging& tagging) {
   std::ostringstream line;
   line << "hiertag: " << tagging.nodes.size() << " nodes:";
   for (int rule = 0; rule < kTagRuleCount; ++rule) {
@@ -99,7 +117,17 @@ void PrintReport(const HierarchyTagging& tagging) {
     line << "; not recorded:";
     for (const auto& [op_type, count] : unrecorded) line << " " << op_type << "=" << count;
   }
-  line << "; unresolved scope levels " << tagging.unresolved_scope_levels << "\n";
+  line << "; unresolved scope levels " << tagging.unresolved_scope_levels;
+  return line.str();
+}
+
+void PrintReport(const ExportSession& session) {
+  using Milliseconds = std::chrono::duration<double, std::milli>;
+  std::ostringstream line;
+  line.precision(1);
+  line << std::fixed << session.report << "; hiertag work "
+       << Milliseconds(session.own_time).count() << " ms, writing "
+       << Milliseconds(session.write_time).count() << " ms\n";
   PySys_WriteStderr("%s", line.str().c_str());
 }
 
@@ -199,13 +227,18 @@ py::object SetupTraceModuleMap(const py::object& original, py::args args, py::kw
   bool scripted = py::isinstance(model, py::module_::import("torch").attr("jit").attr("ScriptModule"));
   py::object trace_module_map = py::none();
   if (!scripted) trace_module_map = py::module_::import("torch.jit._trace").attr("_trace_module_map");
+  auto start = std::chrono::steady_clock::now();
   Session() = BuildSession(model, trace_module_map);
+  Session()->own_time += std::chrono::steady_clock::now() - start;
   return result;
 }
 
 py::object SubstituteFunctions(const py::object& original, py::args args) {
   py::object result = original(*args);
-  if (Session()) MarkInlinedCalls(*args[0].cast<std::shared_ptr<torch::jit::Graph>>(), Session()->borrowed);
+  if (Session()) {
+    Stopwatch own(&Session()->own_time);
+    MarkInlinedCalls(*args[0].cast<std::shared_ptr<torch::jit::Graph>>(), Session()->borrowed);
+  }
   return result;
 }
 
@@ -223,8 +256,13 @@ py::object EliminateCommonSubexpression(const py::object& original, py::args arg
   if (!Session()) return original(*args);
   auto graph = args[0].cast<std::shared_ptr<torch::jit::Graph>>();
   bool changed = false;
-  RecordCseSharing(*graph, Session()->borrowed,
-                   [&] { changed = original(*args).cast<bool>(); });
+  std::chrono::steady_clock::duration torch_time{};
+  auto start = std::chrono::steady_clock::now();
+  RecordCseSharing(*graph, Session()->borrowed, [&] {
+    Stopwatch torch_cse(&torch_time);
+    changed = original(*args).cast<bool>();
+  });
+  Session()->own_time += std::chrono::steady_clock::now() - start - torch_time;
   return py::bool_(changed);
 }
 
@@ -242,12 +280,13 @@ py::object EliminateUnusedItems(const py::object& original, py::args args) {
 py::object AssignScopedNames(const py::object& original, py::args args) {
   ExportSession* session = Session().get();
   if (session != nullptr) {
+    Stopwatch own(&session->own_time);
     auto graph = args[0].cast<std::shared_ptr<torch::jit::Graph>>();
     HierarchyTagging tagging =
         AssignHierarchyTags(*graph, session->modules, session->borrowed, session->member_names,
                             session->user_input_count);
     session->node_tags = tagging.ToSerialized(session->modules);
-    if (ReportRequested()) PrintReport(tagging);
+    if (ReportRequested()) session->report = DescribeTagging(tagging);
     session->module_table_json = session->modules.ToJson(tagging.UsedTagModules());
     session->borrowed.Restore(graph->block());
     session->tagged = true;
@@ -287,6 +326,7 @@ py::object ExportOnnx(const py::object& original, py::args args, py::kwargs kwar
     throw std::runtime_error("hiertag: the graph reached the serializer untagged; nothing written");
   }
   py::tuple result = original(*args, **kwargs);
+  Stopwatch own(&session->own_time);
   PlanTags(*session, result[0]);
   return result;
 }
@@ -297,7 +337,11 @@ py::object ExportFile(const py::object& original, py::args args, py::kwargs kwar
   py::object model_bytes = py::reinterpret_borrow<py::object>(args[0]);
   // torch re-serializes the model when it adds onnxscript functions; the nodes
   // are the same, so plan again on the new bytes.
-  if (!model_bytes.is(session->planned_bytes)) PlanTags(*session, model_bytes);
+  if (!model_bytes.is(session->planned_bytes)) {
+    Stopwatch own(&session->own_time);
+    PlanTags(*session, model_bytes);
+  }
+  Stopwatch writing(&session->write_time);
   py::object open_file_like = py::module_::import("torch.serialization").attr("_open_file_like");
   py::object context = open_file_like(args[1], "wb");
   py::object opened = context.attr("__enter__")();
@@ -312,10 +356,12 @@ py::object ExportFile(const py::object& original, py::args args, py::kwargs kwar
   }
   context.attr("__exit__")(py::none(), py::none(), py::none());
   session->planned_bytes = py::object();
+  session->written = true;
   return py::none();
 }
 
 py::object ResetTraceModuleMap(const py::object& original, py::args args) {
+  if (Session() && Session()->written && ReportRequested()) PrintReport(*Session());
   Session().reset();
   return original(*args);
 }
