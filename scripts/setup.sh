@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-debian_packages=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev)
+debian_packages=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libonnx-dev libprotobuf-dev)
 missing=()
 for package in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

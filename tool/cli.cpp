@@ -13,6 +13,7 @@ constexpr const char* kToolUsage =
     "Commands over ONNX files tagged by hiertag (build/libhiertag.so, HIERTAG=1):\n"
     "  validate MODEL.onnx [--json]              check every node's tag against the grammar and the module table\n"
     "  tree MODEL.onnx [--json] [--depth N]      print the module tree with node, op and parameter counts\n"
+    "  extract MODEL.onnx --module TAG [-o OUT]  write one module as a standalone ONNX model\n"
     "\n"
     "Exit status: 0 success, 1 validate found problems, 2 bad input or usage.\n"
     "Run 'hiertag COMMAND --help' for a command's details.\n";
@@ -37,6 +38,20 @@ constexpr const char* kTreeUsage =
     "  --depth N   only modules at most N levels below the root\n"
     "Exit status: 0 success, 2 missing, truncated, non-ONNX or untagged file.\n";
 
+constexpr const char* kExtractUsage =
+    "usage: hiertag extract MODEL.onnx --module TAG [-o OUT.onnx] [--json]\n"
+    "\n"
+    "Writes the nodes tagged TAG or a descendant of TAG (and nodes CSE kept for them,\n"
+    "hiertag.shared_with) as a standalone model: its inputs are the values they read from\n"
+    "outside (typed from the file or by ONNX shape inference), its outputs the values they make\n"
+    "that are read outside or are model outputs; the initializers and Constant nodes they need\n"
+    "are copied; node order, opsets and IR version are the source's.\n"
+    "  --module TAG   the module's tag (hiertag tree lists them)\n"
+    "  -o OUT.onnx    where to write (default: MODEL.<tag>.onnx)\n"
+    "  --json         print the result as JSON\n"
+    "Exit status: 0 written, 2 bad input, unknown module (the closest are listed), or a module\n"
+    "that is not a convex region of the graph (nothing is written).\n";
+
 int UsageError(const std::string& message, std::ostream& err) {
   err << "hiertag: " << message << " (see 'hiertag --help')\n";
   return 2;
@@ -49,7 +64,7 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   const std::string& command = args[0];
   bool help = false;
   for (const std::string& arg : args) help |= arg == "--help" || arg == "-h";
-  if (command != "validate" && command != "tree") {
+  if (command != "validate" && command != "tree" && command != "extract") {
     if (help) {
       out << kToolUsage;
       return 0;
@@ -57,10 +72,12 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return UsageError("unknown command '" + command + "'", err);
   }
   if (help) {
-    out << (command == "validate" ? kValidateUsage : kTreeUsage);
+    out << (command == "validate" ? kValidateUsage : command == "tree" ? kTreeUsage : kExtractUsage);
     return 0;
   }
   std::string model;
+  std::string module;
+  std::string out_path;
   bool json = false;
   int depth = -1;
   for (size_t i = 1; i < args.size(); ++i) {
@@ -74,6 +91,9 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       if (error != std::errc() || end != value.data() + value.size() || depth < 0) {
         return UsageError("--depth takes a whole number >= 0, not '" + value + "'", err);
       }
+    } else if ((arg == "--module" || arg == "-o") && command == "extract") {
+      if (i + 1 >= args.size()) return UsageError(arg + " needs a value", err);
+      (arg == "-o" ? out_path : module) = args[++i];
     } else if (!arg.empty() && arg[0] == '-') {
       return UsageError("unknown option '" + arg + "' for " + command, err);
     } else if (model.empty()) {
@@ -83,7 +103,10 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     }
   }
   if (model.empty()) return UsageError(command + " needs MODEL.onnx", err);
-  return command == "validate" ? RunValidate(model, json, out, err) : RunTree(model, json, depth, out, err);
+  if (command == "validate") return RunValidate(model, json, out, err);
+  if (command == "tree") return RunTree(model, json, depth, out, err);
+  if (module.empty()) return UsageError("extract needs --module TAG", err);
+  return RunExtract(model, module, out_path, json, out, err);
 }
 
 }  // namespace hiertag

@@ -5,7 +5,8 @@
 //   0  the command succeeded (validate: the file is valid)
 //   1  validate: the file has problems, one line each (`<file>: node '<name>' (<op>): ...`)
 //   2  bad input or usage: missing, unreadable, truncated, non-ONNX or untagged
-//      file, unknown option; one line, nothing else
+//      file, unknown option or module, a module extract cannot cut out; one
+//      line, nothing else
 #pragma once
 
 #include <iosfwd>
@@ -25,6 +26,14 @@ int RunValidate(const std::string& path, bool json, std::ostream& out, std::ostr
 // histogram, and parameters (count and bytes of the initializers whose
 // consumers all lie within the module). depth < 0: no limit.
 int RunTree(const std::string& path, bool json, int depth, std::ostream& out, std::ostream& err);
+
+// `hiertag extract MODEL.onnx --module TAG [-o OUT.onnx] [--json]`: the nodes
+// tagged TAG or a descendant (or sharing a node with one) as a standalone model
+// (see tool/extract.cpp). OUT defaults to MODEL.<tag>.onnx. An unknown tag
+// lists the closest ones; a non-convex module is refused; nothing is written
+// unless the whole model is built (written beside OUT, then renamed).
+int RunExtract(const std::string& path, const std::string& tag, const std::string& out_path, bool json,
+               std::ostream& out, std::ostream& err);
 
 // Parses the command line (argv without the program name) and runs a command;
 // `--help` anywhere prints the usage of the command (or of the tool).
