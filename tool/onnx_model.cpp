@@ -1,6 +1,7 @@
 // OnnxModel: wire-level decoding of the ONNX messages the tool reads.
 #include "hiertag/onnx_model.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -255,6 +256,15 @@ std::optional<OnnxModel> OnnxModel::Parse(std::string bytes, std::string* error)
 }
 
 std::optional<OnnxModel> OnnxModel::Load(const std::string& path, std::string* error) {
+  std::error_code status;
+  if (!std::filesystem::exists(path, status)) {
+    *error = "cannot open the file (missing or unreadable)";
+    return std::nullopt;
+  }
+  if (!std::filesystem::is_regular_file(path, status)) {
+    *error = "not a regular file";
+    return std::nullopt;
+  }
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     *error = "cannot open the file (missing or unreadable)";

@@ -1,0 +1,404 @@
+// Tests of `hiertag tree` (RunTree): node, op and parameter counts per module, depth, order.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hiertag/json.h"
+#include "tool_test_support.h"
+
+namespace hiertag::tooltest {
+namespace {
+
+struct JsonModule {
+  std::string tag, path, class_name;
+  double depth = -1;
+  double nodes_own = -1, nodes_total = -1;
+  double params_own = -1, params_total = -1;
+  double bytes_own = -1, bytes_total = -1;
+  std::map<std::string, double> ops;
+};
+
+class TreeTest : public ToolTest {
+ protected:
+  // Runs `tree --json` on `model` and returns its modules in printed order.
+  std::vector<JsonModule> TreeJson(const ModelSpec& model, int depth = -1) {
+    std::string path = WriteModel(model);
+    RunResult result = Tree(path, /*json=*/true, depth);
+    EXPECT_EQ(result.code, 0) << result.err;
+    EXPECT_EQ(result.err, "");
+    std::string error;
+    std::optional<Json> json = ParseJson(result.out, &error);
+    EXPECT_TRUE(json) << error << "\n" << result.out;
+    if (!json || json->kind != Json::Kind::kObject || json->Find("modules") == nullptr) {
+      ADD_FAILURE() << "no \"modules\" array in " << result.out;
+      return {};
+    }
+    std::vector<JsonModule> modules;
+    for (const Json& item : json->Find("modules")->items) {
+      JsonModule module;
+      auto text = [&](const char* key) {
+        const Json* member = item.Find(key);
+        EXPECT_TRUE(member && member->kind == Json::Kind::kString) << key << " in " << result.out;
+        return member ? member->text : std::string();
+      };
+      auto number = [&](const char* key) {
+        const Json* member = item.Find(key);
+        EXPECT_TRUE(member && member->kind == Json::Kind::kNumber) << key << " in " << result.out;
+        return member ? member->number : -1.0;
+      };
+      module.tag = text("tag");
+      module.path = text("path");
+      module.class_name = text("class");
+      module.depth = number("depth");
+      module.nodes_own = number("nodes_own");
+      module.nodes_total = number("nodes_total");
+      module.params_own = number("params_own");
+      module.params_total = number("params_total");
+      module.bytes_own = number("bytes_own");
+      module.bytes_total = number("bytes_total");
+      const Json* ops = item.Find("ops");
+      EXPECT_TRUE(ops && ops->kind == Json::Kind::kObject) << "ops in " << result.out;
+      if (ops) {
+        for (const auto& [op_type, count] : ops->members) module.ops[op_type] = count.number;
+      }
+      modules.push_back(std::move(module));
+    }
+    return modules;
+  }
+
+  static std::vector<std::string> Tags(const std::vector<JsonModule>& modules) {
+    std::vector<std::string> tags;
+    for (const JsonModule& module : modules) tags.push_back(module.tag);
+    return tags;
+  }
+
+  static const JsonModule& Get(const std::vector<JsonModule>& modules, const std::string& tag) {
+    for (const JsonModule& module : modules) {
+      if (module.tag == tag) return module;
+    }
+    static const JsonModule kMissing;
+    ADD_FAILURE() << "no module " << tag;
+    return kMissing;
+  }
+};
+
+// A root /Seq with children Encoder and Decoder (Decoder sorts first by tag).
+ModelSpec SeqModel() {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  model.graph.Initializer("we", {2, 2}).Initializer("wd", {2, 2});
+  model.Module("/Seq", "", "test.Seq")
+      .Module("/Seq/Decoder", "decoder", "test.Decoder")
+      .Module("/Seq/Encoder", "encoder", "test.Encoder");
+  return model;
+}
+
+// Check that the text tree shows each module's class, path, node counts, params and ops, children in graph order.
+TEST_F(TreeTest, TextTreeOfLayeredModel) {
+  std::string path = WriteModel(LayeredModel());
+  RunResult result = Tree(path);
+  EXPECT_EQ(result.code, 0);
+  EXPECT_EQ(result.err, "");
+  EXPECT_EQ(result.out,
+            "Net  test.Net  (root)\n"
+            "    nodes 1 own / 7 total;  params 2 own / 57 total (236 B)\n"
+            "    ops Add 1\n"
+            "  Layer.0  test.Block  layers.0\n"
+            "      nodes 3 own / 4 total;  params 15 own / 31 total (124 B)\n"
+            "      ops Add 1, Mul 1, Relu 1\n"
+            "    Attn  test.Attention  layers.0.attn\n"
+            "        nodes 1 own / 1 total;  params 16 own / 16 total (64 B)\n"
+            "        ops MatMul 1\n"
+            "  Layer.1  test.Block  layers.1\n"
+            "      nodes 2 own / 2 total;  params 24 own / 24 total (96 B)\n"
+            "      ops MatMul 1, Mul 1\n");
+}
+
+// Check that own node counts hold a module's own nodes and totals add its descendants'.
+TEST_F(TreeTest, NodeCountsOwnAndTotal) {
+  std::vector<JsonModule> modules = TreeJson(LayeredModel());
+  EXPECT_EQ(Get(modules, "/Net").nodes_own, 1);
+  EXPECT_EQ(Get(modules, "/Net").nodes_total, 7);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").nodes_own, 3);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").nodes_total, 4);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0/Attn").nodes_own, 1);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0/Attn").nodes_total, 1);
+  EXPECT_EQ(Get(modules, "/Net/Layer.1").nodes_own, 2);
+  EXPECT_EQ(Get(modules, "/Net/Layer.1").nodes_total, 2);
+}
+
+// Check that a module with no nodes of its own has own 0 and its children's nodes in total.
+TEST_F(TreeTest, ModuleWithoutOwnNodesCountsDescendants) {
+  ModelSpec model = LayeredModel();
+  for (const char* name : {"n1", "n2", "n3"}) {
+    model.graph.Find(name).metadata.clear();
+    model.graph.Find(name).Tag("/Net/Layer.0/Attn");
+  }
+  std::vector<JsonModule> modules = TreeJson(model);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").nodes_own, 0);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").nodes_total, 4);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0/Attn").nodes_own, 4);
+  EXPECT_TRUE(Get(modules, "/Net/Layer.0").ops.empty());
+}
+
+// Check that the ops line lists a module's own op types, most frequent first, then by name.
+TEST_F(TreeTest, OpHistogramMostFrequentFirst) {
+  ModelSpec model = LayeredModel();
+  model.graph.Find("n2").op_type = "Relu";
+  std::string path = WriteModel(model);
+  RunResult result = Tree(path);
+  EXPECT_EQ(result.code, 0);
+  std::vector<std::string> lines = Lines(result.out);
+  ASSERT_GE(lines.size(), 6u) << result.out;
+  EXPECT_EQ(lines[3], "  Layer.0  test.Block  layers.0");
+  EXPECT_EQ(lines[5], "      ops Relu 2, Mul 1") << result.out;
+  std::vector<JsonModule> modules = TreeJson(model);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").ops, (std::map<std::string, double>{{"Mul", 1}, {"Relu", 2}}));
+}
+
+// Check that a module with no own nodes prints no ops line.
+TEST_F(TreeTest, NoOpsLineWithoutOwnNodes) {
+  ModelSpec model = LayeredModel();
+  model.graph.Find("n6").metadata.clear();
+  model.graph.Find("n6").Tag("/Net/Layer.1");
+  std::string path = WriteModel(model);
+  RunResult result = Tree(path);
+  EXPECT_EQ(result.code, 0);
+  std::vector<std::string> lines = Lines(result.out);
+  ASSERT_GE(lines.size(), 3u) << result.out;
+  EXPECT_EQ(lines[1], "    nodes 0 own / 7 total;  params 2 own / 57 total (236 B)");
+  EXPECT_EQ(lines[2], "  Layer.0  test.Block  layers.0");
+}
+
+// Check that an initializer read only by nodes of /Net/Layer.0 counts as Layer.0's own and in Net's total.
+TEST_F(TreeTest, InitializerOfOneLayerCountsForThatLayer) {
+  std::vector<JsonModule> modules = TreeJson(LayeredModel());
+  // b0: FLOAT [3,5] read by n2 of Layer.0 only; wq: FLOAT [4,4] read by Attn, inside Layer.0.
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").params_own, 15);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").bytes_own, 60);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").params_total, 31);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").bytes_total, 124);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0/Attn").params_own, 16);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0/Attn").bytes_own, 64);
+  EXPECT_EQ(Get(modules, "/Net").params_total, 57);
+  EXPECT_EQ(Get(modules, "/Net").bytes_total, 236);
+}
+
+// Check that an initializer read by nodes of Layer.0 and Layer.1 counts as their common ancestor's own only.
+TEST_F(TreeTest, InitializerOfTwoLayersCountsForCommonAncestor) {
+  std::vector<JsonModule> modules = TreeJson(LayeredModel());
+  // scale: INT64 [2] (8 bytes each) read by n3 (Layer.0) and n4 (Layer.1).
+  EXPECT_EQ(Get(modules, "/Net").params_own, 2);
+  EXPECT_EQ(Get(modules, "/Net").bytes_own, 16);
+  EXPECT_EQ(Get(modules, "/Net/Layer.1").params_own, 24);
+  EXPECT_EQ(Get(modules, "/Net/Layer.1").params_total, 24);
+  EXPECT_EQ(Get(modules, "/Net/Layer.1").bytes_total, 96);
+}
+
+// Check that an initializer read by a module and its own descendant counts for the module.
+TEST_F(TreeTest, InitializerOfModuleAndDescendantCountsForModule) {
+  ModelSpec model = LayeredModel();
+  model.graph.Find("n2").inputs = {"r", "wq"};  // wq: also read by Attn, inside Layer.0
+  std::vector<JsonModule> modules = TreeJson(model);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").params_own, 16);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0/Attn").params_own, 0);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").params_total, 16);
+  EXPECT_EQ(Get(modules, "/Net").params_total, 42);  // b0 is read by no one now
+}
+
+// Check that parameter counts above a thousand and bytes above a KiB are printed grouped and scaled.
+TEST_F(TreeTest, LargeParameterCountsArePrintedReadably) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.Initializer("w", {32, 32});
+  model.graph.Add(Node("mm", "MatMul").In({"x", "w"}).Out({"y"}).Tag("/Net"));
+  model.Module("/Net", "", "test.Net");
+  std::string path = WriteModel(model);
+  RunResult result = Tree(path);
+  EXPECT_EQ(result.code, 0);
+  EXPECT_EQ(result.out,
+            "Net  test.Net  (root)\n"
+            "    nodes 1 own / 1 total;  params 1,024 own / 1,024 total (4.0 KiB)\n"
+            "    ops MatMul 1\n");
+}
+
+// A root /Net whose one MatMul reads initializer `w`.
+ModelSpec OneInitializerModel(InitializerSpec w) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.initializers.push_back(std::move(w));
+  model.graph.Add(Node("mm", "MatMul").In({"x", "w"}).Out({"y"}).Tag("/Net"));
+  model.Module("/Net", "", "test.Net");
+  return model;
+}
+
+// Check that dims written one field each give elements = product of dims and bytes = elements * 4 for FLOAT.
+TEST_F(TreeTest, UnpackedDimsCountElements) {
+  std::vector<JsonModule> modules = TreeJson(OneInitializerModel({"w", {3, 7, 5}, kFloat, false}));
+  EXPECT_EQ(Get(modules, "/Net").params_own, 105);
+  EXPECT_EQ(Get(modules, "/Net").bytes_own, 420);
+}
+
+// Check that dims written as one packed field count the same.
+TEST_F(TreeTest, PackedDimsCountElements) {
+  std::vector<JsonModule> modules = TreeJson(OneInitializerModel({"w", {3, 7, 5}, kFloat, true}));
+  EXPECT_EQ(Get(modules, "/Net").params_own, 105);
+  EXPECT_EQ(Get(modules, "/Net").bytes_own, 420);
+  modules = TreeJson(OneInitializerModel({"w", {300, 200}, kFloat, true}));  // two-byte varints
+  EXPECT_EQ(Get(modules, "/Net").params_own, 60000);
+  EXPECT_EQ(Get(modules, "/Net").bytes_own, 240000);
+}
+
+// Check that bytes use the element size of the data type (FLOAT16: 2, INT64: 8).
+TEST_F(TreeTest, BytesFollowDataType) {
+  EXPECT_EQ(Get(TreeJson(OneInitializerModel({"w", {6}, kFloat16, false})), "/Net").bytes_own, 12);
+  EXPECT_EQ(Get(TreeJson(OneInitializerModel({"w", {6}, kInt64, false})), "/Net").bytes_own, 48);
+}
+
+// Check that a scalar initializer (no dims) is one element.
+TEST_F(TreeTest, ScalarInitializerIsOneElement) {
+  std::vector<JsonModule> modules = TreeJson(OneInitializerModel({"w", {}, kFloat, false}));
+  EXPECT_EQ(Get(modules, "/Net").params_own, 1);
+  EXPECT_EQ(Get(modules, "/Net").bytes_own, 4);
+}
+
+// Check that --depth 1 shows the root and its children only, with totals unchanged.
+TEST_F(TreeTest, DepthOneHidesDeeperModules) {
+  std::vector<JsonModule> modules = TreeJson(LayeredModel(), 1);
+  EXPECT_EQ(Tags(modules), (std::vector<std::string>{"/Net", "/Net/Layer.0", "/Net/Layer.1"}));
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").nodes_total, 4);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").params_total, 31);
+  std::string path = WriteModel(LayeredModel());
+  RunResult result = Tree(path, /*json=*/false, 1);
+  EXPECT_EQ(result.code, 0);
+  EXPECT_EQ(result.out.find("Attn"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("  Layer.1  test.Block  layers.1\n"), std::string::npos) << result.out;
+}
+
+// Check that without a depth limit (or a limit deep enough) every module is shown.
+TEST_F(TreeTest, NoDepthLimitShowsAllModules) {
+  std::vector<std::string> all{"/Net", "/Net/Layer.0", "/Net/Layer.0/Attn", "/Net/Layer.1"};
+  EXPECT_EQ(Tags(TreeJson(LayeredModel())), all);
+  EXPECT_EQ(Tags(TreeJson(LayeredModel(), 2)), all);
+}
+
+// Check that --depth 0 shows the root only.
+TEST_F(TreeTest, DepthZeroShowsRootOnly) {
+  std::vector<JsonModule> modules = TreeJson(LayeredModel(), 0);
+  EXPECT_EQ(Tags(modules), (std::vector<std::string>{"/Net"}));
+  EXPECT_EQ(Get(modules, "/Net").nodes_total, 7);
+}
+
+// Check that --json gives every module's tag, path, class, depth and counts.
+TEST_F(TreeTest, JsonHasEveryField) {
+  std::vector<JsonModule> modules = TreeJson(LayeredModel());
+  ASSERT_EQ(modules.size(), 4u);
+  const JsonModule& attn = Get(modules, "/Net/Layer.0/Attn");
+  EXPECT_EQ(attn.path, "layers.0.attn");
+  EXPECT_EQ(attn.class_name, "test.Attention");
+  EXPECT_EQ(attn.depth, 2);
+  EXPECT_EQ(attn.nodes_own, 1);
+  EXPECT_EQ(attn.nodes_total, 1);
+  EXPECT_EQ(attn.params_own, 16);
+  EXPECT_EQ(attn.params_total, 16);
+  EXPECT_EQ(attn.bytes_own, 64);
+  EXPECT_EQ(attn.bytes_total, 64);
+  EXPECT_EQ(attn.ops, (std::map<std::string, double>{{"MatMul", 1}}));
+  EXPECT_EQ(Get(modules, "/Net").path, "");
+  EXPECT_EQ(Get(modules, "/Net").depth, 0);
+}
+
+// Check that children are listed in the order their modules run, not in tag order.
+TEST_F(TreeTest, ChildrenFollowGraphOrder) {
+  ModelSpec model = SeqModel();
+  model.graph.Add(Node("e0", "MatMul").In({"x", "we"}).Out({"e"}).Tag("/Seq/Encoder"))
+      .Add(Node("d0", "MatMul").In({"e", "wd"}).Out({"y"}).Tag("/Seq/Decoder"));
+  EXPECT_EQ(Tags(TreeJson(model)), (std::vector<std::string>{"/Seq", "/Seq/Encoder", "/Seq/Decoder"}));
+  model.graph.nodes = {Node("d0", "MatMul").In({"x", "wd"}).Out({"d"}).Tag("/Seq/Decoder"),
+                       Node("e0", "MatMul").In({"d", "we"}).Out({"y"}).Tag("/Seq/Encoder")};
+  EXPECT_EQ(Tags(TreeJson(model)), (std::vector<std::string>{"/Seq", "/Seq/Decoder", "/Seq/Encoder"}));
+}
+
+// Check that an initializer-only Identity or a Constant placed at the top does not move its module first.
+TEST_F(TreeTest, InitializerIdentityAtTopDoesNotMoveModuleFirst) {
+  ModelSpec model = SeqModel();
+  model.graph.Add(Node("d_id", "Identity").In({"wd"}).Out({"wd_copy"}).Tag("/Seq/Decoder"))
+      .Add(Node("d_const", "Constant").Out({"c"}).Tag("/Seq/Decoder"))
+      .Add(Node("e0", "MatMul").In({"x", "we"}).Out({"e"}).Tag("/Seq/Encoder"))
+      .Add(Node("d0", "MatMul").In({"e", "wd_copy"}).Out({"d"}).Tag("/Seq/Decoder"))
+      .Add(Node("d1", "Add").In({"d", "c"}).Out({"y"}).Tag("/Seq/Decoder"));
+  EXPECT_EQ(Tags(TreeJson(model)), (std::vector<std::string>{"/Seq", "/Seq/Encoder", "/Seq/Decoder"}));
+  std::string path = WriteModel(model);
+  RunResult result = Tree(path);
+  std::vector<std::string> lines = Lines(result.out);
+  ASSERT_EQ(lines.size(), 8u) << result.out;  // the root has no own nodes: no ops line
+  EXPECT_EQ(lines[2], "  Encoder  test.Encoder  encoder");
+  EXPECT_EQ(lines[5], "  Decoder  test.Decoder  decoder");
+}
+
+// Check that nodes of a Loop body count for their tags, and an outer initializer read there for its reader.
+TEST_F(TreeTest, LoopBodyNodesAndTheirInitializersCount) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  model.graph.Initializer("wl", {5});
+  GraphSpec body;
+  body.Add(Node("body_mul", "Mul").In({"xi", "wl"}).Out({"m"}).Tag("/Net/Body"))
+      .Add(Node("body_relu", "Relu").In({"m"}).Out({"o"}).Tag("/Net/Body"));
+  model.graph.Add(Node("loop", "Loop").In({"", "", "x"}).Out({"y"}).Tag("/Net").Body(body));
+  model.Module("/Net", "", "test.Net").Module("/Net/Body", "body", "test.Body");
+  std::vector<JsonModule> modules = TreeJson(model);
+  EXPECT_EQ(Get(modules, "/Net").nodes_own, 1);
+  EXPECT_EQ(Get(modules, "/Net").nodes_total, 3);
+  EXPECT_EQ(Get(modules, "/Net/Body").nodes_own, 2);
+  EXPECT_EQ(Get(modules, "/Net/Body").params_own, 5);
+  EXPECT_EQ(Get(modules, "/Net/Body").bytes_own, 20);
+  EXPECT_EQ(Get(modules, "/Net").params_own, 0);
+  EXPECT_EQ(Get(modules, "/Net").params_total, 5);
+}
+
+// Check that an outer initializer read both in a Loop body and by the Loop node counts for their common ancestor.
+TEST_F(TreeTest, InitializerReadInsideAndOutsideLoopBodyCountsForAncestor) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  model.graph.Initializer("wl", {5});
+  GraphSpec body;
+  body.Add(Node("body_mul", "Mul").In({"xi", "wl"}).Out({"m"}).Tag("/Net/Body"));
+  model.graph.Add(Node("loop", "Loop").In({"", "", "wl"}).Out({"y"}).Tag("/Net").Body(body));
+  model.Module("/Net", "", "test.Net").Module("/Net/Body", "body", "test.Body");
+  std::vector<JsonModule> modules = TreeJson(model);
+  EXPECT_EQ(Get(modules, "/Net").params_own, 5);
+  EXPECT_EQ(Get(modules, "/Net/Body").params_own, 0);
+  EXPECT_EQ(Get(modules, "/Net/Body").params_total, 0);
+}
+
+// Check that a table with one root gives a tree.
+TEST_F(TreeTest, OneRootIsATree) {
+  ModelSpec model;
+  model.graph.Add(Node("a", "Relu").In({"x"}).Out({"y"}).Tag("/Net"));
+  model.Module("/Net", "", "test.Net");
+  std::string path = WriteModel(model);
+  RunResult result = Tree(path);
+  EXPECT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "Net  test.Net  (root)\n    nodes 1 own / 1 total;  params 0 own / 0 total (0 B)\n    ops Relu 1\n");
+}
+
+// Check that a table with two root tags is bad input: one line on err, exit 2.
+TEST_F(TreeTest, TwoRootsAreBadInput) {
+  ModelSpec model;
+  model.graph.Add(Node("a", "Relu").In({"x"}).Out({"y"}).Tag("/Net"))
+      .Add(Node("b", "Relu").In({"y"}).Out({"z"}).Tag("/Other"));
+  model.Module("/Net", "", "test.Net").Module("/Other", "", "test.Other");
+  std::string path = WriteModel(model);
+  RunResult result = Tree(path);
+  EXPECT_EQ(result.code, 2);
+  EXPECT_EQ(result.out, "");
+  EXPECT_EQ(result.err, path + ": the module table has 2 root tags, not one\n");
+}
+
+}  // namespace
+}  // namespace hiertag::tooltest
