@@ -26,6 +26,8 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.models.zoo import prepare_for_torchscript_export  # noqa: E402
 
 
 def build_bert():
@@ -33,8 +35,7 @@ def build_bert():
     torch.manual_seed(0)
     config = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=6,
                         intermediate_size=1536, max_position_embeddings=512)
-    model = BertModel(config).eval()
-    object.__setattr__(model.config, "use_cache", None)  # see tests/models/zoo.py
+    model = prepare_for_torchscript_export(BertModel(config).eval())
     ids = torch.randint(3, 30522, (1, 128), generator=torch.Generator().manual_seed(1))
     return model, (ids, {"attention_mask": torch.ones_like(ids)})
 

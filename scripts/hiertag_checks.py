@@ -1,4 +1,5 @@
-"""Reading a tagged ONNX file back, and the module-boundary check."""
+"""Reading a tagged ONNX file back, and the module-boundary check: shared by
+the verifier (scripts/verify_modules.py) and the end-to-end tests."""
 
 import json
 
@@ -66,6 +67,21 @@ def flatten_tensors(value, out):
     elif hasattr(value, "to_tuple"):
         flatten_tensors(value.to_tuple(), out)
     return out
+
+
+# Scripted model -> the nn.Module it was scripted from (same paths, same
+# weights): forward hooks cannot run on a ScriptModule, so the boundary check
+# records the eager twin.
+_EAGER_TWINS = {}
+
+
+def register_eager_twin(scripted, eager):
+    _EAGER_TWINS[id(scripted)] = eager
+
+
+def eager_reference(model):
+    """The module whose forward hooks stand for `model`'s calls."""
+    return _EAGER_TWINS.get(id(model), model)
 
 
 def record_module_io(model, args):

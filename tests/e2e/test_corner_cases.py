@@ -5,7 +5,7 @@ import json
 import onnx
 import pytest
 
-from tests.e2e import tagged_model as tm
+from scripts import hiertag_checks as tm
 from tests.e2e.test_export import export
 from tests.models import zoo
 

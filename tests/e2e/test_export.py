@@ -15,9 +15,9 @@ import torch
 
 from torch.onnx._internal.torchscript_exporter import utils as exporter_utils
 
-from tests.e2e import tagged_model as tm
+from scripts import hiertag_checks as tm
 from tests.e2e.export_plain import OPSET
-from tests.models import corner_cases, zoo
+from tests.models import zoo
 
 
 def export(model, args, flag):
@@ -138,7 +138,7 @@ def test_empty_or_unset_flag_equals_flag_zero(flag, monkeypatch):
 def test_every_module_passes_the_boundary_check(exported):
     name, torch_model, args, tagged, plain = exported
     model = onnx.load_from_string(tagged)
-    reference = corner_cases.EAGER_TWINS.get(id(torch_model), torch_model)
+    reference = tm.eager_reference(torch_model)
     checked, skipped, failures = tm.check_module_boundaries(model, reference, args,
                                                             feeds_for(plain, torch_model, args))
     assert checked

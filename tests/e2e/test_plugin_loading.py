@@ -5,7 +5,7 @@ import shutil
 import onnx
 import torch
 
-from tests.e2e import tagged_model as tm
+from scripts import hiertag_checks as tm
 from tests.e2e.conftest import PLUGIN
 from tests.e2e.test_export import export
 from tests.models import zoo

@@ -4,6 +4,8 @@
 import torch
 from torch import nn
 
+from scripts import hiertag_checks
+
 
 class Expert(nn.Module):
     def __init__(self, width):
@@ -185,12 +187,6 @@ class SharedSubexpression(nn.Module):
         return x
 
 
-# Scripted model -> the nn.Module it was scripted from (same paths, same
-# weights): forward hooks cannot run on a ScriptModule, so the boundary check
-# records the eager twin.
-EAGER_TWINS = {}
-
-
 def _scripted_model():
     # torch 2.13 inlines the scripted classes' forward graphs in place on export,
     # so only the first export of a scripted class in a process has the node
@@ -201,7 +197,7 @@ def _scripted_model():
 
     eager = fresh(Scripted)(child_class=fresh(ScriptedChild), inner_class=fresh(Expert)).eval()
     scripted = torch.jit.script(eager)
-    EAGER_TWINS[id(scripted)] = eager
+    hiertag_checks.register_eager_twin(scripted, eager)
     return scripted, _width_input()
 
 

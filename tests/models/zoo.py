@@ -17,6 +17,16 @@ def _seeded(build):
     return factory
 
 
+def prepare_for_torchscript_export(model):
+    """transformers 5 re-adds use_cache as a keyword while the TorchScript
+    exporter passes every argument positionally ("got multiple values for
+    argument 'use_cache'", also without hiertag); a config without use_cache
+    avoids it. Export wants no key/value cache anyway."""
+    if getattr(getattr(model, "config", None), "use_cache", None) is not None:
+        object.__setattr__(model.config, "use_cache", None)
+    return model
+
+
 def _ids(vocab, length=16, batch=1):
     generator = torch.Generator().manual_seed(1)
     return torch.randint(3, vocab, (batch, length), generator=generator)
@@ -28,12 +38,7 @@ def bert():
     config = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=512, max_position_embeddings=64)
     ids = _ids(1000)
-    model = BertModel(config)
-    # transformers 5 re-adds use_cache as a keyword while the TorchScript exporter
-    # passes every argument positionally ("got multiple values for argument
-    # 'use_cache'", also without hiertag); a config without use_cache avoids it.
-    object.__setattr__(model.config, "use_cache", None)
-    return model, (ids, {"attention_mask": torch.ones_like(ids)})
+    return prepare_for_torchscript_export(BertModel(config)), (ids, {"attention_mask": torch.ones_like(ids)})
 
 
 @_seeded

@@ -1,0 +1,177 @@
+"""Verify every module of a model exported with hiertag.
+
+Exports the model with the plugin (HIERTAG=1), then for every module of the
+module table:
+  extract   build/hiertag extract cuts it out; fed with the full model's
+            intermediate values from ONNX Runtime, the extracted model
+            reproduces the full model's values (rtol 1e-4, atol 1e-5);
+  boundary  the values its nodes read from outside equal tensors the module
+            received in PyTorch, and the values they make for outside equal
+            tensors it returned (forward hooks under the exporter's tracer).
+Prints a table, one module a line, and a summary; exits 0 only when every
+module passes both checks. A module whose nodes are not a convex region of the
+graph (called twice with other work between the calls) cannot be cut out as one
+model: extract refuses it by design, and the verifier reports it as not
+extractable without failing it; its boundary check still has to pass.
+
+usage: .venv/bin/python scripts/verify_modules.py MODEL [--config JSON] [--input NAME=SPEC ...]
+MODEL is one of
+  zoo:NAME                    a bundled model (tests/models/zoo.py): bert, gpt2, t5, ...
+  transformers:CLASS          a transformers model built from --config (random
+                              weights), inputs from --input
+  path/to/file.py:FUNCTION    FUNCTION() returns (model, args) as torch.onnx.export takes them
+SPEC is DTYPE[D0,D1,...] with an optional range for integers: int64[1,16]:0..1000,
+float32[1,3,224,224], ones[1,16] (an int64 tensor of ones)."""
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import torch
+from torch.onnx._internal.torchscript_exporter import utils as exporter_utils
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from scripts import hiertag_checks as checks  # noqa: E402
+
+TOOL = ROOT / "build" / "hiertag"
+OPSET = 17
+
+
+def fail(message):
+    sys.exit(f"verify_modules: {message}")
+
+
+def parse_input(spec):
+    found = re.fullmatch(r"([A-Za-z_][\w.]*)=(\w+)\[([\d,\s]*)\](?::(-?\d+)\.\.(-?\d+))?", spec)
+    if not found:
+        fail(f"bad --input '{spec}' (expected NAME=DTYPE[D0,D1,...] or NAME=int64[...]:LOW..HIGH)")
+    name, dtype, dims, low, high = found.groups()
+    shape = [int(d) for d in dims.split(",") if d.strip()]
+    generator = torch.Generator().manual_seed(1)
+    if dtype == "ones":
+        return name, torch.ones(shape, dtype=torch.long)
+    if dtype.startswith("int"):
+        return name, torch.randint(int(low or 0), int(high or 100), shape, generator=generator,
+                                   dtype=getattr(torch, dtype))
+    if dtype.startswith("float"):
+        return name, torch.randn(shape, generator=generator, dtype=getattr(torch, dtype))
+    fail(f"unknown dtype '{dtype}' in --input '{spec}'")
+
+
+def build(options):
+    kind, _, target = options.model.partition(":")
+    torch.manual_seed(0)
+    if kind == "zoo":
+        from tests.models import zoo
+        if target not in zoo.ALL:
+            fail(f"unknown zoo model '{target}' (one of {', '.join(zoo.ALL)})")
+        return zoo.ALL[target]()
+    if kind == "transformers":
+        import transformers
+        from tests.models.zoo import prepare_for_torchscript_export
+        model_class = getattr(transformers, target, None)
+        config_class = getattr(transformers, target.replace("ForCausalLM", "").replace("LMHeadModel", "")
+                               .replace("Model", "") + "Config", None)
+        if model_class is None or config_class is None:
+            fail(f"no transformers class '{target}' with a matching config class")
+        model = prepare_for_torchscript_export(model_class(config_class(**json.loads(options.config or "{}"))).eval())
+        inputs = dict(parse_input(spec) for spec in options.input)
+        if not inputs:
+            fail("transformers models need --input")
+        first, *rest = inputs.items()
+        return model, (first[1], dict(rest)) if rest else (first[1],)
+    if kind.endswith(".py") and target:
+        spec = importlib.util.spec_from_file_location("verified_model", kind)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        model, args = getattr(module, target)()
+        return model.eval() if isinstance(model, torch.nn.Module) else model, args
+    fail(f"MODEL must be zoo:NAME, transformers:CLASS or FILE.py:FUNCTION, not '{options.model}'")
+
+
+def feeds_for(model_bytes, torch_model, args):
+    decided = exporter_utils._decide_input_format(torch_model, args)
+    values = [v for v in decided if isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool)]
+    inputs = onnxruntime.InferenceSession(model_bytes).get_inputs()
+    return {i.name: (v.numpy() if isinstance(v, torch.Tensor) else np.array(v)) for i, v in zip(inputs, values)}
+
+
+def extract_all(source, table, out_dir):
+    extracted = {}
+    for index, tag in enumerate(table):
+        out = Path(out_dir) / f"module{index}.onnx"
+        result = subprocess.run([str(TOOL), "extract", str(source), "--module", tag, "-o", str(out), "--json"],
+                                capture_output=True, text=True)
+        extracted[tag] = (out, json.loads(result.stdout)) if result.returncode == 0 else (None, result.stderr.strip())
+    return extracted
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("model")
+    parser.add_argument("--config", help="JSON of the transformers config's arguments")
+    parser.add_argument("--input", action="append", default=[], help="NAME=SPEC (repeatable)")
+    options = parser.parse_args()
+    torch.ops.load_library(str(ROOT / "build" / "libhiertag.so"))
+    warnings.simplefilter("ignore")
+    onnxruntime.set_default_logger_severity(3)
+    torch_model, args = build(options)
+    reference = checks.eager_reference(torch_model)
+
+    with tempfile.TemporaryDirectory() as out_dir:
+        source = Path(out_dir) / "model.onnx"
+        os.environ["HIERTAG"] = "1"
+        torch.onnx.export(torch_model, args, str(source), dynamo=False, opset_version=OPSET)
+        model = onnx.load(source)
+        table = checks.module_table(model)
+        feeds = feeds_for(source.read_bytes(), torch_model, args)
+        extracted = extract_all(source, table, out_dir)
+        boundary_checked, boundary_skipped, boundary_failures = checks.check_module_boundaries(
+            model, reference, args, feeds)
+        wanted = sorted({n for path, info in extracted.values() if path for n in info["inputs"] + info["outputs"]})
+        values = checks.intermediate_values(model, feeds, wanted)
+
+        rows, passed = [], 0
+        for tag in table:
+            path, info = extracted[tag]
+            if path is None and "not a convex region" in info:
+                extract_result = "not extractable (not convex)"
+            elif path is None:
+                extract_result = f"FAIL ({info})"
+            else:
+                session = onnxruntime.InferenceSession(str(path))
+                produced = session.run(info["outputs"], {n: values[n] for n in info["inputs"]})
+                worst = max(float(np.max(np.abs(p.astype(np.float64) - values[o].astype(np.float64))))
+                            if p.size else 0.0 for p, o in zip(produced, info["outputs"]))
+                ok = all(np.allclose(p, values[o], rtol=1e-4, atol=1e-5) for p, o in zip(produced, info["outputs"]))
+                extract_result = f"{'ok' if ok else 'FAIL'} (max diff {worst:.1e})"
+            module_path = table[tag]["path"]
+            problems = [f for f in boundary_failures if f.startswith(tag + ":")]
+            boundary_result = ("not called through __call__" if module_path in boundary_skipped
+                               else "ok" if not problems else f"FAIL ({len(problems)} values)")
+            good = extract_result.startswith(("ok", "not extractable")) and not problems
+            passed += good
+            rows.append((tag, info["nodes"] if path else "-", extract_result, boundary_result))
+        width = max(len(r[0]) for r in rows)
+        print(f"{'module':<{width}}  {'nodes':>5}  {'extract':<24}  boundary")
+        for tag, nodes, extract_result, boundary_result in rows:
+            print(f"{tag:<{width}}  {nodes:>5}  {extract_result:<24}  {boundary_result}")
+        for failure in boundary_failures:
+            print(f"  boundary: {failure}")
+        print(f"{passed}/{len(rows)} modules pass ({options.model}, {len(list(checks.walk_nodes(model.graph)))} nodes)")
+        return 0 if passed == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
