@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "hiertag/onnx_fields.h"
 #include "hiertag/proto_wire.h"
 #include "hiertag/tag_format.h"
 
@@ -18,26 +19,10 @@ using wire::AppendVarint;
 using wire::Field;
 using wire::kLengthDelimited;
 using wire::Reader;
+using namespace onnx_field;  // NOLINT: the field numbers read as in onnx.proto
 
-constexpr uint32_t kModelGraph = 7;
-constexpr uint32_t kModelMetadataProps = 14;
-constexpr uint32_t kGraphNode = 1;
-constexpr uint32_t kNodeOpType = 4;
-constexpr uint32_t kNodeAttribute = 5;
-constexpr uint32_t kNodeMetadataProps = 9;
-constexpr uint32_t kAttributeGraph = 6;
-constexpr uint32_t kAttributeGraphs = 11;
-constexpr uint32_t kEntryKey = 1;
-constexpr uint32_t kEntryValue = 2;
 
 constexpr int kMaxGraphNesting = 64;
-
-std::string StringEntry(std::string_view key, std::string_view value) {
-  std::string entry;
-  AppendLengthDelimited(&entry, kEntryKey, key);
-  AppendLengthDelimited(&entry, kEntryValue, value);
-  return entry;
-}
 
 }  // namespace
 

@@ -17,6 +17,7 @@
 #include <ostream>
 #include <set>
 
+#include "hiertag/onnx_fields.h"
 #include "hiertag/proto_wire.h"
 #include "hiertag/tag_format.h"
 #include "hiertag/tool_commands.h"
@@ -26,15 +27,8 @@
 namespace hiertag {
 namespace {
 
-constexpr uint32_t kModelGraph = 7;
-constexpr uint32_t kModelMetadataProps = 14;
-constexpr uint32_t kGraphNode = 1;
-constexpr uint32_t kGraphName = 2;
-constexpr uint32_t kGraphInitializer = 5;
-constexpr uint32_t kGraphInput = 11;
-constexpr uint32_t kGraphOutput = 12;
-constexpr uint32_t kEntryKey = 1;
-constexpr uint32_t kEntryValue = 2;
+using namespace onnx_field;  // NOLINT: the field numbers read as in onnx.proto
+
 
 size_t EditDistance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
@@ -71,13 +65,6 @@ std::vector<std::string> NodeTags(const OnnxNode& node) {
     for (const Json& item : list->items) tags.push_back(item.text);
   }
   return tags;
-}
-
-std::string StringEntry(std::string_view key, std::string_view value) {
-  std::string entry;
-  wire::AppendLengthDelimited(&entry, kEntryKey, key);
-  wire::AppendLengthDelimited(&entry, kEntryValue, value);
-  return entry;
 }
 
 class Extractor {

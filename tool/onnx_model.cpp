@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "hiertag/onnx_fields.h"
 #include "hiertag/proto_wire.h"
 
 namespace hiertag {
@@ -15,33 +16,7 @@ using wire::kLengthDelimited;
 using wire::kVarint;
 using wire::Reader;
 
-// onnx.proto field numbers.
-constexpr uint32_t kModelIrVersion = 1;
-constexpr uint32_t kModelGraph = 7;
-constexpr uint32_t kModelOpsetImport = 8;
-constexpr uint32_t kModelMetadataProps = 14;
-constexpr uint32_t kGraphNode = 1;
-constexpr uint32_t kGraphInitializer = 5;
-constexpr uint32_t kGraphInput = 11;
-constexpr uint32_t kGraphOutput = 12;
-constexpr uint32_t kGraphValueInfo = 13;
-constexpr uint32_t kNodeInput = 1;
-constexpr uint32_t kNodeOutput = 2;
-constexpr uint32_t kNodeName = 3;
-constexpr uint32_t kNodeOpType = 4;
-constexpr uint32_t kNodeAttribute = 5;
-constexpr uint32_t kNodeDomain = 7;
-constexpr uint32_t kNodeMetadataProps = 9;
-constexpr uint32_t kAttributeGraph = 6;
-constexpr uint32_t kAttributeGraphs = 11;
-constexpr uint32_t kValueInfoName = 1;
-constexpr uint32_t kTensorDims = 1;
-constexpr uint32_t kTensorDataType = 2;
-constexpr uint32_t kTensorName = 8;
-constexpr uint32_t kEntryKey = 1;
-constexpr uint32_t kEntryValue = 2;
-constexpr uint32_t kOpsetDomain = 1;
-constexpr uint32_t kOpsetVersion = 2;
+using namespace onnx_field;  // NOLINT: the field numbers read as in onnx.proto
 
 constexpr int kMaxGraphNesting = 64;
 
