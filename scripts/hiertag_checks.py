@@ -138,7 +138,8 @@ def module_boundaries(model):
 
     A node belongs to module M when its tag or one of its hiertag.shared_with
     tags lies within M. A use of a member's output is outside M unless the user
-    lies within another module the node was kept for (its own merged copy).
+    lies within another module the node was kept for, outside M (that module's
+    own merged copy; an ancestor of M that computed the same value included).
     Initializers and Constant outputs are weights, not data a module receives.
     `aliases` maps outputs made by a value-preserving Cast/Identity of a value
     consumed from outside (the tracer maps later uses of a tensor that a no-op
@@ -160,6 +161,9 @@ def module_boundaries(model):
                   if name not in produced and name not in constants}
         outputs, aliases = set(), {}
         for node in members:
+            # Another module the node was kept for, outside this one (an
+            # ancestor that computed the same value included), reads it as its
+            # own copy of the computation.
             sharers = [t for t in node_tags(node) if not is_within(t, tag)]
             for name in node.output:
                 if name in constants:

@@ -128,8 +128,11 @@ class Extractor {
   }
 
   // True when `user` reads `producer`'s output as another module the producer
-  // was kept for (hiertag.shared_with): that module's own copy of the
-  // computation, not a value leaving the extracted module.
+  // was kept for (hiertag.shared_with), outside the extracted module: that
+  // module's own copy of the computation, not a value leaving the extracted
+  // module. This holds for an ancestor that computed the same value itself too
+  // (measured on SAM: a two-way attention block's Add merged with an identical
+  // Add of the transformer holding it, which the block never returned).
   bool IsOtherSharersUse(int producer, int user) const {
     std::vector<std::string> tags = NodeTags(file_.model.nodes[producer]);
     const std::string* user_tag = NodeTag(file_.model.nodes[user]);
@@ -179,6 +182,8 @@ class Extractor {
     return true;
   }
 
+  // Copies in the Constant nodes outside that the selection reads: weights it
+  // needs, not values it makes (they give no outputs).
   void AddNeededConstants() {
     std::vector<int> constants;
     for (int index : selected_) {
@@ -192,6 +197,7 @@ class Extractor {
       }
     }
     selected_.insert(constants.begin(), constants.end());
+    copied_constants_.insert(constants.begin(), constants.end());
   }
 
   bool Assemble(std::string* bytes, std::string* error) {
@@ -213,6 +219,7 @@ class Extractor {
     std::set<std::string> model_outputs;
     for (const OnnxValue& output : file_.model.graphs[0].outputs) model_outputs.insert(output.name);
     for (int index : selected_) {
+      if (copied_constants_.count(index)) continue;
       for (const std::string& output : file_.model.nodes[index].outputs) {
         auto users = consumers_.find(output);
         bool used_outside = users != consumers_.end() &&
@@ -284,6 +291,7 @@ class Extractor {
   std::map<std::string, int> producer_;
   std::map<std::string, std::vector<int>> consumers_;
   std::set<int> selected_;  // ordered: node indices are the source's order
+  std::set<int> copied_constants_;
   std::vector<std::string> inputs_;
   std::vector<std::string> outputs_;
   std::vector<std::string> needed_initializers_;

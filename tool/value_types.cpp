@@ -1,15 +1,43 @@
 // Value types: recorded ValueInfoProtos first, ONNX shape inference second.
 #include "hiertag/value_types.h"
 
+#include "hiertag/onnx_fields.h"
+#include "hiertag/proto_wire.h"
+
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
 namespace hiertag {
 
+namespace {
+
+// True when a serialized ValueInfoProto carries a non-empty type (field 2).
+bool HasType(std::string_view value_info) {
+  wire::Reader reader(value_info);
+  wire::Field field;
+  while (!reader.done() && reader.Next(&field)) {
+    if (field.number == onnx_field::kValueInfoType && field.wire_type == wire::kLengthDelimited &&
+        !field.payload.empty()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Shape inference lists values it could not type with an empty TypeProto.
+bool IsUsableType(const onnx::TypeProto& type) {
+  if (type.has_tensor_type()) return type.tensor_type().elem_type() != onnx::TensorProto::UNDEFINED;
+  return type.value_case() != onnx::TypeProto::VALUE_NOT_SET;
+}
+
+}  // namespace
+
 ValueTypes::ValueTypes(const OnnxModel& model) : model_(model) {
   const OnnxGraph& main = model.graphs.at(0);
   for (const auto* values : {&main.inputs, &main.outputs, &main.value_info}) {
-    for (const OnnxValue& value : *values) recorded_.emplace(value.name, std::string(value.raw));
+    for (const OnnxValue& value : *values) {
+      if (HasType(value.raw)) recorded_.emplace(value.name, std::string(value.raw));
+    }
   }
 }
 
@@ -41,7 +69,7 @@ void ValueTypes::Infer() {
   }
   for (const auto* values : {&proto.graph().input(), &proto.graph().output(), &proto.graph().value_info()}) {
     for (const onnx::ValueInfoProto& value : *values) {
-      if (value.has_type()) inferred_.emplace(value.name(), value.SerializeAsString());
+      if (value.has_type() && IsUsableType(value.type())) inferred_.emplace(value.name(), value.SerializeAsString());
     }
   }
 }

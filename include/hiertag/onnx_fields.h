@@ -35,6 +35,7 @@ inline constexpr uint32_t kAttributeGraph = 6;
 inline constexpr uint32_t kAttributeGraphs = 11;
 
 inline constexpr uint32_t kValueInfoName = 1;
+inline constexpr uint32_t kValueInfoType = 2;
 inline constexpr uint32_t kTensorDims = 1;
 inline constexpr uint32_t kTensorDataType = 2;
 inline constexpr uint32_t kTensorName = 8;

@@ -1,0 +1,713 @@
+// Tests of `hiertag extract` (RunExtract): which nodes a module's model holds, its
+// inputs, outputs, initializers and types, convexity, and what is (not) written.
+#include <gtest/gtest.h>
+#include <onnx/checker.h>
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "hiertag/json.h"
+#include "hiertag/onnx_model.h"
+#include "tool_test_support.h"
+
+namespace hiertag::tooltest {
+
+// Prints a tensor type in failure messages, e.g. "elem_type 1 [2,3]".
+void PrintTo(const TensorTypeSpec& type, std::ostream* out) {
+  *out << "elem_type " << type.elem_type << " [";
+  for (size_t i = 0; i < type.dims.size(); ++i) *out << (i ? "," : "") << type.dims[i];
+  *out << "]";
+}
+
+namespace {
+
+constexpr const char* kLayer1 = "/Net/Layer.1";
+
+// A tagged chain with Layer.1 in the middle, every value crossing a module boundary typed
+// FLOAT [2,3] (x, y, u, z as graph inputs / outputs, a, m, s as value_info):
+//   relu0     Relu(x) -> r         /Net/Layer.0
+//   add0      Add(r, w0) -> p      /Net/Layer.0        w0: FLOAT [2,3]
+//   const0    Constant -> k0       /Net                read by Layer.0 only
+//   mul0      Mul(p, k0) -> a      /Net/Layer.0
+//   const1    Constant -> k1       /Net                read by Layer.1
+//   mul1      Mul(a, w1) -> m      /Net/Layer.1        w1: FLOAT [2,3]
+//   add1      Add(m, k1) -> s      /Net/Layer.1/Inner
+//   relu_out  Relu(s) -> y         /Net                y: model output
+//   sub1      Sub(m, x) -> u       /Net/Layer.1        u: model output nothing reads
+//   add_out   Add(y, m) -> z       /Net                z: model output
+// Extracting Layer.1: nodes const1 mul1 add1 sub1, inputs a x, outputs m s u, initializer w1.
+ModelSpec ChainModel() {
+  ModelSpec model;
+  model.opsets = {{"", 17}, {"ai.onnx.ml", 3}};
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y", "u", "z"};
+  for (const char* value : {"x", "y", "u", "z", "a", "m", "s"}) model.graph.Type(value, {2, 3});
+  model.graph.Initializer("w0", {2, 3}).Initializer("w1", {2, 3});
+  model.graph.Add(Node("relu0", "Relu").In({"x"}).Out({"r"}).Tag("/Net/Layer.0"))
+      .Add(Node("add0", "Add").In({"r", "w0"}).Out({"p"}).Tag("/Net/Layer.0"))
+      .Add(Node("const0", "Constant").Out({"k0"}).TensorAttribute("value", {"", {2, 3}}).Tag("/Net"))
+      .Add(Node("mul0", "Mul").In({"p", "k0"}).Out({"a"}).Tag("/Net/Layer.0"))
+      .Add(Node("const1", "Constant").Out({"k1"}).TensorAttribute("value", {"", {2, 3}}).Tag("/Net"))
+      .Add(Node("mul1", "Mul").In({"a", "w1"}).Out({"m"}).Tag("/Net/Layer.1"))
+      .Add(Node("add1", "Add").In({"m", "k1"}).Out({"s"}).Tag("/Net/Layer.1/Inner"))
+      .Add(Node("relu_out", "Relu").In({"s"}).Out({"y"}).Tag("/Net"))
+      .Add(Node("sub1", "Sub").In({"m", "x"}).Out({"u"}).Tag("/Net/Layer.1"))
+      .Add(Node("add_out", "Add").In({"y", "m"}).Out({"z"}).Tag("/Net"));
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Layer.0", "layers.0", "test.Block")
+      .Module("/Net/Layer.0/Attn", "layers.0.attn", "test.Attention")
+      .Module("/Net/Layer.1", "layers.1", "test.Block")
+      .Module("/Net/Layer.1/Inner", "layers.1.inner", "test.Inner")
+      .Module("/Net/Layer.10", "layers.10", "test.Block")
+      .Module("/Net/Head", "head", "test.Head");
+  return model;
+}
+
+// x -> relu1 [Layer.1] -> r -> neg [`neg_tag`] -> y, all three typed.
+ModelSpec TwoNodeModel(const std::string& neg_tag) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  model.graph.Type("x", {2, 3}).Type("y", {2, 3}).Type("r", {2, 3});
+  model.graph.Add(Node("relu1", "Relu").In({"x"}).Out({"r"}).Tag(kLayer1))
+      .Add(Node("neg", "Neg").In({"r"}).Out({"y"}).Tag(neg_tag));
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Layer.0", "layers.0", "test.Block")
+      .Module("/Net/Layer.1", "layers.1", "test.Block")
+      .Module("/Net/Layer.1/Inner", "layers.1.inner", "test.Inner")
+      .Module("/Net/Layer.10", "layers.10", "test.Block");
+  return model;
+}
+
+// A node CSE kept in Layer.0 on behalf of the modules `shared_with`, read by Layer.1 and by `user_tag`:
+//   shared  Relu(x) -> r       /Net/Layer.0, hiertag.shared_with `shared_with`
+//   neg1    Neg(r) -> y1       /Net/Layer.1        y1: model output
+//   sig     Sigmoid(r) -> y2   `user_tag`          y2: model output
+ModelSpec SharedNodeModel(const std::vector<std::string>& shared_with, const std::string& user_tag) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y1", "y2"};
+  for (const char* value : {"x", "r", "y1", "y2"}) model.graph.Type(value, {2, 3});
+  model.graph.Add(Node("shared", "Relu").In({"x"}).Out({"r"}).Tag("/Net/Layer.0").SharedWith(shared_with))
+      .Add(Node("neg1", "Neg").In({"r"}).Out({"y1"}).Tag(kLayer1))
+      .Add(Node("sig", "Sigmoid").In({"r"}).Out({"y2"}).Tag(user_tag));
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Layer.0", "layers.0", "test.Block")
+      .Module("/Net/Layer.0/Attn", "layers.0.attn", "test.Attention")
+      .Module("/Net/Layer.1", "layers.1", "test.Block")
+      .Module("/Net/Layer.2", "layers.2", "test.Block")
+      .Module("/Net/Head", "head", "test.Head");
+  return model;
+}
+
+// A leaves /Net/A for /Net/B and comes back when `last_tag` is /Net/A:
+//   a0  Relu(x) -> p       /Net/A
+//   b0  Neg(p) -> q        /Net/B
+//   a1  Add(q, p) -> y     `last_tag`          y: model output
+ModelSpec DetourModel(const std::string& last_tag) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  for (const char* value : {"x", "p", "q", "y"}) model.graph.Type(value, {2, 3});
+  model.graph.Add(Node("a0", "Relu").In({"x"}).Out({"p"}).Tag("/Net/A"))
+      .Add(Node("b0", "Neg").In({"p"}).Out({"q"}).Tag("/Net/B"))
+      .Add(Node("a1", "Add").In({"q", "p"}).Out({"y"}).Tag(last_tag));
+  model.Module("/Net", "", "test.Net").Module("/Net/A", "a", "test.A").Module("/Net/B", "b", "test.B");
+  return model;
+}
+
+// Relu [Layer.0] -> Mul [Layer.1] -> Relu [/Net] on FLOAT [2,3], with types for x and y
+// only: r and m are left to shape inference.
+ModelSpec InferableModel() {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  model.graph.Type("x", {2, 3}).Type("y", {2, 3});
+  model.graph.Add(Node("relu0", "Relu").In({"x"}).Out({"r"}).Tag("/Net/Layer.0"))
+      .Add(Node("mul1", "Mul").In({"r", "r"}).Out({"m"}).Tag(kLayer1))
+      .Add(Node("relu_out", "Relu").In({"m"}).Out({"y"}).Tag("/Net"));
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Layer.0", "layers.0", "test.Block")
+      .Module("/Net/Layer.1", "layers.1", "test.Block");
+  return model;
+}
+
+// An op of an unknown domain makes v, which Layer.1 reads: nothing can type v
+// unless the file records it.
+ModelSpec CustomOpModel() {
+  ModelSpec model;
+  model.opsets = {{"", 17}, {"com.example", 1}};
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  model.graph.Type("x", {2, 3}).Type("y", {2, 3});
+  model.graph.Add(Node("mystery", "Mystery").Domain("com.example").In({"x"}).Out({"v"}).Tag("/Net/Layer.0"))
+      .Add(Node("neg1", "Neg").In({"v"}).Out({"y"}).Tag(kLayer1));
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Layer.0", "layers.0", "test.Block")
+      .Module("/Net/Layer.1", "layers.1", "test.Block");
+  return model;
+}
+
+// The tensor type a ValueInfoProto records, or std::nullopt when it has none.
+std::optional<TensorTypeSpec> TensorTypeOf(std::string_view value_info) {
+  auto sub_message = [](std::string_view message, uint32_t number) -> std::optional<std::string_view> {
+    wire::Reader reader(message);
+    wire::Field field;
+    while (!reader.done() && reader.Next(&field)) {
+      if (field.number == number && field.wire_type == wire::kLengthDelimited) return field.payload;
+    }
+    return std::nullopt;
+  };
+  std::optional<std::string_view> type = sub_message(value_info, kValueInfoType);
+  std::optional<std::string_view> tensor = type ? sub_message(*type, kTypeTensorType) : std::nullopt;
+  if (!tensor) return std::nullopt;
+  TensorTypeSpec result;
+  result.elem_type = 0;
+  wire::Reader reader(*tensor);
+  wire::Field field;
+  while (!reader.done() && reader.Next(&field)) {
+    if (field.number == kTensorTypeElemType && field.wire_type == wire::kVarint) result.elem_type = field.varint;
+    if (field.number != kTensorTypeShape || field.wire_type != wire::kLengthDelimited) continue;
+    wire::Reader shape(field.payload);
+    wire::Field dim;
+    while (!shape.done() && shape.Next(&dim)) {
+      if (dim.number != kShapeDim) continue;
+      wire::Reader value(dim.payload);
+      wire::Field value_field;
+      while (!value.done() && value.Next(&value_field)) {
+        if (value_field.number == kDimValue && value_field.wire_type == wire::kVarint) {
+          result.dims.push_back(static_cast<int64_t>(value_field.varint));
+        }
+      }
+    }
+  }
+  return result;
+}
+
+std::vector<std::string> NodeNames(const OnnxModel& model) {
+  std::vector<std::string> names;
+  for (int index : model.graphs.at(0).nodes) names.push_back(model.nodes[index].name);
+  return names;
+}
+
+std::vector<std::string> ValueNames(const std::vector<OnnxValue>& values) {
+  std::vector<std::string> names;
+  for (const OnnxValue& value : values) names.push_back(value.name);
+  return names;
+}
+
+std::vector<std::string> InitializerNames(const OnnxModel& model) {
+  std::vector<std::string> names;
+  for (const OnnxInitializer& initializer : model.graphs.at(0).initializers) names.push_back(initializer.name);
+  return names;
+}
+
+// The tags of a written module table, in order.
+std::vector<std::string> TableTags(const OnnxModel& model) {
+  auto table = model.metadata.find(std::string(kModuleTableKey));
+  if (table == model.metadata.end()) return {"<no module table>"};
+  std::string error;
+  std::optional<Json> json = ParseJson(table->second, &error);
+  if (!json) return {"<bad module table: " + error + ">"};
+  std::vector<std::string> tags;
+  for (const auto& [tag, entry] : json->members) tags.push_back(tag);
+  return tags;
+}
+
+class ExtractTest : public ToolTest {
+ protected:
+  std::string OutPath(const std::string& file = "out.onnx") const { return (dir_ / file).string(); }
+
+  // The names of the files in the test's directory.
+  std::set<std::string> Files() const {
+    std::set<std::string> files;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) files.insert(entry.path().filename());
+    return files;
+  }
+
+  // Writes `model`, extracts `tag` into out.onnx and reads the result back;
+  // std::nullopt (with a failure recorded) when extract did not succeed.
+  std::optional<OnnxModel> ExtractOk(const ModelSpec& model, const std::string& tag) {
+    std::string path = WriteModel(model);
+    RunResult result = Extract(path, tag, OutPath());
+    EXPECT_EQ(result.code, 0) << result.err;
+    EXPECT_EQ(result.err, "");
+    if (result.code != 0) return std::nullopt;
+    std::string error;
+    std::optional<OnnxModel> written = OnnxModel::Load(OutPath(), &error);
+    EXPECT_TRUE(written) << error;
+    return written;
+  }
+
+  // Writes `model`, extracts `tag` into out.onnx and checks the refusal: exit 2,
+  // nothing on out, one line "<path>: ..." holding `message_part`, no file written.
+  void ExpectRefused(const ModelSpec& model, const std::string& tag, const std::string& message_part) {
+    std::string path = WriteModel(model);
+    RunResult result = Extract(path, tag, OutPath());
+    EXPECT_EQ(result.code, 2) << result.out << result.err;
+    EXPECT_EQ(result.out, "");
+    ASSERT_EQ(Lines(result.err).size(), 1u) << result.err;
+    EXPECT_EQ(result.err.back(), '\n');
+    EXPECT_EQ(result.err.rfind(path + ": ", 0), 0u) << result.err;
+    EXPECT_NE(result.err.find(message_part), std::string::npos) << result.err;
+    EXPECT_FALSE(std::filesystem::exists(OutPath()));
+    EXPECT_EQ(Files(), std::set<std::string>{"model.onnx"});
+  }
+};
+
+// Check that extracting a module in the middle of a chain writes exactly its nodes
+// (a descendant's included, the Constant it reads copied in), in source order, byte for byte.
+TEST_F(ExtractTest, MiddleModuleHasItsNodesInSourceOrder) {
+  ModelSpec source = ChainModel();
+  std::optional<OnnxModel> written = ExtractOk(source, kLayer1);
+  ASSERT_TRUE(written);
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"const1", "mul1", "add1", "sub1"}));
+  for (int index : written->graphs.at(0).nodes) {
+    const OnnxNode& node = written->nodes[index];
+    EXPECT_EQ(node.raw, source.graph.Find(node.name).Bytes()) << node.name;
+  }
+}
+
+// Check that the inputs are the values the module reads from outside, in order of first
+// read, each with the source's recorded type (value_info for a, graph input for x).
+TEST_F(ExtractTest, InputsAreValuesReadFromOutsideWithSourceTypes) {
+  ModelSpec source = ChainModel();
+  std::optional<OnnxModel> written = ExtractOk(source, kLayer1);
+  ASSERT_TRUE(written);
+  const OnnxGraph& graph = written->graphs.at(0);
+  EXPECT_EQ(ValueNames(graph.inputs), (std::vector<std::string>{"a", "x"}));
+  for (const OnnxValue& input : graph.inputs) {
+    EXPECT_EQ(input.raw, source.graph.ValueInfoBytes(input.name)) << input.name;
+  }
+}
+
+// Check that the outputs are the values the module makes that a node outside reads (m, s)
+// or that are model outputs (u), and not those only read inside it (k1).
+TEST_F(ExtractTest, OutputsAreValuesReadOutsideOrModelOutputs) {
+  ModelSpec source = ChainModel();
+  std::optional<OnnxModel> written = ExtractOk(source, kLayer1);
+  ASSERT_TRUE(written);
+  const OnnxGraph& graph = written->graphs.at(0);
+  EXPECT_EQ(ValueNames(graph.outputs), (std::vector<std::string>{"m", "s", "u"}));
+  for (const OnnxValue& output : graph.outputs) {
+    EXPECT_EQ(output.raw, source.graph.ValueInfoBytes(output.name)) << output.name;
+  }
+}
+
+// Check that the initializers the module reads are copied byte for byte and the others are not.
+TEST_F(ExtractTest, OnlyInitializersTheModuleReadsAreCopied) {
+  ModelSpec source = ChainModel();
+  std::optional<OnnxModel> written = ExtractOk(source, kLayer1);
+  ASSERT_TRUE(written);
+  EXPECT_EQ(InitializerNames(*written), std::vector<std::string>{"w1"});
+  ASSERT_EQ(written->graphs.at(0).initializers.size(), 1u);
+  EXPECT_EQ(written->graphs.at(0).initializers[0].raw, source.graph.initializers[1].Bytes());
+}
+
+// Check that a Constant node outside the module that the module reads is copied in.
+TEST_F(ExtractTest, ConstantTheModuleReadsIsCopied) {
+  std::optional<OnnxModel> written = ExtractOk(ChainModel(), kLayer1);
+  ASSERT_TRUE(written);
+  std::vector<std::string> nodes = NodeNames(*written);
+  EXPECT_NE(std::find(nodes.begin(), nodes.end(), "const1"), nodes.end());
+  std::vector<std::string> inputs = ValueNames(written->graphs.at(0).inputs);
+  EXPECT_EQ(std::find(inputs.begin(), inputs.end(), "k1"), inputs.end());
+}
+
+// Check that a Constant node read only by another module is not copied.
+TEST_F(ExtractTest, ConstantOnlyAnotherModuleReadsIsNotCopied) {
+  std::optional<OnnxModel> written = ExtractOk(ChainModel(), kLayer1);
+  ASSERT_TRUE(written);
+  std::vector<std::string> nodes = NodeNames(*written);
+  EXPECT_EQ(std::find(nodes.begin(), nodes.end(), "const0"), nodes.end());
+}
+
+// Check that the written model keeps the source's IR version and opset imports.
+TEST_F(ExtractTest, IrVersionAndOpsetsAreTheSources) {
+  ModelSpec source = ChainModel();
+  source.ir_version = 7;
+  std::optional<OnnxModel> written = ExtractOk(source, kLayer1);
+  ASSERT_TRUE(written);
+  EXPECT_EQ(written->ir_version, 7);
+  ASSERT_EQ(written->opsets.size(), 2u);
+  EXPECT_EQ(written->opsets[0].domain, "");
+  EXPECT_EQ(written->opsets[0].version, 17);
+  EXPECT_EQ(written->opsets[1].domain, "ai.onnx.ml");
+  EXPECT_EQ(written->opsets[1].version, 3);
+}
+
+// Check that the written module table lists only the module, its descendants and its
+// ancestors, in table order with their paths and classes, plus the format version.
+TEST_F(ExtractTest, ModuleTableHoldsModuleDescendantsAndAncestors) {
+  std::optional<OnnxModel> written = ExtractOk(ChainModel(), kLayer1);
+  ASSERT_TRUE(written);
+  EXPECT_EQ(TableTags(*written), (std::vector<std::string>{"/Net", "/Net/Layer.1", "/Net/Layer.1/Inner"}));
+  EXPECT_EQ(written->metadata.at(std::string(kModuleTableKey)),
+            "{\"/Net\":{\"path\":\"\",\"class\":\"test.Net\"},"
+            "\"/Net/Layer.1\":{\"path\":\"layers.1\",\"class\":\"test.Block\"},"
+            "\"/Net/Layer.1/Inner\":{\"path\":\"layers.1.inner\",\"class\":\"test.Inner\"}}");
+  EXPECT_EQ(written->metadata.at(std::string(kFormatVersionKey)), kFormatVersion);
+}
+
+// Check that the written model of a module passes ONNX's checker.
+TEST_F(ExtractTest, WrittenModelPassesOnnxChecker) {
+  std::optional<OnnxModel> written = ExtractOk(ChainModel(), kLayer1);
+  ASSERT_TRUE(written);
+  onnx::ModelProto proto;
+  ASSERT_TRUE(proto.ParseFromArray(written->bytes().data(), static_cast<int>(written->bytes().size())));
+  EXPECT_NO_THROW(onnx::checker::check_model(proto));
+}
+
+// Check that the summary line names OUT, the module and the counts, and that only OUT is written.
+TEST_F(ExtractTest, SummaryLineNamesOutputAndCounts) {
+  std::string path = WriteModel(ChainModel());
+  RunResult result = Extract(path, kLayer1, OutPath());
+  EXPECT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.err, "");
+  EXPECT_EQ(result.out, OutPath() + ": /Net/Layer.1: 4 nodes, 2 inputs, 3 outputs, 1 initializers\n");
+  EXPECT_EQ(Files(), (std::set<std::string>{"model.onnx", "out.onnx"}));
+}
+
+// Check that --json prints one JSON object with the file, module, output, node count,
+// input and output names and initializer count.
+TEST_F(ExtractTest, JsonPrintsOneObject) {
+  std::string path = WriteModel(ChainModel());
+  RunResult result = Extract(path, kLayer1, OutPath(), /*json=*/true);
+  EXPECT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.err, "");
+  EXPECT_EQ(Lines(result.out).size(), 1u) << result.out;
+  std::string error;
+  std::optional<Json> json = ParseJson(result.out, &error);
+  ASSERT_TRUE(json) << error << "\n" << result.out;
+  ASSERT_EQ(json->kind, Json::Kind::kObject) << result.out;
+  auto text = [&](const char* key) {
+    const Json* member = json->Find(key);
+    return member && member->kind == Json::Kind::kString ? member->text : "<missing " + std::string(key) + ">";
+  };
+  auto number = [&](const char* key) {
+    const Json* member = json->Find(key);
+    return member && member->kind == Json::Kind::kNumber ? member->number : -1.0;
+  };
+  auto names = [&](const char* key) {
+    std::vector<std::string> list;
+    const Json* member = json->Find(key);
+    if (member == nullptr || member->kind != Json::Kind::kArray) return std::vector<std::string>{"<missing>"};
+    for (const Json& item : member->items) list.push_back(item.text);
+    return list;
+  };
+  EXPECT_EQ(text("file"), path);
+  EXPECT_EQ(text("module"), kLayer1);
+  EXPECT_EQ(text("output"), OutPath());
+  EXPECT_EQ(number("nodes"), 4);
+  EXPECT_EQ(names("inputs"), (std::vector<std::string>{"a", "x"}));
+  EXPECT_EQ(names("outputs"), (std::vector<std::string>{"m", "s", "u"}));
+  EXPECT_EQ(number("initializers"), 1);
+}
+
+// Check that a node tagged with a descendant of the module is part of it.
+TEST_F(ExtractTest, DescendantsNodeIsIncluded) {
+  std::optional<OnnxModel> written = ExtractOk(TwoNodeModel("/Net/Layer.1/Inner"), kLayer1);
+  ASSERT_TRUE(written);
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"relu1", "neg"}));
+  EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"y"});
+}
+
+// Check that a node tagged with a sibling (also one whose tag starts with the module's) is not.
+TEST_F(ExtractTest, SiblingsNodeIsNotIncluded) {
+  for (const char* sibling : {"/Net/Layer.10", "/Net/Layer.0"}) {
+    SCOPED_TRACE(sibling);
+    std::optional<OnnxModel> written = ExtractOk(TwoNodeModel(sibling), kLayer1);
+    ASSERT_TRUE(written);
+    EXPECT_EQ(NodeNames(*written), std::vector<std::string>{"relu1"});
+    EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"r"});
+  }
+}
+
+// Check that a node another module's tag owns but whose hiertag.shared_with lists the module is included.
+TEST_F(ExtractTest, NodeSharedWithModuleIsIncluded) {
+  std::optional<OnnxModel> written = ExtractOk(SharedNodeModel({kLayer1}, "/Net/Layer.0"), kLayer1);
+  ASSERT_TRUE(written);
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"shared", "neg1"}));
+  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), std::vector<std::string>{"x"});
+}
+
+// Check that a node whose hiertag.shared_with lists another module only is not included.
+TEST_F(ExtractTest, NodeSharedWithAnotherModuleIsNotIncluded) {
+  std::optional<OnnxModel> written = ExtractOk(SharedNodeModel({"/Net/Layer.2"}, "/Net/Layer.0"), kLayer1);
+  ASSERT_TRUE(written);
+  EXPECT_EQ(NodeNames(*written), std::vector<std::string>{"neg1"});
+  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), std::vector<std::string>{"r"});
+}
+
+// Check that the other sharer's (or its descendant's) use of a shared node's value does not make it an output.
+TEST_F(ExtractTest, OtherSharersUseMakesNoOutput) {
+  for (const char* user : {"/Net/Layer.0", "/Net/Layer.0/Attn"}) {
+    SCOPED_TRACE(user);
+    std::optional<OnnxModel> written = ExtractOk(SharedNodeModel({kLayer1}, user), kLayer1);
+    ASSERT_TRUE(written);
+    EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"y1"});
+  }
+}
+
+// Check that an unrelated module's use of a shared node's value makes it an output.
+TEST_F(ExtractTest, UnrelatedModulesUseMakesOutput) {
+  std::optional<OnnxModel> written = ExtractOk(SharedNodeModel({kLayer1}, "/Net/Head"), kLayer1);
+  ASSERT_TRUE(written);
+  EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), (std::vector<std::string>{"r", "y1"}));
+}
+
+// Check that a module whose value leaves it through another module's node and comes
+// back is refused, naming that node, and nothing is written.
+TEST_F(ExtractTest, NonConvexModuleIsRefused) {
+  ExpectRefused(DetourModel("/Net/A"), "/Net/A",
+                "module '/Net/A' is not a convex region of the graph: node 'b0' (Neg) takes values from the "
+                "module and gives values back to it");
+}
+
+// Check that the same graph whose last node belongs elsewhere is a convex module and is written.
+TEST_F(ExtractTest, ConvexModuleIsWritten) {
+  std::optional<OnnxModel> written = ExtractOk(DetourModel("/Net/B"), "/Net/A");
+  ASSERT_TRUE(written);
+  EXPECT_EQ(NodeNames(*written), std::vector<std::string>{"a0"});
+  EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"p"});
+}
+
+// Check that a detour through two outside nodes of different modules is refused too.
+TEST_F(ExtractTest, LongDetourIsRefused) {
+  ModelSpec model = DetourModel("/Net/A");
+  model.graph.Find("a1").In({"q2", "p"});
+  model.graph.nodes.insert(model.graph.nodes.begin() + 2,
+                           Node("c0", "Relu").In({"q"}).Out({"q2"}).Tag("/Net/C"));
+  model.graph.Type("q2", {2, 3});
+  model.Module("/Net/C", "c", "test.C");
+  ExpectRefused(model, "/Net/A", "not a convex region");
+}
+
+// A shared node of Layer.0 kept for Layer.1, read by `user_tag`'s node whose value Layer.1 reads back:
+//   shared  Relu(x) -> r       /Net/Layer.0, hiertag.shared_with [/Net/Layer.1]
+//   own0    Neg(r) -> q        `user_tag`
+//   use1    Add(q, r) -> y     /Net/Layer.1        y: model output
+ModelSpec SharedDetourModel(const std::string& user_tag) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  for (const char* value : {"x", "r", "q", "y"}) model.graph.Type(value, {2, 3});
+  model.graph.Add(Node("shared", "Relu").In({"x"}).Out({"r"}).Tag("/Net/Layer.0").SharedWith({kLayer1}))
+      .Add(Node("own0", "Neg").In({"r"}).Out({"q"}).Tag(user_tag))
+      .Add(Node("use1", "Add").In({"q", "r"}).Out({"y"}).Tag(kLayer1));
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Layer.0", "layers.0", "test.Block")
+      .Module("/Net/Layer.1", "layers.1", "test.Block")
+      .Module("/Net/Head", "head", "test.Head");
+  return model;
+}
+
+// Check that the other sharer's use of a shared node does not break convexity.
+TEST_F(ExtractTest, OtherSharersUseKeepsConvexity) {
+  std::optional<OnnxModel> written = ExtractOk(SharedDetourModel("/Net/Layer.0"), kLayer1);
+  ASSERT_TRUE(written);
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"shared", "use1"}));
+  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), (std::vector<std::string>{"x", "q"}));
+  EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"y"});
+}
+
+// Check that an unrelated module's use of a shared node that feeds the module again breaks convexity.
+TEST_F(ExtractTest, UnrelatedModulesUseBreaksConvexity) {
+  ExpectRefused(SharedDetourModel("/Net/Head"), kLayer1, "node 'own0' (Neg) takes values from the module");
+}
+
+// Check that a refused module leaves an existing OUT as it was.
+TEST_F(ExtractTest, RefusalLeavesExistingOutputAlone) {
+  std::string path = WriteModel(DetourModel("/Net/A"));
+  Write("previous", "out.onnx");
+  RunResult result = Extract(path, "/Net/A", OutPath());
+  EXPECT_EQ(result.code, 2) << result.err;
+  std::ifstream stream(OutPath(), std::ios::binary);
+  std::string content((std::istreambuf_iterator<char>(stream)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "previous");
+  EXPECT_EQ(Files(), (std::set<std::string>{"model.onnx", "out.onnx"}));
+}
+
+// Check that an unknown tag is refused with the three closest tags, nearest first, and nothing is written.
+TEST_F(ExtractTest, UnknownTagListsClosestTags) {
+  std::string path = WriteModel(ChainModel());
+  for (const std::string& out_path : {OutPath(), std::string()}) {
+    RunResult result = Extract(path, "/Net/Layr.1", out_path);
+    EXPECT_EQ(result.code, 2) << result.err;
+    EXPECT_EQ(result.out, "");
+    EXPECT_EQ(result.err,
+              path + ": unknown module '/Net/Layr.1'; closest: /Net/Layer.1, /Net/Layer.0, /Net/Layer.10\n");
+    EXPECT_EQ(Files(), std::set<std::string>{"model.onnx"});
+  }
+}
+
+// Check that without -o the model is written next to the source as MODEL.<tag>.onnx, the
+// tag without its leading '/' and with other characters but letters, digits and '.' as '_'.
+TEST_F(ExtractTest, DefaultOutputPathIsDerivedFromTag) {
+  std::string path = WriteModel(ChainModel());
+  RunResult result = Extract(path, kLayer1);
+  EXPECT_EQ(result.code, 0) << result.err;
+  std::string expected = OutPath("model.Net_Layer.1.onnx");
+  EXPECT_EQ(result.out, expected + ": /Net/Layer.1: 4 nodes, 2 inputs, 3 outputs, 1 initializers\n");
+  EXPECT_EQ(Files(), (std::set<std::string>{"model.onnx", "model.Net_Layer.1.onnx"}));
+  std::string error;
+  EXPECT_TRUE(OnnxModel::Load(expected, &error)) << error;
+}
+
+// Check that a qualified tag's brackets become '_' in the default output path, dots kept.
+TEST_F(ExtractTest, DefaultOutputPathReplacesBrackets) {
+  ModelSpec model = TwoNodeModel("/Net/Linear[proj.out]");
+  model.Module("/Net/Linear[proj.out]", "proj.out", "torch.nn.Linear");
+  std::string path = WriteModel(model);
+  RunResult result = Extract(path, "/Net/Linear[proj.out]");
+  EXPECT_EQ(result.code, 0) << result.err;
+  EXPECT_TRUE(std::filesystem::exists(OutPath("model.Net_Linear_proj.out_.onnx"))) << result.out;
+}
+
+// Check that an OUT in a missing directory is refused with one line and no partial file.
+TEST_F(ExtractTest, UnwritableOutputIsRefused) {
+  std::string path = WriteModel(ChainModel());
+  std::string out_path = (dir_ / "missing" / "out.onnx").string();
+  RunResult result = Extract(path, kLayer1, out_path);
+  EXPECT_EQ(result.code, 2);
+  EXPECT_EQ(result.out, "");
+  EXPECT_EQ(result.err, path + ": cannot write " + out_path + "\n");
+  EXPECT_EQ(Files(), std::set<std::string>{"model.onnx"});
+}
+
+// Check that a module with no node in the main graph is refused.
+TEST_F(ExtractTest, ModuleWithoutNodesIsRefused) {
+  ExpectRefused(ChainModel(), "/Net/Layer.0/Attn", "module '/Net/Layer.0/Attn' has no nodes in the main graph");
+}
+
+// Check that a module none of whose values is read outside or is a model output is refused.
+TEST_F(ExtractTest, ModuleWithoutOutputsIsRefused) {
+  ModelSpec model = TwoNodeModel("/Net");
+  model.graph.Find("neg").In({"x"});
+  ExpectRefused(model, kLayer1, "module '/Net/Layer.1' produces nothing used outside it");
+}
+
+// Check that values the file does not type are typed by ONNX shape inference.
+TEST_F(ExtractTest, ShapeInferenceTypesUnrecordedValues) {
+  std::optional<OnnxModel> written = ExtractOk(InferableModel(), kLayer1);
+  ASSERT_TRUE(written);
+  const OnnxGraph& graph = written->graphs.at(0);
+  ASSERT_EQ(ValueNames(graph.inputs), std::vector<std::string>{"r"});
+  ASSERT_EQ(ValueNames(graph.outputs), std::vector<std::string>{"m"});
+  EXPECT_EQ(TensorTypeOf(graph.inputs[0].raw), (TensorTypeSpec{kFloat, {2, 3}}));
+  EXPECT_EQ(TensorTypeOf(graph.outputs[0].raw), (TensorTypeSpec{kFloat, {2, 3}}));
+}
+
+// Check that a value made by an op shape inference does not know is typed from the file's value_info.
+TEST_F(ExtractTest, RecordedTypeTypesValueOfUnknownOp) {
+  ModelSpec model = CustomOpModel();
+  model.graph.Type("v", {4}, kInt64);
+  std::optional<OnnxModel> written = ExtractOk(model, kLayer1);
+  ASSERT_TRUE(written);
+  ASSERT_EQ(ValueNames(written->graphs.at(0).inputs), std::vector<std::string>{"v"});
+  EXPECT_EQ(TensorTypeOf(written->graphs.at(0).inputs[0].raw), (TensorTypeSpec{kInt64, {4}}));
+}
+
+// Check that a value nothing can type is refused with "no type for value" and nothing is written.
+TEST_F(ExtractTest, UntypableValueIsRefused) {
+  ExpectRefused(CustomOpModel(), kLayer1, "no type for value 'v'");
+}
+
+// Check that a graph input the file declares without a type, which nothing can type, is
+// refused rather than written as an untyped input.
+TEST_F(ExtractTest, UntypedGraphInputIsRefused) {
+  ModelSpec model = InferableModel();
+  model.graph.types.clear();
+  model.graph.Type("r", {2, 3}).Type("y", {2, 3});
+  ExpectRefused(model, "/Net/Layer.0", "no type for value 'x'");
+}
+
+// Check that a graph output the file declares without a type is typed by shape inference
+// rather than written untyped.
+TEST_F(ExtractTest, UntypedGraphOutputIsInferred) {
+  ModelSpec model = InferableModel();
+  model.graph.types.clear();
+  model.graph.Type("x", {2, 3});
+  model.graph.nodes.pop_back();
+  model.graph.outputs = {"m"};
+  std::optional<OnnxModel> written = ExtractOk(model, kLayer1);
+  ASSERT_TRUE(written);
+  ASSERT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"m"});
+  EXPECT_EQ(TensorTypeOf(written->graphs.at(0).outputs[0].raw), (TensorTypeSpec{kFloat, {2, 3}}));
+}
+
+// x -> relu0 [Layer.0] -> a; loop1 [Layer.1] Loop(x) -> y whose body computes v_out from `body_reads`.
+ModelSpec LoopModel(const std::vector<std::string>& body_reads) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  model.graph.Type("x", {2, 3}).Type("y", {2, 3}).Type("a", {2, 3});
+  GraphSpec body;
+  body.name = "loop_body";
+  body.inputs = {"i", "c", "v_in"};
+  body.outputs = {"c", "v_out"};
+  body.Add(Node("body_add", "Add").In(body_reads).Out({"v_out"}).Tag(kLayer1));
+  model.graph.Add(Node("relu0", "Relu").In({"x"}).Out({"a"}).Tag("/Net/Layer.0"))
+      .Add(Node("loop1", "Loop").In({"", "", "x"}).Out({"y"}).Tag(kLayer1).Body(body));
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Layer.0", "layers.0", "test.Block")
+      .Module("/Net/Layer.1", "layers.1", "test.Block");
+  return model;
+}
+
+// Check that a value a node's body reads from outside becomes an input, and the body comes with the node.
+TEST_F(ExtractTest, BodysOuterReadIsInput) {
+  std::optional<OnnxModel> written = ExtractOk(LoopModel({"v_in", "a"}), kLayer1);
+  ASSERT_TRUE(written);
+  EXPECT_EQ(NodeNames(*written), std::vector<std::string>{"loop1"});
+  EXPECT_EQ(written->nodes.size(), 2u);
+  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), (std::vector<std::string>{"x", "a"}));
+}
+
+// Check that a value a body defines itself does not become an input.
+TEST_F(ExtractTest, BodysOwnValueIsNotInput) {
+  std::optional<OnnxModel> written = ExtractOk(LoopModel({"v_in", "v_in"}), kLayer1);
+  ASSERT_TRUE(written);
+  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), std::vector<std::string>{"x"});
+}
+
+// Check that extract through the command line passes --module, -o and --json on.
+TEST_F(ExtractTest, CommandLinePassesOptions) {
+  std::string path = WriteModel(ChainModel());
+  RunResult tool = Tool({"extract", path, "--module", kLayer1, "-o", OutPath("tool.onnx"), "--json"});
+  EXPECT_EQ(tool.code, 0) << tool.err;
+  EXPECT_EQ(tool.err, "");
+  RunResult direct = Extract(path, kLayer1, OutPath("tool.onnx"), /*json=*/true);
+  EXPECT_EQ(tool.out, direct.out);
+}
+
+// Check that extract without --module is a usage error.
+TEST_F(ExtractTest, CommandLineWithoutModuleIsUsageError) {
+  std::string path = WriteModel(ChainModel());
+  RunResult result = Tool({"extract", path});
+  EXPECT_EQ(result.code, 2);
+  EXPECT_EQ(result.out, "");
+  EXPECT_EQ(result.err, "hiertag: extract needs --module TAG (see 'hiertag --help')\n");
+  EXPECT_EQ(Files(), std::set<std::string>{"model.onnx"});
+}
+
+// Check that extract --help prints extract's usage and exits 0.
+TEST_F(ExtractTest, CommandLineHelpPrintsUsage) {
+  RunResult result = Tool({"extract", "--help"});
+  EXPECT_EQ(result.code, 0);
+  EXPECT_EQ(result.err, "");
+  std::vector<std::string> lines = Lines(result.out);
+  ASSERT_GT(lines.size(), 1u) << result.out;
+  EXPECT_EQ(lines[0], "usage: hiertag extract MODEL.onnx --module TAG [-o OUT.onnx] [--json]");
+}
+
+}  // namespace
+}  // namespace hiertag::tooltest
