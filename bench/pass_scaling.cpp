@@ -1,0 +1,196 @@
+// Pass scaling: time per node of hiertag's passes on synthetic graphs.
+//
+// A synthetic model: a root with L layers, each holding an attention and an MLP
+// block with two Linear-like children each (torch.nn, filtered) and a LayerNorm,
+// giving scope chains 3 to 4 levels deep, as in HF transformer exports. Each
+// layer contributes a fixed chain of ONNX-level nodes recorded in those scopes,
+// plus a share of pass-made nodes (a Constant and an initializer Identity per
+// layer) that the rules settle. Sizes are node counts: 1k, 10k, 100k, 1M.
+//
+// usage: build/hiertag_pass_scaling [--benchmark_filter=...]
+// Reports time per iteration and per node (per_node, in seconds with an SI
+// prefix: 150n = 150 ns; items_per_second = nodes/s); linear
+// scaling shows as a constant per-node time across sizes.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "hiertag/assign_hierarchy_tags.h"
+#include "hiertag/borrowed_scopes.h"
+#include "hiertag/module_table.h"
+#include "hiertag/proto_wire.h"
+#include "hiertag/proto_tagging.h"
+#include "hiertag/record_cse_sharing.h"
+#include "hiertag/scope_names.h"
+
+namespace hiertag {
+namespace {
+
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::ScopePtr;
+using torch::jit::Value;
+
+constexpr int kNodesPerLayer = 20;
+
+struct SyntheticModel {
+  ModuleTable modules;
+  std::unordered_set<std::string> members;
+  std::shared_ptr<Graph> graph = std::make_shared<Graph>();
+};
+
+ScopePtr Push(const ScopePtr& parent, int module, const std::string& name) {
+  return parent->push(c10::Symbol::scope(MarkInstanceScopeName(module, name)));
+}
+
+// Builds a model of about `nodes` nodes.
+std::unique_ptr<SyntheticModel> BuildModel(int64_t nodes) {
+  auto model = std::make_unique<SyntheticModel>();
+  int layers = static_cast<int>(std::max<int64_t>(1, nodes / kNodesPerLayer));
+  model->modules.Add("", "pkg.Model", "Model", true);
+  model->modules.Add("layers", "torch.nn.modules.container.ModuleList", "ModuleList", false);
+  struct LayerModules {
+    int layer, attention, query, output, norm, mlp, up, down;
+  };
+  std::vector<LayerModules> ids;
+  for (int i = 0; i < layers; ++i) {
+    std::string layer = "layers." + std::to_string(i);
+    LayerModules m;
+    m.layer = model->modules.Add(layer, "pkg.Layer", "Layer", true);
+    m.attention = model->modules.Add(layer + ".attention", "pkg.Attention", "Attention", true);
+    m.query = model->modules.Add(layer + ".attention.query", "torch.nn.modules.linear.Linear", "Linear", false);
+    m.output = model->modules.Add(layer + ".attention.output", "torch.nn.modules.linear.Linear", "Linear", false);
+    m.norm = model->modules.Add(layer + ".norm", "torch.nn.modules.normalization.LayerNorm", "LayerNorm", false);
+    m.mlp = model->modules.Add(layer + ".mlp", "pkg.MLP", "MLP", true);
+    m.up = model->modules.Add(layer + ".mlp.up", "torch.nn.modules.linear.Linear", "Linear", false);
+    m.down = model->modules.Add(layer + ".mlp.down", "torch.nn.modules.linear.Linear", "Linear", false);
+    ids.push_back(m);
+    model->members.insert(layer + ".norm.weight");
+  }
+  model->modules.Finalize();
+
+  Graph& graph = *model->graph;
+  ScopePtr root = Push(c10::make_intrusive<torch::jit::Scope>(), 0, "pkg.Model::");
+  Value* x = graph.addInput("x");
+  std::vector<Value*> weights;
+  for (int i = 0; i < layers; ++i) {
+    Value* weight = graph.addInput();
+    weight->setDebugName("w" + std::to_string(i));
+    weights.push_back(weight);
+  }
+  auto add = [&](const char* kind, std::vector<Value*> inputs, const ScopePtr& scope) {
+    Node* node = graph.create(c10::Symbol::onnx(kind), inputs, 1);
+    if (scope) node->setScope(scope);
+    graph.appendNode(node);
+    return node->output();
+  };
+  for (int i = 0; i < layers; ++i) {
+    const LayerModules& m = ids[i];
+    ScopePtr layer = Push(root, m.layer, "pkg.Layer::layers." + std::to_string(i));
+    ScopePtr attention = Push(layer, m.attention, "pkg.Attention::attention");
+    ScopePtr query = Push(attention, m.query, "torch.nn.modules.linear.Linear::query");
+    ScopePtr output = Push(attention, m.output, "torch.nn.modules.linear.Linear::output");
+    ScopePtr norm = Push(layer, m.norm, "torch.nn.modules.normalization.LayerNorm::norm");
+    ScopePtr mlp = Push(layer, m.mlp, "pkg.MLP::mlp");
+    ScopePtr up = Push(mlp, m.up, "torch.nn.modules.linear.Linear::up");
+    ScopePtr down = Push(mlp, m.down, "torch.nn.modules.linear.Linear::down");
+    // Pass-made nodes: an unscoped Constant and the Identity of a deduplicated initializer.
+    Value* constant = add("Constant", {}, nullptr);
+    Value* bias = add("Identity", {weights[i]}, nullptr);
+    bias->setDebugName("layers." + std::to_string(i) + ".norm.weight");
+    Value* h = add("MatMul", {x, weights[i]}, query);
+    h = add("Add", {h, constant}, query);
+    h = add("Reshape", {h, constant}, attention);
+    h = add("Transpose", {h}, attention);
+    h = add("MatMul", {h, h}, attention);
+    h = add("Div", {h, constant}, attention);
+    h = add("Softmax", {h}, attention);
+    h = add("MatMul", {h, h}, attention);
+    h = add("MatMul", {h, weights[i]}, output);
+    h = add("Add", {h, x}, layer);
+    h = add("LayerNormalization", {h, bias}, norm);
+    Value* r = h;
+    h = add("MatMul", {h, weights[i]}, up);
+    h = add("Add", {h, constant}, up);
+    h = add("Gelu", {h}, mlp);
+    h = add("MatMul", {h, weights[i]}, down);
+    h = add("Add", {h, constant}, down);
+    x = add("Add", {h, r}, layer);
+  }
+  graph.registerOutput(x);
+  return model;
+}
+
+void BM_AssignHierarchyTags(benchmark::State& state) {
+  std::unique_ptr<SyntheticModel> model = BuildModel(state.range(0));
+  BorrowedScopes borrowed;
+  size_t nodes = 0;
+  for (auto _ : state) {
+    HierarchyTagging tagging = AssignHierarchyTags(*model->graph, model->modules, borrowed, model->members, 1);
+    nodes = tagging.nodes.size();
+    benchmark::DoNotOptimize(tagging);
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(nodes));
+  state.counters["nodes"] = static_cast<double>(nodes);
+  state.counters["per_node"] = benchmark::Counter(
+      static_cast<double>(nodes), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+void BM_PlanTaggedModel(benchmark::State& state) {
+  std::unique_ptr<SyntheticModel> model = BuildModel(state.range(0));
+  BorrowedScopes borrowed;
+  HierarchyTagging tagging = AssignHierarchyTags(*model->graph, model->modules, borrowed, model->members, 1);
+  std::vector<SerializedNodeTag> tags = tagging.ToSerialized(model->modules);
+  // A ModelProto holding one NodeProto per node (op_type only), 1 MB of weights.
+  std::string graph;
+  for (const SerializedNodeTag& tag : tags) {
+    std::string node;
+    wire::AppendLengthDelimited(&node, 4, tag.op_type);
+    wire::AppendLengthDelimited(&graph, 1, node);
+  }
+  wire::AppendLengthDelimited(&graph, 5, std::string(1 << 20, '\0'));
+  std::string bytes;
+  wire::AppendVarint(&bytes, (1 << 3) | wire::kVarint);
+  wire::AppendVarint(&bytes, 8);
+  wire::AppendLengthDelimited(&bytes, 7, graph);
+  std::string table = model->modules.ToJson(tagging.UsedTagModules());
+  for (auto _ : state) {
+    TaggedModelPlan plan;
+    std::string error;
+    if (!PlanTaggedModel(bytes, tags, {{"hiertag.modules", table}}, &plan, &error)) {
+      state.SkipWithError(error.c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(plan);
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(tags.size()));
+  state.counters["per_node"] = benchmark::Counter(
+      static_cast<double>(tags.size()), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+void BM_RecordCseSharing(benchmark::State& state) {
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::unique_ptr<SyntheticModel> model = BuildModel(state.range(0));
+    BorrowedScopes borrowed;
+    state.ResumeTiming();
+    // The bookkeeping around CSE alone: the pass itself is torch's.
+    RecordCseSharing(*model->graph, borrowed, [] {});
+    state.PauseTiming();
+    model.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
+}
+
+BENCHMARK(BM_AssignHierarchyTags)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PlanTaggedModel)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RecordCseSharing)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace hiertag
+
+BENCHMARK_MAIN();
