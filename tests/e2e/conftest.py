@@ -4,19 +4,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-PLUGIN = ROOT / "build" / "libhiertag.so"
-
-
-@pytest.fixture(scope="session", autouse=True)
-def plugin():
-    if not PLUGIN.exists():
-        pytest.exit(f"{PLUGIN} is missing: build first (scripts/build.sh)", returncode=2)
-    torch.ops.load_library(str(PLUGIN))
-    yield
-    os.environ.pop("HIERTAG", None)
 
 
 def _export_in_subprocess(out_dir, load_plugin, hiertag):

@@ -6,7 +6,7 @@ import onnx
 import torch
 
 from scripts import hiertag_checks as tm
-from tests.e2e.conftest import PLUGIN
+from tests.conftest import PLUGIN
 from tests.e2e.test_export import export
 from tests.models import zoo
 
