@@ -11,50 +11,26 @@
 #include <utility>
 #include <vector>
 
+#include "hiertag/onnx_fields.h"
 #include "hiertag/proto_wire.h"
 #include "hiertag/tag_format.h"
 
 namespace hiertag::tooltest {
 
-// onnx.proto field numbers the builder writes.
-inline constexpr uint32_t kModelIrVersion = 1;
-inline constexpr uint32_t kModelGraph = 7;
-inline constexpr uint32_t kModelOpsetImport = 8;
-inline constexpr uint32_t kModelMetadataProps = 14;
-inline constexpr uint32_t kOpsetDomain = 1;
-inline constexpr uint32_t kOpsetVersion = 2;
-inline constexpr uint32_t kGraphNode = 1;
-inline constexpr uint32_t kGraphName = 2;
-inline constexpr uint32_t kGraphInitializer = 5;
-inline constexpr uint32_t kGraphInput = 11;
-inline constexpr uint32_t kGraphOutput = 12;
-inline constexpr uint32_t kGraphValueInfo = 13;
-inline constexpr uint32_t kValueInfoName = 1;
-inline constexpr uint32_t kValueInfoType = 2;
+using namespace onnx_field;  // NOLINT: the shared onnx.proto field numbers
+
+// The onnx.proto field numbers the builder writes beyond include/hiertag/onnx_fields.h.
 inline constexpr uint32_t kTypeTensorType = 1;
 inline constexpr uint32_t kTensorTypeElemType = 1;
 inline constexpr uint32_t kTensorTypeShape = 2;
 inline constexpr uint32_t kShapeDim = 1;
 inline constexpr uint32_t kDimValue = 1;
-inline constexpr uint32_t kTensorDims = 1;
-inline constexpr uint32_t kTensorDataType = 2;
-inline constexpr uint32_t kTensorName = 8;
 inline constexpr uint32_t kTensorRawData = 9;
-inline constexpr uint32_t kNodeInput = 1;
-inline constexpr uint32_t kNodeOutput = 2;
-inline constexpr uint32_t kNodeName = 3;
-inline constexpr uint32_t kNodeOpType = 4;
-inline constexpr uint32_t kNodeAttribute = 5;
-inline constexpr uint32_t kNodeDomain = 7;
-inline constexpr uint32_t kNodeMetadataProps = 9;
 inline constexpr uint32_t kAttributeName = 1;
 inline constexpr uint32_t kAttributeTensor = 5;
-inline constexpr uint32_t kAttributeGraph = 6;
 inline constexpr uint32_t kAttributeType = 20;
 inline constexpr uint64_t kAttributeTypeTensor = 4;
 inline constexpr uint64_t kAttributeTypeGraph = 5;
-inline constexpr uint32_t kEntryKey = 1;
-inline constexpr uint32_t kEntryValue = 2;
 
 // TensorProto.DataType values the tests use.
 inline constexpr uint64_t kFloat = 1;  // 4 bytes
