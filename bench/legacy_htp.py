@@ -18,7 +18,14 @@ The result is written in hiertag's file format (node metadata_props
 score both. Its known defect is step 4: execution order and ONNX node order
 differ, so tags cross layers.
 
-usage: export(model, args, path, input_names=None, opset_version=17)"""
+It patches torch for the length of an export, like the tool it reproduces, and
+leaves the process unable to export some models afterwards (measured: after
+a legacy export of BERT, exporting GPT-2 or SAM in the same process fails with
+"len() of a 0-d tensor"; bisected to the patching of `gt`, cause not found).
+Run each legacy export in a process of its own:
+
+usage: export(model, args, path, input_names=None, opset_version=17)
+       python bench/legacy_htp.py zoo:NAME OUT.onnx      (a bundled model)"""
 
 import collections
 import functools
@@ -85,15 +92,21 @@ class _Tracer:
                 original = getattr(target, op, None)
                 if original is None:
                     continue
-                self.originals.append((target, op, original))
+                # Many Tensor methods are inherited from the C base class: put
+                # back exactly what was there (an own attribute, or none).
+                owned = op in vars(target)
+                self.originals.append((target, op, original, owned))
                 setattr(target, op, self._recording(op, original))
         return self
 
     def __exit__(self, *exc):
         for handle in self.handles:
             handle.remove()
-        for target, op, original in reversed(self.originals):
-            setattr(target, op, original)
+        for target, op, original, owned in reversed(self.originals):
+            if owned:
+                setattr(target, op, original)
+            else:
+                delattr(target, op)
 
     def _push(self, name, module, *_):
         tag = self.stack[-1] + "/" + _segment(name, module)
@@ -182,3 +195,19 @@ def export(model, args, path, input_names=None, opset_version=17):
     onnx_model.metadata_props.add(key="hiertag.modules", value=json.dumps(table, sort_keys=True))
     onnx.save(onnx_model, path)
     return tracer.trace
+
+
+if __name__ == "__main__":
+    import sys
+    import warnings
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.models import zoo
+
+    warnings.simplefilter("ignore")
+    kind, _, name = sys.argv[1].partition(":")
+    if len(sys.argv) != 3 or kind != "zoo" or name not in zoo.ALL:
+        sys.exit(f"usage: legacy_htp.py zoo:NAME OUT.onnx  (NAME: {', '.join(zoo.ALL)})")
+    model, args = zoo.ALL[name]()
+    export(model, args, sys.argv[2])
