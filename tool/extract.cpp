@@ -76,11 +76,13 @@ class Extractor {
     const OnnxGraph& main = file_.model.graphs.at(0);
     for (const OnnxInitializer& initializer : main.initializers) initializers_[initializer.name] = &initializer;
     for (int index : main.nodes) {
+      reads_[index] = CollectReads(index);
+      tags_[index] = NodeTags(file_.model.nodes[index]);
       for (const std::string& output : file_.model.nodes[index].outputs) producer_[output] = index;
-      for (const std::string& input : Reads(index)) consumers_[input].push_back(index);
+      for (const std::string& input : reads_[index]) consumers_[input].push_back(index);
     }
     for (int index : main.nodes) {
-      std::vector<std::string> tags = NodeTags(file_.model.nodes[index]);
+      const std::vector<std::string>& tags = tags_.at(index);
       if (std::any_of(tags.begin(), tags.end(), [&](const std::string& t) { return IsTagAncestorOrSelf(tag_, t); })) {
         selected_.insert(index);
       }
@@ -100,8 +102,11 @@ class Extractor {
   size_t initializer_count() const { return needed_initializers_.size(); }
 
  private:
+  // Values a main-graph node reads (collected once in Run).
+  const std::vector<std::string>& Reads(int index) const { return reads_.at(index); }
+
   // Values a node reads, its graphs' references to outer values included.
-  std::vector<std::string> Reads(int index) const {
+  std::vector<std::string> CollectReads(int index) const {
     const OnnxNode& node = file_.model.nodes[index];
     std::vector<std::string> reads;
     for (const std::string& input : node.inputs) {
@@ -134,7 +139,7 @@ class Extractor {
   // (measured on SAM: a two-way attention block's Add merged with an identical
   // Add of the transformer holding it, which the block never returned).
   bool IsOtherSharersUse(int producer, int user) const {
-    std::vector<std::string> tags = NodeTags(file_.model.nodes[producer]);
+    const std::vector<std::string>& tags = tags_.at(producer);
     const std::string* user_tag = NodeTag(file_.model.nodes[user]);
     if (tags.size() < 2 || user_tag == nullptr) return false;
     return std::any_of(tags.begin(), tags.end(), [&](const std::string& sharer) {
@@ -288,6 +293,8 @@ class Extractor {
   std::string tag_;
   ValueTypes types_;
   std::map<std::string, const OnnxInitializer*> initializers_;
+  std::map<int, std::vector<std::string>> reads_;  // per main-graph node
+  std::map<int, std::vector<std::string>> tags_;   // its tag, then its shared_with tags
   std::map<std::string, int> producer_;
   std::map<std::string, std::vector<int>> consumers_;
   std::set<int> selected_;  // ordered: node indices are the source's order
