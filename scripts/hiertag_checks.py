@@ -178,6 +178,18 @@ def module_boundaries(model):
     return boundaries
 
 
+def feeds_for(model_bytes, torch_model, args):
+    """ONNX Runtime feeds for an export of `torch_model` on `args`: the
+    arguments as the exporter itself decided them (keywords placed by
+    signature, defaults such as GPT-2's logits_to_keep kept)."""
+    decided = exporter_utils._decide_input_format(torch_model, args)
+    values = [v for v in decided if isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool)]
+    inputs = onnxruntime.InferenceSession(model_bytes).get_inputs()
+    if len(inputs) != len(values):
+        raise ValueError(f"the model has {len(inputs)} inputs, the arguments give {len(values)} values")
+    return {i.name: (v.numpy() if isinstance(v, torch.Tensor) else np.array(v)) for i, v in zip(inputs, values)}
+
+
 def intermediate_values(model, feeds, names):
     """ONNX Runtime values of `names` (optimizations off so every node runs)."""
     probe = onnx.ModelProto()

@@ -38,7 +38,6 @@ import numpy as np
 import onnx
 import onnxruntime
 import torch
-from torch.onnx._internal.torchscript_exporter import utils as exporter_utils
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -100,13 +99,6 @@ def build(options):
     fail(f"MODEL must be zoo:NAME, transformers:CLASS or FILE.py:FUNCTION, not '{options.model}'")
 
 
-def feeds_for(model_bytes, torch_model, args):
-    decided = exporter_utils._decide_input_format(torch_model, args)
-    values = [v for v in decided if isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool)]
-    inputs = onnxruntime.InferenceSession(model_bytes).get_inputs()
-    return {i.name: (v.numpy() if isinstance(v, torch.Tensor) else np.array(v)) for i, v in zip(inputs, values)}
-
-
 def extract_all(source, table, out_dir):
     extracted = {}
     for index, tag in enumerate(table):
@@ -135,7 +127,7 @@ def main():
         torch.onnx.export(torch_model, args, str(source), dynamo=False, opset_version=OPSET)
         model = onnx.load(source)
         table = checks.module_table(model)
-        feeds = feeds_for(source.read_bytes(), torch_model, args)
+        feeds = checks.feeds_for(source.read_bytes(), torch_model, args)
         extracted = extract_all(source, table, out_dir)
         boundary_checked, boundary_skipped, boundary_failures = checks.check_module_boundaries(
             model, reference, args, feeds)

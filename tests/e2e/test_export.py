@@ -13,8 +13,6 @@ import onnxruntime
 import pytest
 import torch
 
-from torch.onnx._internal.torchscript_exporter import utils as exporter_utils
-
 from scripts import hiertag_checks as tm
 from tests.e2e.export_plain import OPSET
 from tests.models import zoo
@@ -28,16 +26,6 @@ def export(model, args, flag):
         return buffer.getvalue()
     finally:
         os.environ.pop("HIERTAG", None)
-
-
-def feeds_for(model_bytes, torch_model, args):
-    """ONNX Runtime feeds: the arguments as the exporter itself decided them
-    (keywords placed by signature, defaults such as GPT-2's logits_to_keep kept)."""
-    decided = exporter_utils._decide_input_format(torch_model, args)
-    values = [v for v in decided if isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool)]
-    inputs = onnxruntime.InferenceSession(model_bytes).get_inputs()
-    assert len(inputs) == len(values)
-    return {i.name: (v.numpy() if isinstance(v, torch.Tensor) else np.array(v)) for i, v in zip(inputs, values)}
 
 
 def run(model_bytes, feeds):
@@ -96,7 +84,7 @@ def test_module_table_names_the_real_module_instances(exported):
 def test_checker_accepts_and_runtime_gives_identical_outputs(exported):
     _, torch_model, args, tagged, plain = exported
     onnx.checker.check_model(onnx.load_from_string(tagged), full_check=True)
-    feeds = feeds_for(plain, torch_model, args)
+    feeds = tm.feeds_for(plain, torch_model, args)
     for ours, theirs in zip(run(tagged, feeds), run(plain, feeds)):
         np.testing.assert_array_equal(ours, theirs)
 
@@ -140,7 +128,7 @@ def test_every_module_passes_the_boundary_check(exported):
     model = onnx.load_from_string(tagged)
     reference = tm.eager_reference(torch_model)
     checked, skipped, failures = tm.check_module_boundaries(model, reference, args,
-                                                            feeds_for(plain, torch_model, args))
+                                                            tm.feeds_for(plain, torch_model, args))
     assert checked
     assert not failures, f"{name}: " + "\n".join(failures)
     # Only modules whose forward was called directly (child.forward(x)) have no

@@ -9,7 +9,7 @@ import onnxruntime
 import pytest
 
 from scripts import hiertag_checks as tm
-from tests.e2e.test_export import export, feeds_for, run_tool
+from tests.e2e.test_export import export, run_tool
 from tests.models import zoo
 
 
@@ -27,7 +27,7 @@ def test_every_module_extracts_to_a_model_that_reproduces_the_full_model(name, t
         assert result.returncode == 0, f"{tag}: {result.stderr}"
         extracted[tag] = (out, json.loads(result.stdout))
     wanted = sorted({n for _, info in extracted.values() for n in info["inputs"] + info["outputs"]})
-    values = tm.intermediate_values(model, feeds_for(tagged, torch_model, args), wanted)
+    values = tm.intermediate_values(model, tm.feeds_for(tagged, torch_model, args), wanted)
     for tag, (path, info) in extracted.items():
         module = onnx.load(path)
         onnx.checker.check_model(module, full_check=True)
