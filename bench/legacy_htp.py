@@ -7,7 +7,8 @@ against, NOT part of the product:
      tags (parent tag + "/" + Class[.N] when the attribute name is a list index);
   2. ~60 torch / torch.nn.functional / Tensor functions are patched; each call
      appends {op, current tag, order} to a trace;
-  3. torch.onnx.export runs with the hooks and patches active;
+  3. torch.onnx.export runs with the hooks active, and the patches while the
+     model's forward runs (the tracing part of the export);
   4. projection: trace entries are grouped by op kind and ONNX nodes by op
      type; each op type's nodes, in graph order, take the next unused trace tag
      of a matching op;
@@ -18,13 +19,13 @@ The result is written in hiertag's file format (node metadata_props
 score both. Its known defect is step 4: execution order and ONNX node order
 differ, so tags cross layers.
 
-It patches torch for the length of an export, like the tool it reproduces, and
-leaves the process unable to export some models afterwards (measured: after
-a legacy export of BERT, exporting GPT-2 or SAM in the same process fails with
-"len() of a 0-d tensor"; bisected to the patching of `gt`, cause not found).
-Run each legacy export in a process of its own:
+One departure, forced: tensor indexing is recorded by a torch function mode,
+not by assigning torch.Tensor.__getitem__ as the original did, which breaks
+the exporter's symbolic functions for the rest of the process (_IndexingRecorder).
+The benchmark still runs every export in a fresh process, for fair timing.
 
 usage: export(model, args, path, input_names=None, opset_version=17)
+         -> {"trace": [...], "root_fallback": nodes the fallback put on the root}
        python bench/legacy_htp.py zoo:NAME OUT.onnx      (a bundled model)"""
 
 import collections
@@ -58,6 +59,7 @@ PATCHED_OPS = {
 }
 
 _TARGETS = (torch, F, torch.Tensor)
+_RECORDED_BY_MODE = {"__getitem__"}
 
 
 def _is_torch_module(module):
@@ -80,6 +82,7 @@ class _Tracer:
         self.handles = []
         self.originals = []
         self.depth = 0
+        self.indexing = None
 
     def __enter__(self):
         for name, module in self.model.named_modules():
@@ -87,8 +90,24 @@ class _Tracer:
                 continue
             self.handles.append(module.register_forward_pre_hook(functools.partial(self._push, name, module)))
             self.handles.append(module.register_forward_hook(self._pop))
+        # The patches are live while the model's forward runs (the tracing part
+        # of the export), installed by the root's hooks.
+        self.handles.append(self.model.register_forward_pre_hook(lambda *_: self._patch()))
+        self.handles.append(self.model.register_forward_hook(lambda *_: self._unpatch()))
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+        self._unpatch()
+
+    def _patch(self):
+        self.indexing = _IndexingRecorder(self)
+        self.indexing.__enter__()
         for target in _TARGETS:
             for op in PATCHED_OPS:
+                if op in _RECORDED_BY_MODE:
+                    continue
                 original = getattr(target, op, None)
                 if original is None:
                     continue
@@ -97,16 +116,17 @@ class _Tracer:
                 owned = op in vars(target)
                 self.originals.append((target, op, original, owned))
                 setattr(target, op, self._recording(op, original))
-        return self
 
-    def __exit__(self, *exc):
-        for handle in self.handles:
-            handle.remove()
+    def _unpatch(self):
         for target, op, original, owned in reversed(self.originals):
             if owned:
                 setattr(target, op, original)
             else:
                 delattr(target, op)
+        self.originals = []
+        if self.indexing is not None:
+            self.indexing.__exit__(None, None, None)
+            self.indexing = None
 
     def _push(self, name, module, *_):
         tag = self.stack[-1] + "/" + _segment(name, module)
@@ -129,6 +149,25 @@ class _Tracer:
             finally:
                 tracer.depth -= 1
         return record
+
+
+class _IndexingRecorder(torch.overrides.TorchFunctionMode):
+    """Records tensor indexing. The original tool assigned a wrapper to
+    torch.Tensor.__getitem__; in CPython that gives the class a sequence slot
+    that deleting the attribute does not take back, so every tensor becomes a
+    "sequence" and the exporter's own symbolic functions fail later in the same
+    export (GPT-2: "len() of a 0-d tensor" while translating aten::size). A
+    torch function mode records the same calls without touching the class."""
+
+    def __init__(self, tracer):
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.__getitem__ and self.tracer.depth == 0:
+            self.tracer.trace.append({"op": "__getitem__", "tag": self.tracer.stack[-1],
+                                      "order": len(self.tracer.trace)})
+        return func(*args, **(kwargs or {}))
 
 
 def _project(graph, trace, root):
@@ -174,19 +213,23 @@ def _fill(graph, tags, root):
             if found:
                 tags[key(node)] = found[0]
                 changed = True
+    fallback = 0
     for node in graph.node:
-        tags.setdefault(key(node), root)
-    return tags
+        if key(node) not in tags:
+            tags[key(node)] = root
+            fallback += 1
+    return tags, fallback
 
 
 def export(model, args, path, input_names=None, opset_version=17):
-    """Exports `model` with legacy HTP tags in hiertag's file format."""
+    """Exports `model` with legacy HTP tags in hiertag's file format; returns
+    the trace and how many nodes only the fallback tagged."""
     with _Tracer(model) as tracer:
         torch.onnx.export(model, args, path, input_names=input_names, opset_version=opset_version, dynamo=False)
     onnx_model = onnx.load(path)
     graph = onnx_model.graph
     root = tracer.stack[0]
-    tags = _fill(graph, _project(graph, tracer.trace, root), root)
+    tags, fallback = _fill(graph, _project(graph, tracer.trace, root), root)
     for node in graph.node:
         node.metadata_props.add(key="hierarchy_tag", value=tags[node.name or id(node)])
     used = set(tags.values())
@@ -194,7 +237,7 @@ def export(model, args, path, input_names=None, opset_version=17):
              if any(u == tag or u.startswith(tag + "/") for u in used)}
     onnx_model.metadata_props.add(key="hiertag.modules", value=json.dumps(table, sort_keys=True))
     onnx.save(onnx_model, path)
-    return tracer.trace
+    return {"trace": tracer.trace, "root_fallback": fallback}
 
 
 if __name__ == "__main__":

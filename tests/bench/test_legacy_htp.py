@@ -1,8 +1,8 @@
-"""The legacy HTP baseline writes hiertag's format and shows its known defect.
+"""The legacy HTP baseline writes hiertag's format, shows its known defect,
+and leaves torch as it found it.
 
-Each legacy export runs in a process of its own: the baseline patches torch,
-as the tool it reproduces did, and leaves the process unable to export some
-models afterwards (bench/legacy_htp.py)."""
+Each legacy export runs in a process of its own, as in the benchmark: the
+baseline patches torch while it exports."""
 
 import subprocess
 import sys
@@ -37,6 +37,29 @@ def test_projection_crosses_layers_where_hiertag_does_not(tmp_path):
     ours = metrics.cross_layer_contamination(onnx.load_from_string(export(model, args, "1")))
     assert ours == []
     assert legacy, "the baseline's trace projection is expected to cross layers on a 2-layer BERT"
+
+
+AFTER_LEGACY = """
+import io, sys, warnings
+sys.path[:0] = [{root!r}, {bench!r}]
+warnings.simplefilter("ignore")
+import torch, legacy_htp
+from tests.models import zoo
+before = dict(vars(torch.Tensor))
+model, args = zoo.bert()
+legacy_htp.export(model, args, {path!r})
+assert dict(vars(torch.Tensor)) == before, "torch.Tensor changed"
+model, args = zoo.gpt2()
+torch.onnx.export(model, args, io.BytesIO(), dynamo=False, opset_version=17)
+"""
+
+
+def test_torch_exports_other_models_after_a_legacy_export(tmp_path):
+    # Assigning torch.Tensor.__getitem__, as the original tool did, left every
+    # later export of GPT-2 in the process failing ("len() of a 0-d tensor").
+    script = AFTER_LEGACY.format(root=str(BENCH.parent), bench=str(BENCH), path=str(tmp_path / "legacy.onnx"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_contamination_counts_a_node_named_in_one_layer_and_tagged_in_another():
