@@ -7,13 +7,20 @@
 // plus a share of pass-made nodes (a Constant and an initializer Identity per
 // layer) that the rules settle. Sizes are node counts: 1k, 10k, 100k, 1M.
 //
-// usage: build/hiertag_pass_scaling [--benchmark_filter=...]
+// usage: build/hiertag_pass_scaling [--benchmark_filter=...] [--benchmark_format=json]
 // Reports time per iteration and per node (per_node, in seconds with an SI
 // prefix: 150n = 150 ns; items_per_second = nodes/s); linear
-// scaling shows as a constant per-node time across sizes.
+// scaling shows as a constant per-node time across sizes. Memory comes from
+// Google Benchmark's memory manager run: max_bytes_used is the peak of the heap
+// the pass allocated (the synthetic graph, built before, not counted),
+// allocs_per_iter the number of allocations.
 #include <benchmark/benchmark.h>
+#include <malloc.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -25,6 +32,74 @@
 #include "hiertag/proto_tagging.h"
 #include "hiertag/record_cse_sharing.h"
 #include "hiertag/scope_names.h"
+
+// Heap accounting for the memory manager: every operator new block carries a
+// header saying whether it was made while counting, so a block made before
+// counting started and freed during it does not lower the count.
+namespace heap {
+std::atomic<bool> counting{false};
+std::atomic<int64_t> live{0}, peak{0}, allocations{0};
+struct alignas(std::max_align_t) Header {
+  size_t size;
+  bool counted;
+};
+
+void* Allocate(size_t size) {
+  auto* header = static_cast<Header*>(std::malloc(sizeof(Header) + size));
+  if (header == nullptr) throw std::bad_alloc();
+  header->size = size;
+  header->counted = counting.load(std::memory_order_relaxed);
+  if (header->counted) {
+    allocations.fetch_add(1, std::memory_order_relaxed);
+    int64_t now = live.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed) + static_cast<int64_t>(size);
+    int64_t seen = peak.load(std::memory_order_relaxed);
+    while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    }
+  }
+  return header + 1;
+}
+
+void Free(void* pointer) {
+  if (pointer == nullptr) return;
+  Header* header = static_cast<Header*>(pointer) - 1;
+  if (header->counted) live.fetch_sub(static_cast<int64_t>(header->size), std::memory_order_relaxed);
+  std::free(header);
+}
+
+// Pauses timing and heap counting together (for set-up inside the loop).
+void Pause(benchmark::State& state) {
+  state.PauseTiming();
+  counting.store(false);
+}
+
+void Resume(benchmark::State& state, bool was_counting) {
+  counting.store(was_counting);
+  state.ResumeTiming();
+}
+
+class Manager : public benchmark::MemoryManager {
+ public:
+  void Start() override {
+    live = 0;
+    peak = 0;
+    allocations = 0;
+    counting = true;
+  }
+  void Stop(Result& result) override {
+    counting = false;
+    result.num_allocs = allocations;
+    result.max_bytes_used = peak;
+  }
+  void Stop(Result* result) override { Stop(*result); }
+};
+}  // namespace heap
+
+void* operator new(size_t size) { return heap::Allocate(size); }
+void* operator new[](size_t size) { return heap::Allocate(size); }
+void operator delete(void* pointer) noexcept { heap::Free(pointer); }
+void operator delete[](void* pointer) noexcept { heap::Free(pointer); }
+void operator delete(void* pointer, size_t) noexcept { heap::Free(pointer); }
+void operator delete[](void* pointer, size_t) noexcept { heap::Free(pointer); }
 
 namespace hiertag {
 namespace {
@@ -173,15 +248,16 @@ void BM_PlanTaggedModel(benchmark::State& state) {
 
 void BM_RecordCseSharing(benchmark::State& state) {
   for (auto _ : state) {
-    state.PauseTiming();
+    bool counting = heap::counting;
+    heap::Pause(state);
     std::unique_ptr<SyntheticModel> model = BuildModel(state.range(0));
     BorrowedScopes borrowed;
-    state.ResumeTiming();
+    heap::Resume(state, counting);
     // The bookkeeping around CSE alone: the pass itself is torch's.
     RecordCseSharing(*model->graph, borrowed, [] {});
-    state.PauseTiming();
+    heap::Pause(state);
     model.reset();
-    state.ResumeTiming();
+    heap::Resume(state, counting);
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
 }
@@ -193,4 +269,13 @@ BENCHMARK(BM_RecordCseSharing)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(
 }  // namespace
 }  // namespace hiertag
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  heap::Manager manager;
+  benchmark::RegisterMemoryManager(&manager);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::RegisterMemoryManager(nullptr);
+  benchmark::Shutdown();
+  return 0;
+}

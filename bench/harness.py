@@ -1,0 +1,373 @@
+"""The benchmark: plain export, hiertag and legacy HTP on the suite of
+bench/suite.py, and the scaling of hiertag's C++ passes.
+
+usage: .venv/bin/python bench/harness.py [--models a,b,...] [--runs N] [--out DIR] [--no-scaling]
+       (scripts/bench.sh sets up, builds and runs it with the defaults)
+
+For every model, N rounds; each round exports once per method, each export in
+a fresh process (bench/export_once.py), the order of the methods rotating
+from round to round. The first round's files are scored in a separate process
+(bench/score.py); later rounds' files are compared byte for byte with the
+first. Then build/hiertag_pass_scaling runs (Google Benchmark, JSON output).
+Writes to DIR (default bench/results): results.json (every measurement,
+machine and versions), results.md (the report), export_time.png and
+pass_scaling.png. Exits 1 when a measurement failed (the report says which)."""
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+PYTHON = sys.executable
+METHODS = ("plain", "hiertag", "legacy")
+sys.path[:0] = [str(ROOT), str(BENCH)]
+
+import suite  # noqa: E402
+
+MIB = 1024 * 1024
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def _run_json(command, timeout):
+    """Runs a worker; (its JSON result, None) or (None, its last error line)."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout} s"
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        return None, (lines[-1] if lines else f"exit status {done.returncode}")
+    return json.loads(done.stdout.strip().splitlines()[-1]), None
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def machine():
+    def first(path, prefix):
+        try:
+            with open(path) as file:
+                return next((line.split(":", 1)[1].strip() for line in file if line.startswith(prefix)), None)
+        except OSError:
+            return None
+    versions = {}
+    for package in ("torch", "transformers", "onnx", "onnxruntime", "numpy"):
+        try:
+            versions[package] = __import__("importlib.metadata").metadata.version(package)
+        except Exception:  # noqa: BLE001 - a missing package is reported as such
+            versions[package] = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=ROOT).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True, cwd=ROOT).stdout.strip())
+    except OSError:
+        commit, dirty = None, None
+    os_name = None
+    try:
+        os_name = platform.freedesktop_os_release().get("PRETTY_NAME")
+    except OSError:
+        pass
+    memory_kib = first("/proc/meminfo", "MemTotal")
+    return {"cpu": first("/proc/cpuinfo", "model name") or platform.processor(),
+            "cores": os.cpu_count(),
+            "memory_gib": round(int(memory_kib.split()[0]) / MIB, 1) if memory_kib else None,
+            "os": os_name, "kernel": platform.release(), "python": platform.python_version(),
+            "versions": versions, "commit": commit, "uncommitted_changes": dirty,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def benchmark_model(name, runs, scratch, failures):
+    """Every run of every method on one model, then the scores of the first files."""
+    kept = {method: scratch / f"{name}.{method}.onnx" for method in METHODS}
+    records = {method: [] for method in METHODS}
+    hashes = {method: [] for method in METHODS}
+    for round_index in range(runs):
+        shift = round_index % len(METHODS)
+        for method in METHODS[shift:] + METHODS[:shift]:
+            path = kept[method] if round_index == 0 else scratch / f"{name}.{method}.again.onnx"
+            result, error = _run_json([PYTHON, str(BENCH / "export_once.py"), method, name, str(path)], 3600)
+            if error:
+                failures.append(f"{name} {method} round {round_index + 1}: {error}")
+                log(f"  {method:8s} FAILED: {error}")
+                continue
+            hashes[method].append(sha256(path))
+            if path != kept[method]:
+                path.unlink()
+            records[method].append(result)
+            log(f"  {method:8s} {result['seconds']:7.2f} s  peak RSS {result['peak_rss_bytes'] / MIB:7.0f} MiB")
+    scores = None
+    if all(path.exists() for path in kept.values()):
+        log("  scoring")
+        scores, error = _run_json([PYTHON, str(BENCH / "score.py"), name] + [str(kept[m]) for m in METHODS], 3600)
+        if error:
+            failures.append(f"{name} scoring: {error}")
+            log(f"  scoring FAILED: {error}")
+    for path in kept.values():
+        path.unlink(missing_ok=True)
+    return {"runs": records, "identical_files": {m: len(set(h)) == 1 for m, h in hashes.items() if h},
+            "scores": scores, "summary": summarize(records)}
+
+
+def summarize(records):
+    summary = {}
+    for method, runs in records.items():
+        if not runs:
+            continue
+        seconds = [r["seconds"] for r in runs]
+        peaks = [r["peak_rss_bytes"] for r in runs if r["peak_rss_bytes"] is not None]
+        summary[method] = {"median_s": statistics.median(seconds), "min_s": min(seconds), "max_s": max(seconds),
+                           "peak_rss_mib": max(peaks) / MIB if peaks else None,
+                           "export_rss_growth_mib": max(r["peak_rss_bytes"] - r["rss_before_bytes"]
+                                                        for r in runs) / MIB if peaks else None}
+        works = [r["hiertag_work_ms"] for r in runs if r["hiertag_work_ms"] is not None]
+        if works:
+            summary[method]["hiertag_work_ms"] = statistics.median(works)
+        fallbacks = [r["root_fallback"] for r in runs if r["root_fallback"] is not None]
+        if fallbacks:
+            summary[method]["root_fallback"] = fallbacks[0]
+    if "plain" in summary and "hiertag" in summary:
+        summary["hiertag_over_plain"] = summary["hiertag"]["median_s"] / summary["plain"]["median_s"]
+        summary["hiertag_work_share"] = summary["hiertag"]["hiertag_work_ms"] / 1000 / summary["plain"]["median_s"]
+    if "legacy" in summary and "hiertag" in summary:
+        summary["legacy_over_hiertag"] = summary["legacy"]["median_s"] / summary["hiertag"]["median_s"]
+    return summary
+
+
+def pass_scaling(out, only, failures):
+    binary = ROOT / "build" / "hiertag_pass_scaling"
+    target = out / "pass_scaling.json"
+    log("pass scaling (build/hiertag_pass_scaling)")
+    done = subprocess.run([str(binary), "--benchmark_format=json", f"--benchmark_out={target}",
+                           "--benchmark_out_format=json"] + ([f"--benchmark_filter={only}"] if only else []),
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        failures.append(f"pass scaling: exit status {done.returncode}")
+        return []
+    rows = []
+    for entry in json.loads(target.read_text())["benchmarks"]:
+        if entry.get("run_type") == "aggregate":
+            continue
+        benchmark, _, nodes = entry["name"].partition("/")
+        rows.append({"pass": benchmark.removeprefix("BM_"), "size": int(nodes),
+                     "nodes": int(entry.get("nodes", nodes)),
+                     "ms": entry["real_time"] if entry["time_unit"] == "ms" else None,
+                     "ns_per_node": entry["real_time"] * 1e6 / int(entry.get("nodes", nodes)),
+                     "peak_heap_bytes": entry.get("max_bytes_used"),
+                     "allocations": entry.get("allocs_per_iter")})
+    target.unlink()
+    return rows
+
+
+def plot_export_times(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = [n for n, r in results.items() if r["summary"]]
+    figure, axes = plt.subplots(figsize=(10, 4.8))
+    width = 0.27
+    colors = {"plain": "#9e9e9e", "hiertag": "#1f77b4", "legacy": "#d62728"}
+    for offset, method in enumerate(METHODS):
+        xs, medians, low, high = [], [], [], []
+        for index, name in enumerate(names):
+            found = results[name]["summary"].get(method)
+            if found:
+                xs.append(index + (offset - 1) * width)
+                medians.append(found["median_s"])
+                low.append(found["median_s"] - found["min_s"])
+                high.append(found["max_s"] - found["median_s"])
+        axes.bar(xs, medians, width, yerr=[low, high], capsize=3, label=method, color=colors[method])
+    axes.set_xticks(range(len(names)), names)
+    axes.set_ylabel("export wall time, s (median, min-max)")
+    axes.set_title("torch.onnx.export(..., dynamo=False): plain, hiertag, legacy HTP")
+    axes.legend()
+    axes.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def plot_pass_scaling(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, (time_axes, memory_axes) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name in sorted({r["pass"] for r in rows}):
+        mine = sorted((r for r in rows if r["pass"] == name), key=lambda r: r["nodes"])
+        nodes = [r["nodes"] for r in mine]
+        time_axes.plot(nodes, [r["ns_per_node"] for r in mine], marker="o", label=name)
+        if all(r["peak_heap_bytes"] is not None for r in mine):
+            memory_axes.plot(nodes, [r["peak_heap_bytes"] / r["nodes"] for r in mine], marker="o", label=name)
+    for axes, label in ((time_axes, "time per node, ns"), (memory_axes, "peak heap per node, bytes")):
+        axes.set_xscale("log")
+        axes.set_xlabel("graph nodes")
+        axes.set_ylabel(label)
+        axes.set_ylim(bottom=0)
+        axes.grid(alpha=0.3)
+        axes.legend()
+    figure.suptitle("hiertag passes on synthetic graphs (flat per-node lines = linear scaling)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _percent(part, whole):
+    return f"{100 * part / whole:.1f} %" if whole else "n/a"
+
+
+def _seconds(summary, method):
+    found = summary.get(method)
+    return f"{found['median_s']:.2f} ({found['min_s']:.2f}-{found['max_s']:.2f})" if found else "failed"
+
+
+def _mib(summary, method):
+    found = summary.get(method)
+    return f"{found['peak_rss_mib']:.0f}" if found and found["peak_rss_mib"] is not None else "n/a"
+
+
+def write_markdown(report, path):
+    machine_info, results = report["machine"], report["models"]
+    lines = [
+        "# hiertag benchmark",
+        "",
+        f"Command: `{report['command']}` ({report['runs']} rounds per model, every export in a fresh process,",
+        "the order of the methods rotating per round; took "
+        f"{report['minutes']:.0f} min). Definitions and method: README, section Benchmark.",
+        "",
+        f"Machine: {machine_info['cpu']}, {machine_info['cores']} cores, {machine_info['memory_gib']} GiB, "
+        f"{machine_info['os']} (kernel {machine_info['kernel']}), Python {machine_info['python']}; "
+        + ", ".join(f"{k} {v}" for k, v in machine_info["versions"].items())
+        + f"; hiertag {machine_info['commit']}" + (" with uncommitted changes" if machine_info["uncommitted_changes"]
+                                                  else "") + f"; {machine_info['date']}.",
+        "",
+        "## Export time and memory",
+        "",
+        "Wall time of `torch.onnx.export` in seconds, median (min-max); ratios of the medians. "
+        "*hiertag work* is the time hiertag's own code took inside the tagged export (HIERTAG_REPORT), "
+        "as a share of the plain export: the overhead measure that the machine's timing noise does not touch. "
+        "Peak RSS: the process's peak resident memory during the export, in MiB (the model already built).",
+        "",
+        "| model | plain s | hiertag s | legacy s | hiertag / plain | hiertag work | legacy / hiertag "
+        "| peak RSS MiB plain / hiertag / legacy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, result in results.items():
+        summary = result["summary"]
+        ratio = f"{summary['hiertag_over_plain']:.3f}" if "hiertag_over_plain" in summary else "n/a"
+        work = (f"{summary['hiertag']['hiertag_work_ms']:.0f} ms ({100 * summary['hiertag_work_share']:.2f} %)"
+                if "hiertag_work_share" in summary else "n/a")
+        speedup = f"{summary['legacy_over_hiertag']:.2f}x" if "legacy_over_hiertag" in summary else "n/a"
+        lines.append(f"| {name} | {_seconds(summary, 'plain')} | {_seconds(summary, 'hiertag')} | "
+                     f"{_seconds(summary, 'legacy')} | {ratio} | {work} | {speedup} | "
+                     f"{_mib(summary, 'plain')} / {_mib(summary, 'hiertag')} / {_mib(summary, 'legacy')} |")
+    lines += [
+        "",
+        "![export time per model](export_time.png)",
+        "",
+        "## Tags",
+        "",
+        "Coverage: nodes with a tag / all nodes (legacy reaches 100 % by construction: its fallback puts "
+        "every untagged node on the root, counted in *root fallback*). Contaminated: nodes whose ONNX name "
+        "lies in block N of a container (`/encoder/layer.1/...`) but whose tag names block M. Boundaries: "
+        "modules passing the module-boundary check / modules checked (every module owning a node, called "
+        "through `__call__`). Identical files: every round wrote the same bytes.",
+        "",
+        "| model | nodes | coverage hiertag / legacy | root fallback hiertag / legacy "
+        "| contaminated hiertag / legacy | boundaries hiertag / legacy | tags hiertag / legacy "
+        "| identical files |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, result in results.items():
+        scores, summary = result["scores"], result["summary"]
+        if not scores:
+            lines.append(f"| {name} | not scored | | | | | | |")
+            continue
+        ours, legacy = scores["hiertag"], scores["legacy"]
+        identical = ", ".join(m for m, same in result["identical_files"].items() if same) or "none"
+        lines.append(
+            f"| {name} | {scores['plain']['nodes']} | {_percent(ours['tagged'], ours['nodes'])} / "
+            f"{_percent(legacy['tagged'], legacy['nodes'])} | "
+            f"{summary['hiertag'].get('root_fallback', 'n/a')} / {summary['legacy'].get('root_fallback', 'n/a')} | "
+            f"{ours['contaminated']} / {legacy['contaminated']} | "
+            f"{ours['boundary_passed']}/{ours['boundary_checked']} / "
+            f"{legacy['boundary_passed']}/{legacy['boundary_checked']} | {ours['tags']} / {legacy['tags']} | "
+            f"{identical} |")
+    if report["pass_scaling"]:
+        lines += [
+            "",
+            "## Pass scaling",
+            "",
+            "`build/hiertag_pass_scaling` on synthetic graphs with transformer-like scopes (3 to 4 levels). "
+            "Peak heap: the most memory the pass held at once (Google Benchmark memory manager).",
+            "",
+            "| pass | nodes | time ms | ns per node | peak heap bytes per node |",
+            "|---|---|---|---|---|",
+        ]
+        for row in report["pass_scaling"]:
+            heap = f"{row['peak_heap_bytes'] / row['nodes']:.0f}" if row["peak_heap_bytes"] is not None else "n/a"
+            lines.append(f"| {row['pass']} | {row['nodes']:,} | {row['ms']:.2f} | {row['ns_per_node']:.0f} | {heap} |")
+        lines += ["", "![pass scaling](pass_scaling.png)"]
+    if report["failures"]:
+        lines += ["", "## Failed measurements", ""] + [f"- {failure}" for failure in report["failures"]]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(suite.MODELS),
+                        help="comma-separated suite models or zoo:NAME (default: the whole suite)")
+    parser.add_argument("--runs", type=int, default=5, help="rounds per model (default 5)")
+    parser.add_argument("--out", type=Path, default=BENCH / "results", help="output directory")
+    parser.add_argument("--no-scaling", action="store_true", help="skip the pass-scaling benchmark")
+    parser.add_argument("--scaling-filter", default=None,
+                        help="only the pass-scaling benchmarks matching this regex (--benchmark_filter)")
+    options = parser.parse_args()
+    names = [n for n in options.models.split(",") if n]
+    for name in names:
+        if not suite.known(name):
+            sys.exit(f"harness: unknown model '{name}' (known: {', '.join(suite.MODELS)}, or zoo:NAME)")
+    if not names or options.runs < 1:
+        sys.exit("harness: give at least one model and --runs of at least 1")
+    for needed in ("libhiertag.so", "hiertag_pass_scaling"):
+        if not (ROOT / "build" / needed).exists():
+            sys.exit(f"harness: build/{needed} is missing: run scripts/build.sh first")
+    options.out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    failures, results = [], {}
+    with tempfile.TemporaryDirectory(prefix="hiertag-bench-") as scratch:
+        for name in names:
+            log(f"{name}: {options.runs} rounds")
+            results[name] = benchmark_model(name, options.runs, Path(scratch), failures)
+    scaling = [] if options.no_scaling else pass_scaling(options.out, options.scaling_filter, failures)
+    report = {"command": " ".join(["bench/harness.py"] + sys.argv[1:]), "runs": options.runs,
+              "minutes": (time.monotonic() - start) / 60, "machine": machine(), "models": results,
+              "pass_scaling": scaling, "failures": failures}
+    (options.out / "results.json").write_text(json.dumps(report, indent=1) + "\n")
+    plot_export_times(results, options.out / "export_time.png")
+    if scaling:
+        plot_pass_scaling(scaling, options.out / "pass_scaling.png")
+    write_markdown(report, options.out / "results.md")
+    log(f"wrote {options.out}/results.md, results.json and the plots")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The benchmark: set up, build, then plain export vs hiertag vs legacy HTP on the
+# model suite (bench/suite.py) and the pass scaling, written to bench/results/.
+# Arguments go to bench/harness.py (--models, --runs, --out, --no-scaling).
+# The full suite at 5 rounds takes about an hour on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+exec .venv/bin/python bench/harness.py "$@"
