@@ -334,7 +334,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(suite.MODELS),
                         help="comma-separated suite models or zoo:NAME (default: the whole suite)")
-    parser.add_argument("--runs", type=int, default=5, help="rounds per model (default 5)")
+    parser.add_argument("--runs", type=int, default=7, help="rounds per model (default 7)")
     parser.add_argument("--out", type=Path, default=BENCH / "results", help="output directory")
     parser.add_argument("--no-scaling", action="store_true", help="skip the pass-scaling benchmark")
     parser.add_argument("--scaling-filter", default=None,

@@ -109,7 +109,8 @@ class _Tracer:
                 if op in _RECORDED_BY_MODE:
                     continue
                 original = getattr(target, op, None)
-                if original is None:
+                # Functions only: torch.float is the dtype float32, not Tensor.float.
+                if not callable(original):
                     continue
                 # Many Tensor methods are inherited from the C base class: put
                 # back exactly what was there (an own attribute, or none).

@@ -62,6 +62,32 @@ def test_torch_exports_other_models_after_a_legacy_export(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+EVERY_ARCHITECTURE = """
+import sys, warnings
+sys.path[:0] = [{root!r}, {bench!r}]
+warnings.simplefilter("ignore")
+import legacy_htp
+from tests.models import zoo
+for name in {names!r}:
+    model, args = zoo.ALL[name]()
+    legacy_htp.export(model, args, {directory!r} + "/" + name + ".onnx")
+"""
+
+
+def test_legacy_htp_exports_the_benchmarks_architectures(tmp_path):
+    # One process for all, as a user of the original tool would run them; each
+    # must still export (LLaMA's rotary code passes dtype=torch.float, which a
+    # patch of the dtype torch.float turned into a function).
+    names = ["bert", "gpt2", "t5", "llama", "vit", "resnet"]
+    script = EVERY_ARCHITECTURE.format(root=str(BENCH.parent), bench=str(BENCH), names=names,
+                                       directory=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name in names:
+        tagged, total = metrics.coverage(onnx.load(tmp_path / f"{name}.onnx"))
+        assert tagged == total > 0
+
+
 def test_contamination_counts_a_node_named_in_one_layer_and_tagged_in_another():
     node = onnx.helper.make_node("Relu", ["x"], ["y"], name="/encoder/layer.1/attention/Relu")
     node.metadata_props.add(key="hierarchy_tag", value="/M/L.0")
