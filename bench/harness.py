@@ -351,6 +351,7 @@ def main():
             sys.exit(f"harness: build/{needed} is missing: run scripts/build.sh first")
     options.out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
+    machine_info = machine()  # the commit measured, before anything changes
     failures, results = [], {}
     with tempfile.TemporaryDirectory(prefix="hiertag-bench-") as scratch:
         for name in names:
@@ -358,7 +359,7 @@ def main():
             results[name] = benchmark_model(name, options.runs, Path(scratch), failures)
     scaling = [] if options.no_scaling else pass_scaling(options.out, options.scaling_filter, failures)
     report = {"command": " ".join(["bench/harness.py"] + sys.argv[1:]), "runs": options.runs,
-              "minutes": (time.monotonic() - start) / 60, "machine": machine(), "models": results,
+              "minutes": (time.monotonic() - start) / 60, "machine": machine_info, "models": results,
               "pass_scaling": scaling, "failures": failures}
     (options.out / "results.json").write_text(json.dumps(report, indent=1) + "\n")
     plot_export_times(results, options.out / "export_time.png")
