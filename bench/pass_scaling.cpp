@@ -12,7 +12,7 @@
 // prefix: 150n = 150 ns; items_per_second = nodes/s); linear
 // scaling shows as a constant per-node time across sizes. Memory comes from
 // Google Benchmark's memory manager run: max_bytes_used is the peak of the heap
-// the pass allocated (the synthetic graph, built before, not counted),
+// the pass allocated (the synthetic graph and other set-up not counted),
 // allocs_per_iter the number of allocations.
 #include <benchmark/benchmark.h>
 #include <malloc.h>
@@ -64,6 +64,16 @@ void Free(void* pointer) {
   Header* header = static_cast<Header*>(pointer) - 1;
   if (header->counted) live.fetch_sub(static_cast<int64_t>(header->size), std::memory_order_relaxed);
   std::free(header);
+}
+
+// Runs a benchmark's set-up outside the heap count: the memory manager counts
+// from before the benchmark function runs, set-up included.
+template <typename SetUp>
+auto Uncounted(SetUp set_up) {
+  bool was_counting = counting.exchange(false);
+  auto made = set_up();
+  counting.store(was_counting);
+  return made;
 }
 
 // Pauses timing and heap counting together (for set-up inside the loop).
@@ -200,7 +210,7 @@ std::unique_ptr<SyntheticModel> BuildModel(int64_t nodes) {
 }
 
 void BM_AssignHierarchyTags(benchmark::State& state) {
-  std::unique_ptr<SyntheticModel> model = BuildModel(state.range(0));
+  std::unique_ptr<SyntheticModel> model = heap::Uncounted([&] { return BuildModel(state.range(0)); });
   BorrowedScopes borrowed;
   size_t nodes = 0;
   for (auto _ : state) {
@@ -214,7 +224,31 @@ void BM_AssignHierarchyTags(benchmark::State& state) {
       static_cast<double>(nodes), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
+// The floor any pass over torch's graph pays: visit every node, its scope and
+// the uses of its outputs, nothing else. Its per-node time grows with the
+// graph as AssignHierarchyTags' does (torch's nodes outgrow the caches), so
+// the ratio of the two, not either alone, shows whether the pass is linear.
+void BM_VisitGraph(benchmark::State& state) {
+  std::unique_ptr<SyntheticModel> model = heap::Uncounted([&] { return BuildModel(state.range(0)); });
+  size_t nodes = 0;
+  for (auto _ : state) {
+    size_t visited = 0, uses = 0;
+    for (Node* node : model->graph->nodes()) {
+      benchmark::DoNotOptimize(node->scope().get());
+      for (const Value* output : node->outputs()) uses += output->uses().size();
+      ++visited;
+    }
+    benchmark::DoNotOptimize(uses);
+    nodes = visited;
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(nodes));
+  state.counters["nodes"] = static_cast<double>(nodes);
+  state.counters["per_node"] = benchmark::Counter(
+      static_cast<double>(nodes), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
 void BM_PlanTaggedModel(benchmark::State& state) {
+  bool was_counting = heap::counting.exchange(false);  // set-up outside the heap count
   std::unique_ptr<SyntheticModel> model = BuildModel(state.range(0));
   BorrowedScopes borrowed;
   HierarchyTagging tagging = AssignHierarchyTags(*model->graph, model->modules, borrowed, model->members, 1);
@@ -232,6 +266,7 @@ void BM_PlanTaggedModel(benchmark::State& state) {
   wire::AppendVarint(&bytes, 8);
   wire::AppendLengthDelimited(&bytes, 7, graph);
   std::string table = model->modules.ToJson(tagging.UsedTagModules());
+  heap::counting.store(was_counting);
   for (auto _ : state) {
     TaggedModelPlan plan;
     std::string error;
@@ -263,6 +298,7 @@ void BM_RecordCseSharing(benchmark::State& state) {
 }
 
 BENCHMARK(BM_AssignHierarchyTags)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_VisitGraph)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PlanTaggedModel)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RecordCseSharing)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
 
