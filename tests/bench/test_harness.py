@@ -54,6 +54,16 @@ def test_report_and_plots_are_written(report):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_render_writes_the_same_report_from_the_json(report, tmp_path):
+    out, _ = report
+    (tmp_path / "results.json").write_bytes((out / "results.json").read_bytes())
+    done = subprocess.run([sys.executable, str(HARNESS), "--render", "--out", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "results.md").read_text() == (out / "results.md").read_text()
+    assert "## Summary" in (tmp_path / "results.md").read_text()
+
+
 def test_unknown_model_is_a_one_line_error(tmp_path):
     done = subprocess.run([sys.executable, str(HARNESS), "--models", "zoo:nope", "--out", str(tmp_path)],
                           capture_output=True, text=True)
