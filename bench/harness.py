@@ -17,6 +17,7 @@ pass_scaling.png. Exits 1 when a measurement failed (the report says which)."""
 import argparse
 import datetime
 import hashlib
+import importlib.metadata
 import json
 import math
 import os
@@ -75,8 +76,8 @@ def machine():
     versions = {}
     for package in ("torch", "transformers", "onnx", "onnxruntime", "numpy"):
         try:
-            versions[package] = __import__("importlib.metadata").metadata.version(package)
-        except Exception:  # noqa: BLE001 - a missing package is reported as such
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
             versions[package] = None
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -156,28 +157,26 @@ def summarize(records):
     return summary
 
 
-def pass_scaling(out, only, failures):
-    binary = ROOT / "build" / "hiertag_pass_scaling"
-    target = out / "pass_scaling.json"
+_TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def pass_scaling(only, failures):
     log("pass scaling (build/hiertag_pass_scaling)")
-    done = subprocess.run([str(binary), "--benchmark_format=json", f"--benchmark_out={target}",
-                           "--benchmark_out_format=json"] + ([f"--benchmark_filter={only}"] if only else []),
-                          capture_output=True, text=True)
+    done = subprocess.run([str(ROOT / "build" / "hiertag_pass_scaling"), "--benchmark_format=json"]
+                          + ([f"--benchmark_filter={only}"] if only else []), capture_output=True, text=True)
     if done.returncode != 0:
         failures.append(f"pass scaling: exit status {done.returncode}")
         return []
     rows = []
-    for entry in json.loads(target.read_text())["benchmarks"]:
+    for entry in json.loads(done.stdout)["benchmarks"]:
         if entry.get("run_type") == "aggregate":
             continue
-        benchmark, _, nodes = entry["name"].partition("/")
-        rows.append({"pass": benchmark.removeprefix("BM_"), "size": int(nodes),
-                     "nodes": int(entry.get("nodes", nodes)),
-                     "ms": entry["real_time"] if entry["time_unit"] == "ms" else None,
-                     "ns_per_node": entry["real_time"] * 1e6 / int(entry.get("nodes", nodes)),
-                     "peak_heap_bytes": entry.get("max_bytes_used"),
+        benchmark, _, size = entry["name"].partition("/")
+        nodes = int(entry.get("nodes", size))
+        ms = entry["real_time"] * _TIME_UNIT_MS[entry["time_unit"]]
+        rows.append({"pass": benchmark.removeprefix("BM_"), "size": int(size), "nodes": nodes, "ms": ms,
+                     "ns_per_node": ms * 1e6 / nodes, "peak_heap_bytes": entry.get("max_bytes_used"),
                      "allocations": entry.get("allocs_per_iter")})
-    target.unlink()
     return rows
 
 
@@ -423,7 +422,7 @@ def main():
         for name in names:
             log(f"{name}: {options.runs} rounds")
             results[name] = benchmark_model(name, options.runs, Path(scratch), failures)
-    scaling = [] if options.no_scaling else pass_scaling(options.out, options.scaling_filter, failures)
+    scaling = [] if options.no_scaling else pass_scaling(options.scaling_filter, failures)
     report = {"command": " ".join(["bench/harness.py"] + sys.argv[1:]), "runs": options.runs,
               "minutes": (time.monotonic() - start) / 60, "machine": machine_info, "models": results,
               "pass_scaling": scaling, "failures": failures}

@@ -1,9 +1,8 @@
 """Scores of a tagged file, shared by the benchmark harness and its tests."""
 
-import json
 import re
 
-import onnx
+from scripts.hiertag_checks import TAG_KEY, module_table, node_props
 
 _INDEXED = re.compile(r"([A-Za-z_]\w*)\.(\d+)")
 
@@ -15,7 +14,7 @@ def _indexed_atoms(path):
 
 
 def node_tags(model):
-    return [{p.key: p.value for p in node.metadata_props}.get("hierarchy_tag") for node in model.graph.node]
+    return [node_props(node).get(TAG_KEY) for node in model.graph.node]
 
 
 def coverage(model):
@@ -28,7 +27,7 @@ def cross_layer_contamination(model):
     """Nodes whose ONNX name lies in repeated block N of a container (the
     '/encoder/layer.1/...' names torch derives from module calls) but whose tag
     names block M != N of that container: the seeds' definition."""
-    table = json.loads({p.key: p.value for p in model.metadata_props}["hiertag.modules"])
+    table = module_table(model)
     contaminated = []
     for node, tag in zip(model.graph.node, node_tags(model)):
         if tag is None or tag not in table:
