@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "hiertag/assign_hierarchy_tags.h"
+#include "hiertag/tagged_model_entries.h"
 #include "hiertag/borrowed_scopes.h"
 #include "hiertag/module_table.h"
 #include "hiertag/proto_wire.h"
@@ -214,7 +215,9 @@ void BM_AssignHierarchyTags(benchmark::State& state) {
   BorrowedScopes borrowed;
   size_t nodes = 0;
   for (auto _ : state) {
-    HierarchyTagging tagging = AssignHierarchyTags(*model->graph, model->modules, borrowed, model->members, 1);
+    CallTags call_tags(model->modules);
+    HierarchyTagging tagging =
+        AssignHierarchyTags(*model->graph, model->modules, call_tags, borrowed, model->members, 1);
     nodes = tagging.nodes.size();
     benchmark::DoNotOptimize(tagging);
   }
@@ -251,8 +254,10 @@ void BM_PlanTaggedModel(benchmark::State& state) {
   bool was_counting = heap::counting.exchange(false);  // set-up outside the heap count
   std::unique_ptr<SyntheticModel> model = BuildModel(state.range(0));
   BorrowedScopes borrowed;
-  HierarchyTagging tagging = AssignHierarchyTags(*model->graph, model->modules, borrowed, model->members, 1);
-  std::vector<SerializedNodeTag> tags = tagging.ToSerialized(model->modules);
+  CallTags call_tags(model->modules);
+  HierarchyTagging tagging = AssignHierarchyTags(*model->graph, model->modules, call_tags, borrowed, model->members, 1);
+  TaggedModelEntries entries = DescribeTaggedModel(tagging, call_tags, model->modules, *model->graph);
+  std::vector<SerializedNodeTag>& tags = entries.nodes;
   // A ModelProto holding one NodeProto per node (op_type only), 1 MB of weights.
   std::string graph;
   for (const SerializedNodeTag& tag : tags) {
@@ -265,7 +270,7 @@ void BM_PlanTaggedModel(benchmark::State& state) {
   wire::AppendVarint(&bytes, (1 << 3) | wire::kVarint);
   wire::AppendVarint(&bytes, 8);
   wire::AppendLengthDelimited(&bytes, 7, graph);
-  std::string table = model->modules.ToJson(tagging.UsedTagModules());
+  std::string table = entries.model.front().value;
   heap::counting.store(was_counting);
   for (auto _ : state) {
     TaggedModelPlan plan;

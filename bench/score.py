@@ -50,8 +50,10 @@ def score_tagged(path, model, reference_paths, torch_model, args):
     tagged, nodes = metrics.coverage(model)
     table = checks.module_table(model)
     results, skipped = checks.module_boundary_results(model, torch_model, args, feeds)
-    by_path = {table[tag]["path"]: failures for tag, failures in results.items()}
-    checked = sorted(reference_paths - set(skipped))
+    by_path = {}
+    for key, found in results.items():
+        by_path.setdefault(table[checks.key_tag(table, key)]["path"], []).extend(found)
+    checked = sorted(reference_paths - {table[checks.key_tag(table, key)]["path"] for key in skipped})
     failures = {}
     for path in checked:
         if path not in by_path:

@@ -27,28 +27,25 @@ const char* TagRuleName(TagRule rule) {
   return "?";
 }
 
-std::vector<SerializedNodeTag> HierarchyTagging::ToSerialized(const ModuleTable& modules) const {
-  std::vector<SerializedNodeTag> out;
-  out.reserve(nodes.size());
-  for (const TaggedNode& tagged : nodes) {
-    SerializedNodeTag entry;
-    entry.op_type = tagged.node->kind().toUnqualString();
-    entry.tag = modules.at(tagged.tag_module).tag;
-    for (int shared : tagged.shared_with) entry.shared_with.push_back(modules.at(shared).tag);
-    out.push_back(std::move(entry));
-  }
-  return out;
-}
-
-std::vector<int> HierarchyTagging::UsedTagModules() const {
+std::vector<int> HierarchyTagging::UsedTags() const {
   std::vector<int> used;
   for (const TaggedNode& tagged : nodes) {
-    used.push_back(tagged.tag_module);
+    used.push_back(tagged.tag);
     used.insert(used.end(), tagged.shared_with.begin(), tagged.shared_with.end());
+    used.insert(used.end(), tagged.spans.begin(), tagged.spans.end());
+    used.insert(used.end(), tagged.folded_from.begin(), tagged.folded_from.end());
   }
+  for (const auto& [tag, _] : calls) used.push_back(tag);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
   return used;
+}
+
+int HierarchyTagging::CallCount(int tag) const {
+  auto found = calls.find(tag);
+  return found == calls.end() || found->second.instance_calls.empty()
+             ? 1
+             : static_cast<int>(found->second.instance_calls.size());
 }
 
 namespace {
@@ -61,32 +58,88 @@ bool IsSerialized(Node* node) {
 
 class Tagger {
  public:
-  Tagger(Graph& graph, const ModuleTable& modules, const BorrowedScopes& borrowed,
-         const std::unordered_set<std::string>& member_names,
-         int user_input_count)
+  Tagger(Graph& graph, const ModuleTable& modules, CallTags& call_tags, const BorrowedScopes& borrowed,
+         const std::unordered_set<std::string>& member_names, int user_input_count,
+         const ModuleCalls* calls, const RewriteLog* rewrites)
       : graph_(graph),
         modules_(modules),
+        call_tags_(call_tags),
         borrowed_(borrowed),
         member_names_(member_names),
         user_input_count_(user_input_count),
-        resolver_(modules) {}
+        calls_(calls),
+        rewrites_(rewrites),
+        resolver_(modules, call_tags) {}
 
   HierarchyTagging Run() {
+    NumberCalls();
+    ResolveRewrites();
     CollectPreOrder(graph_.block(), nullptr);
     for (size_t i = 0; i < result_.nodes.size(); ++i) TagFromRecord(i);
     SettleByRules();
-    for (TaggedNode& tagged : result_.nodes) ++result_.rule_counts[static_cast<int>(tagged.rule)];
+    InheritCalls();
+    for (TaggedNode& tagged : result_.nodes) {
+      tagged.tag_module = call_tags_.Module(tagged.tag);
+      ++result_.rule_counts[static_cast<int>(tagged.rule)];
+    }
     result_.unresolved_scope_levels = resolver_.unresolved_levels();
     return std::move(result_);
   }
 
  private:
+  // Numbers each call tag's calls in the order they ran. A call of a filtered
+  // module is no call of a tag (its nodes belong to its caller's).
+  void NumberCalls() {
+    if (calls_ == nullptr) return;
+    for (const ModuleCall& call : calls_->calls()) call_tags_.MarkRan(call.module);
+    call_tags_.MarkRan(0);
+    std::unordered_map<int, int> instance_calls;
+    for (const ModuleCall& call : calls_->calls()) {
+      int instance_call = instance_calls[call.module]++;
+      ResolvedScope resolved = resolver_.Resolve(call.scope);
+      if (resolved.tag <= CallTags::kRoot || resolved.call_scope != call.scope.get()) continue;
+      TagCalls& tag_calls = result_.calls[resolved.tag];
+      call_ordinal_[call.scope.get()] = static_cast<int>(tag_calls.instance_calls.size());
+      tag_calls.instance_calls.push_back(instance_call);
+      ResolvedScope caller = resolver_.Resolve(call.scope->parent());
+      auto parent_call = caller.call_scope ? call_ordinal_.find(caller.call_scope) : call_ordinal_.end();
+      tag_calls.parent_calls.push_back(parent_call == call_ordinal_.end() ? 0 : parent_call->second);
+    }
+  }
+
+  void ResolveRewrites() {
+    if (rewrites_ == nullptr) return;
+    for (const RewriteRecord& record : rewrites_->records) {
+      TagRewrite rewrite{record.kind, record.pass, {}, record.initializer};
+      for (const auto& scope : record.scopes) AddTag(resolver_.Resolve(scope).tag, &rewrite.tags);
+      std::sort(rewrite.tags.begin(), rewrite.tags.end());
+      if (rewrite.kind == RewriteRecord::Kind::kRemoved && rewrite.tags.size() < 2) continue;
+      if (rewrite.kind == RewriteRecord::Kind::kFolded && rewrite.tags.empty()) continue;
+      result_.rewrites.push_back(std::move(rewrite));
+    }
+  }
+
+  // A node a rule tagged belongs to the call of a neighbour with the same tag.
+  void InheritCalls() {
+    for (TaggedNode& tagged : result_.nodes) {
+      if (tagged.rule == TagRule::kRecorded || result_.CallCount(tagged.tag) < 2) continue;
+      for (const Value* output : tagged.node->outputs()) {
+        for (const torch::jit::Use& use : output->uses()) {
+          auto it = index_.find(use.user);
+          if (it != index_.end() && result_.nodes[it->second].tag == tagged.tag) {
+            tagged.call = result_.nodes[it->second].call;
+          }
+        }
+      }
+    }
+  }
+
   void CollectPreOrder(Block* block, Node* holder) {
     for (Node* node : block->nodes()) {
       if (!IsSerialized(node)) continue;
       index_[node] = result_.nodes.size();
       holder_.push_back(holder);
-      result_.nodes.push_back({node, kUnsettled, {}, TagRule::kRoot});
+      result_.nodes.push_back({node, kUnsettled, -1, 0, {}, {}, {}, {}, TagRule::kRoot});
       for (c10::Symbol name : node->attributeNames()) {
         if (node->kindOf(name) == torch::jit::AttributeKind::g) {
           CollectPreOrder(node->g(name)->block(), node);
@@ -103,25 +156,43 @@ class Tagger {
     const torch::jit::ScopePtr& scope = tagged.node->scope();
     const BorrowedScopes::Loan* loan = borrowed_.Find(scope);
     ResolvedScope resolved = resolver_.Resolve(loan ? loan->recorded : scope, tagged.node->callstack());
-    if (resolved.tag_module >= 0) {
-      Settle(i, resolved.tag_module, TagRule::kRecorded);
-      if (loan) {
-        for (const auto& other : loan->shared_with) {
-          int shared = resolver_.Resolve(other).tag_module;
-          if (shared >= 0 && shared != tagged.tag_module &&
-              std::find(tagged.shared_with.begin(), tagged.shared_with.end(), shared) ==
-                  tagged.shared_with.end()) {
-            tagged.shared_with.push_back(shared);
-          }
-        }
-        std::sort(tagged.shared_with.begin(), tagged.shared_with.end());
-      }
+    if (resolved.tag >= 0) {
+      Settle(i, resolved.tag, TagRule::kRecorded);
+      auto ordinal = resolved.call_scope ? call_ordinal_.find(resolved.call_scope) : call_ordinal_.end();
+      if (ordinal != call_ordinal_.end()) tagged.call = ordinal->second;
+      if (loan) TakeLoan(*loan, tagged);
       return;
     }
     int owner = DeduplicatedParameterOwner(tagged.node);
-    if (owner >= 0) Settle(i, modules_.TagOwner(owner), TagRule::kParameterOwner);
+    if (owner >= 0) Settle(i, owner, TagRule::kParameterOwner);
   }
 
+  // shared_with and spans from a loan; a fused node moves to the common
+  // ancestor of every module it carries.
+  void TakeLoan(const BorrowedScopes::Loan& loan, TaggedNode& tagged) {
+    for (const auto& other : loan.shared_with) AddTag(resolver_.Resolve(other).tag, &tagged.shared_with);
+    for (const auto& folded : loan.folded_from) AddTag(resolver_.Resolve(folded).tag, &tagged.folded_from);
+    std::vector<int> spans = {tagged.tag};
+    for (const auto& fused : loan.spans) AddTag(resolver_.Resolve(fused).tag, &spans);
+    if (spans.size() > 1) {
+      int common = spans.front();
+      for (int span : spans) common = call_tags_.CommonAncestor(common, span);
+      tagged.tag = common;
+      tagged.spans = std::move(spans);
+      tagged.rewrite = loan.rewrite;
+      std::sort(tagged.spans.begin(), tagged.spans.end());
+    }
+    tagged.shared_with.erase(std::remove(tagged.shared_with.begin(), tagged.shared_with.end(), tagged.tag),
+                             tagged.shared_with.end());
+    std::sort(tagged.shared_with.begin(), tagged.shared_with.end());
+  }
+
+  static void AddTag(int tag, std::vector<int>* tags) {
+    if (tag >= 0 && std::find(tags->begin(), tags->end(), tag) == tags->end()) tags->push_back(tag);
+  }
+
+  // The call tag of the tagged module owning the parameter: its only call tag;
+  // the tag of its place in the module tree when it has none; else -1.
   int DeduplicatedParameterOwner(Node* node) const {
     if (node->kind() != c10::onnx::Identity || node->inputs().size() != 1 ||
         node->outputs().size() != 1 || node->input(0)->node()->kind() != c10::prim::Param) {
@@ -129,11 +200,25 @@ class Tagger {
     }
     const std::string& name = node->output(0)->debugName();
     if (member_names_.count(name) == 0) return -1;
-    return modules_.FindOwnerOfMember(name);
+    int owner = modules_.FindOwnerOfMember(name);
+    if (owner < 0) return -1;
+    owner = modules_.TagOwner(owner);
+    if (owner == 0) return CallTags::kRoot;
+    int found = -1;
+    for (int tag = 1; tag < call_tags_.size(); ++tag) {
+      if (call_tags_.Module(tag) != owner) continue;
+      if (found >= 0) return -1;
+      found = tag;
+    }
+    if (found >= 0) return found;
+    std::vector<int> chain;
+    for (int module = owner; module >= 0; module = modules_.at(module).parent) chain.push_back(module);
+    std::reverse(chain.begin(), chain.end());
+    return call_tags_.FromChain(chain);
   }
 
-  void Settle(size_t i, int tag_module, TagRule rule) {
-    result_.nodes[i].tag_module = tag_module;
+  void Settle(size_t i, int tag, TagRule rule) {
+    result_.nodes[i].tag = tag;
     result_.nodes[i].rule = rule;
   }
 
@@ -154,28 +239,28 @@ class Tagger {
       return HolderTag(producer->owningBlock());
     }
     auto it = index_.find(producer);
-    return it == index_.end() ? -2 : result_.nodes[it->second].tag_module;
+    return it == index_.end() ? -2 : result_.nodes[it->second].tag;
   }
 
   int HolderTag(const Block* block) const {
     const Node* holder = block->owningNode();
     if (holder == nullptr) return 0;
     auto it = index_.find(holder);
-    return it == index_.end() ? -2 : result_.nodes[it->second].tag_module;
+    return it == index_.end() ? -2 : result_.nodes[it->second].tag;
   }
 
   int ConsumerTag(const torch::jit::Use& use) const {
     Node* user = use.user;
     if (user->kind() == c10::prim::Return) return HolderTag(user->owningBlock());
     auto it = index_.find(user);
-    return it == index_.end() ? -2 : result_.nodes[it->second].tag_module;
+    return it == index_.end() ? -2 : result_.nodes[it->second].tag;
   }
 
   // Folds a neighbour's tag into `common`; returns false if the neighbour waits.
   bool Fold(int neighbour, int* common) const {
     if (neighbour == -2) return true;
     if (neighbour == kUnsettled) return false;
-    *common = *common < 0 ? neighbour : modules_.CommonTagAncestor(*common, neighbour);
+    *common = *common < 0 ? neighbour : call_tags_.CommonAncestor(*common, neighbour);
     return true;
   }
 
@@ -184,7 +269,7 @@ class Tagger {
   bool TryRules(size_t i, bool settle_partial) {
     Node* node = result_.nodes[i].node;
     if (holder_[i] != nullptr) {
-      int enclosing = result_.nodes[index_.at(holder_[i])].tag_module;
+      int enclosing = result_.nodes[index_.at(holder_[i])].tag;
       if (enclosing == kUnsettled) return false;
       Settle(i, enclosing, TagRule::kEnclosing);
       return true;
@@ -212,7 +297,7 @@ class Tagger {
   void SettleByRules() {
     std::vector<size_t> waiting;
     for (size_t i = 0; i < result_.nodes.size(); ++i) {
-      if (result_.nodes[i].tag_module == kUnsettled) waiting.push_back(i);
+      if (result_.nodes[i].tag == kUnsettled) waiting.push_back(i);
     }
     while (!waiting.empty()) {
       bool progress = false;
@@ -239,10 +324,14 @@ class Tagger {
 
   Graph& graph_;
   const ModuleTable& modules_;
+  CallTags& call_tags_;
   const BorrowedScopes& borrowed_;
   const std::unordered_set<std::string>& member_names_;
   int user_input_count_;
+  const ModuleCalls* calls_;
+  const RewriteLog* rewrites_;
   ScopeResolver resolver_;
+  std::unordered_map<const torch::jit::Scope*, int> call_ordinal_;  // call scope -> its tag's call
   HierarchyTagging result_;
   std::unordered_map<const Node*, size_t> index_;
   std::vector<Node*> holder_;
@@ -250,11 +339,12 @@ class Tagger {
 
 }  // namespace
 
-HierarchyTagging AssignHierarchyTags(Graph& graph, const ModuleTable& modules,
+HierarchyTagging AssignHierarchyTags(Graph& graph, const ModuleTable& modules, CallTags& call_tags,
                                      const BorrowedScopes& borrowed,
                                      const std::unordered_set<std::string>& member_names,
-                                     int user_input_count) {
-  return Tagger(graph, modules, borrowed, member_names, user_input_count).Run();
+                                     int user_input_count, const ModuleCalls* calls,
+                                     const RewriteLog* rewrites) {
+  return Tagger(graph, modules, call_tags, borrowed, member_names, user_input_count, calls, rewrites).Run();
 }
 
 }  // namespace hiertag

@@ -1,6 +1,8 @@
 // Borrowed scopes: lending and restoring scopes around torch's passes.
 #include "hiertag/borrowed_scopes.h"
 
+#include <algorithm>
+
 #include "hiertag/scope_names.h"
 
 namespace hiertag {
@@ -12,6 +14,17 @@ torch::jit::ScopePtr BorrowedScopes::Lend(Loan loan) {
   ScopePtr recorded = loan.recorded;
   loans_.push_back(std::move(loan));
   return recorded->push(c10::Symbol::scope(BorrowedScopeName(id)));
+}
+
+void BorrowedScopes::ShareWith(torch::jit::Node* node, const ScopePtr& other) {
+  Loan loan{node->scope(), node->scope(), {}, {}, {}, {}};
+  if (const Loan* existing = Find(node->scope())) loan = *existing;
+  if (!loan.recorded || loan.recorded->isRoot() || loan.recorded->isBlank() || other == loan.recorded ||
+      std::find(loan.shared_with.begin(), loan.shared_with.end(), other) != loan.shared_with.end()) {
+    return;
+  }
+  loan.shared_with.push_back(other);
+  node->setScope(Lend(std::move(loan)));
 }
 
 const BorrowedScopes::Loan* BorrowedScopes::Find(const ScopePtr& scope) const {

@@ -88,10 +88,7 @@ void ModuleTable::Finalize() {
   for (size_t i = 1; i < records_.size(); ++i) {
     const ModuleRecord& record = records_[i];
     if (!record.has_segment) continue;
-    TagSegment segment{record.short_class, std::nullopt, std::nullopt};
-    std::string_view atom = LastAtom(record.path);
-    if (IsListIndex(atom)) segment.index = std::stoll(std::string(atom));
-    plain[i] = FormatSegment(segment);
+    plain[i] = PlainSegment(static_cast<int>(i));
     siblings[{records_[record.parent].tag_owner, plain[i]}].push_back(static_cast<int>(i));
   }
   records_[0].tag = "/" + FormatSegment({records_[0].short_class, std::nullopt, std::nullopt});
@@ -108,6 +105,19 @@ void ModuleTable::Finalize() {
     record.tag = tag_parent.tag + "/" + segment;
   }
   finalized_ = true;
+}
+
+std::string ModuleTable::PlainSegment(int index) const {
+  const ModuleRecord& record = records_.at(index);
+  TagSegment segment{record.short_class, std::nullopt, std::nullopt};
+  std::string_view atom = LastAtom(record.path);
+  if (index > 0 && IsListIndex(atom)) segment.index = std::stoll(std::string(atom));
+  return FormatSegment(segment);
+}
+
+std::string_view ModuleTable::OwnSegment(int tagged) const {
+  std::string_view tag = records_.at(tagged).tag;
+  return tag.substr(tag.rfind('/') + 1);
 }
 
 int ModuleTable::FindByPath(std::string_view path) const {

@@ -174,6 +174,9 @@ class PlanBuilder {
       list += "]";
       AppendLengthDelimited(&entries, kNodeMetadataProps, StringEntry(kSharedWithKey, list));
     }
+    for (const auto& [key, value] : expected.more) {
+      AppendLengthDelimited(&entries, kNodeMetadataProps, StringEntry(key, value));
+    }
     Own(out, std::move(entries));
     return true;
   }

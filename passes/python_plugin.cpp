@@ -2,26 +2,34 @@
 //
 // The only file that knows about Python. Its static initializer (run when
 // libhiertag.so loads it, with the GIL held) wraps, once per process:
-//   exporter utils._setup_trace_module_map   reads HIERTAG, builds the module table
-//                                            and gives each module instance its own
-//                                            scope name (scope_names.h)
+//   exporter utils._setup_trace_module_map   reads HIERTAG, builds the module table,
+//                                            gives each module instance its own
+//                                            scope name (scope_names.h) and wraps
+//                                            each module's forward to record its
+//                                            calls (ModuleCalls)
 //   torch._C.ScriptFunction.__call__         marks script-function calls while tracing
 //   torch._C._jit_pass_onnx_function_substitution
 //                                            (inlines those calls right after the
 //                                            trace) lends their call-site scopes to
 //                                            the inlined nodes (MarkInlinedCalls)
 //   torch._C._jit_pass_cse                   records nodes merged across modules
+//   the other graph passes of the export     record rewrites across modules
+//   (kObservedPasses)                        (RecordRewrites)
 //   torch._C._jit_pass_onnx_eliminate_unused_items
 //                                            notes which graph inputs are initializers
 //   torch._C._jit_pass_onnx_assign_scoped_names_for_node_and_value
-//                                            tags the final graph, restores scopes
+//                                            tags the final graph, gives torch its
+//                                            scopes back before naming
 //   torch._C.Graph._export_onnx              plans the tagged bytes (fails before
 //                                            anything is written if nodes and tags differ)
 //   exporter onnx_proto_utils._export_file   writes the planned bytes: torch's own
 //                                            chunks streamed between the new ones,
 //                                            the weights never copied
-//   exporter utils._reset_trace_module_map   ends the export's session
+//   exporter utils._reset_trace_module_map   ends the export's session (in torch's
+//                                            finally: also after a failed export),
+//                                            unwraps every forward
 // With HIERTAG unset, empty or 0 every wrapper calls straight through.
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind.h>
 
 #include <chrono>
@@ -35,12 +43,16 @@
 
 #include "hiertag/assign_hierarchy_tags.h"
 #include "hiertag/borrowed_scopes.h"
+#include "hiertag/call_tags.h"
 #include "hiertag/mark_inlined_calls.h"
+#include "hiertag/module_calls.h"
 #include "hiertag/module_table.h"
 #include "hiertag/proto_tagging.h"
 #include "hiertag/record_cse_sharing.h"
+#include "hiertag/record_rewrites.h"
 #include "hiertag/scope_names.h"
 #include "hiertag/tag_format.h"
+#include "hiertag/tagged_model_entries.h"
 
 namespace py = pybind11;
 
@@ -51,14 +63,43 @@ constexpr const char* kExporterUtils = "torch.onnx._internal.torchscript_exporte
 constexpr const char* kExporterProtoUtils = "torch.onnx._internal.torchscript_exporter.onnx_proto_utils";
 constexpr const char* kInstalledMarker = "_hiertag_plugin_installed";
 
+// The graph passes of the export (utils._optimize_graph, _model_to_graph) that
+// may remove or merge nodes, observed with RecordRewrites. CSE has its own
+// observer; the conversion and canonicalize return new graphs (scopes copied
+// one to one); dead code elimination removes only unused nodes.
+constexpr const char* kObservedPasses[] = {
+    "_jit_pass_constant_propagation",
+    "_jit_pass_peephole",
+    "_jit_pass_fuse_addmm",
+    "_jit_pass_onnx_remove_inplace_ops_for_onnx",
+    "_jit_pass_onnx_preprocess",
+    "_jit_pass_prepare_division_for_onnx",
+    "_jit_pass_erase_number_types",
+    "_jit_pass_onnx_scalar_type_analysis",
+    "_jit_pass_onnx_peephole",
+    "_jit_pass_onnx_eval_peephole",
+    "_jit_pass_onnx_constant_fold",
+    "_jit_pass_onnx_graph_shape_type_inference",
+};
+
+// A module's original `forward` entry in its instance __dict__ (or none), so
+// unwrapping leaves the instance exactly as it was.
+struct WrappedForward {
+  py::object module;
+  py::object own_forward;  // null: the instance had no forward attribute of its own
+};
+
 struct ExportSession {
   ModuleTable modules;
   std::unordered_set<std::string> member_names;
   int user_input_count = -1;  // leading graph inputs that are not initializers
   BorrowedScopes borrowed;
+  ModuleCalls calls;
+  RewriteLog rewrites;
+  std::vector<WrappedForward> wrapped;
   bool tagged = false;
   std::vector<SerializedNodeTag> node_tags;
-  std::string module_table_json;
+  std::vector<ModelMetadataEntry> model_entries;
   py::object planned_bytes;  // torch's serialized model the plan borrows from
   TaggedModelPlan plan;
   bool written = false;
@@ -121,6 +162,14 @@ std::string DescribeTagging(const HierarchyTagging& tagging) {
   return line.str();
 }
 
+std::string DescribeCallsAndRewrites(const ModuleCalls& calls, const RewriteLog& rewrites) {
+  std::ostringstream line;
+  line << "; module calls " << calls.calls().size() << " (" << calls.direct_calls() << " direct, "
+       << calls.aliases() << " aliases); rewrites: fused " << rewrites.fused << ", merged " << rewrites.merged
+       << ", removed/folded " << rewrites.records.size();
+  return line.str();
+}
+
 void PrintReport(const ExportSession& session) {
   using Milliseconds = std::chrono::duration<double, std::milli>;
   std::ostringstream line;
@@ -167,9 +216,76 @@ bool IsTorchModuleClass(const std::string& qualified) {
   return qualified.compare(0, 9, "torch.nn.") == 0 || qualified.compare(0, 9, "torch.ao.") == 0;
 }
 
+void FlattenTensors(const py::handle& value, std::vector<at::Tensor>* out, int depth = 0) {
+  if (depth > 8) return;
+  if (THPVariable_Check(value.ptr())) {
+    out->push_back(THPVariable_Unpack(value.ptr()));
+  } else if (py::isinstance<py::tuple>(value) || py::isinstance<py::list>(value)) {
+    for (py::handle item : value) FlattenTensors(item, out, depth + 1);
+  } else if (py::isinstance<py::dict>(value)) {
+    for (auto item : value.cast<py::dict>()) FlattenTensors(item.second, out, depth + 1);
+  }
+}
+
+// Stands in for a module's forward during a tagged export: every call, through
+// __call__ or straight to .forward(), passes ModuleCalls. inspect.signature
+// follows __wrapped__ to the original, as for functools.wraps.
+class ForwardWrapper {
+ public:
+  ForwardWrapper(py::object original, int module, std::string scope_name)
+      : original_(std::move(original)), module_(module), scope_name_(std::move(scope_name)) {}
+
+  py::object Call(py::args args, py::kwargs kwargs) {
+    ExportSession* session = Session().get();
+    if (session == nullptr) return original_(*args, **kwargs);
+    std::vector<at::Tensor> inputs;
+    FlattenTensors(args, &inputs);
+    FlattenTensors(kwargs, &inputs);
+    ModuleCalls::Entered entered = session->calls.Enter(module_, scope_name_, std::move(inputs));
+    py::object result;
+    try {
+      result = original_(*args, **kwargs);
+    } catch (...) {
+      session->calls.Exit(entered, false, session->borrowed);
+      throw;
+    }
+    session->calls.Exit(entered, true, session->borrowed);
+    return result;
+  }
+
+ private:
+  py::object original_;
+  int module_;
+  std::string scope_name_;
+};
+
+void WrapForward(ExportSession& session, const py::handle& module, int index, const std::string& scope_name) {
+  py::dict own = module.attr("__dict__");
+  WrappedForward record{py::reinterpret_borrow<py::object>(module),
+                        own.contains("forward") ? py::object(own["forward"]) : py::object()};
+  py::object wrapper = py::cast(ForwardWrapper(module.attr("forward"), index, scope_name));
+  wrapper.attr("__wrapped__") = module.attr("forward");
+  own["forward"] = wrapper;
+  session.wrapped.push_back(std::move(record));
+}
+
+void UnwrapForwards(ExportSession& session) {
+  for (WrappedForward& record : session.wrapped) {
+    py::dict own = record.module.attr("__dict__");
+    if (record.own_forward) {
+      own["forward"] = record.own_forward;
+    } else if (own.contains("forward")) {
+      PyDict_DelItemString(own.ptr(), "forward");
+    }
+  }
+  session.wrapped.clear();
+}
+
 // Builds the module table from named_modules(). With `trace_module_map` (a
 // traced export), also gives each module instance a scope name of its own
-// (scope_names.h): the tracer pushes the map's value at every module call.
+// (scope_names.h), which the tracer pushes at every module call, and wraps
+// every module's forward but the root's (the tracer calls the root itself, and
+// the exporter reads its signature) to record its calls.
 std::unique_ptr<ExportSession> BuildSession(const py::handle& model, py::object trace_module_map) {
   auto session = std::make_unique<ExportSession>();
   py::module_ torch = py::module_::import("torch");
@@ -196,7 +312,9 @@ std::unique_ptr<ExportSession> BuildSession(const py::handle& model, py::object 
     int index = session->modules.Add(path, qualified, short_name, has_segment);
     if (!trace_module_map.is_none() && trace_module_map.contains(module)) {
       std::string name = trace_module_map[module].cast<std::string>();
-      trace_module_map[module] = MarkInstanceScopeName(index, name);
+      std::string instance_name = MarkInstanceScopeName(index, name);
+      trace_module_map[module] = instance_name;
+      if (index > 0) WrapForward(*session, module, index, instance_name);
     }
   }
   session->modules.Finalize();
@@ -209,6 +327,7 @@ std::unique_ptr<ExportSession> BuildSession(const py::handle& model, py::object 
 }
 
 py::object SetupTraceModuleMap(const py::object& original, py::args args, py::kwargs kwargs) {
+  if (Session()) UnwrapForwards(*Session());
   Session().reset();
   bool tagging = TaggingRequested();
   py::object model = args.size() > 0 ? py::reinterpret_borrow<py::object>(args[0])
@@ -230,6 +349,23 @@ py::object SetupTraceModuleMap(const py::object& original, py::args args, py::kw
   auto start = std::chrono::steady_clock::now();
   Session() = BuildSession(model, trace_module_map);
   Session()->own_time += std::chrono::steady_clock::now() - start;
+  return result;
+}
+
+py::object ObservePass(const py::object& original, const char* name, py::args args, py::kwargs kwargs) {
+  ExportSession* session = Session().get();
+  if (session == nullptr || args.size() == 0 || !py::isinstance(args[0], py::module_::import("torch._C").attr("Graph"))) {
+    return original(*args, **kwargs);
+  }
+  auto graph = args[0].cast<std::shared_ptr<torch::jit::Graph>>();
+  py::object result;
+  std::chrono::steady_clock::duration torch_time{};
+  auto start = std::chrono::steady_clock::now();
+  RecordRewrites(*graph, name, session->borrowed, session->rewrites, [&] {
+    Stopwatch torch_pass(&torch_time);
+    result = original(*args, **kwargs);
+  });
+  session->own_time += std::chrono::steady_clock::now() - start - torch_time;
   return result;
 }
 
@@ -280,16 +416,26 @@ py::object EliminateUnusedItems(const py::object& original, py::args args) {
 py::object AssignScopedNames(const py::object& original, py::args args) {
   ExportSession* session = Session().get();
   if (session != nullptr) {
-    Stopwatch own(&session->own_time);
     auto graph = args[0].cast<std::shared_ptr<torch::jit::Graph>>();
-    HierarchyTagging tagging =
-        AssignHierarchyTags(*graph, session->modules, session->borrowed, session->member_names,
-                            session->user_input_count);
-    session->node_tags = tagging.ToSerialized(session->modules);
-    if (ReportRequested()) session->report = DescribeTagging(tagging);
-    session->module_table_json = session->modules.ToJson(tagging.UsedTagModules());
-    session->borrowed.Restore(graph->block());
+    CallTags call_tags(session->modules);
+    HierarchyTagging tagging;
+    {
+      Stopwatch own(&session->own_time);
+      tagging = AssignHierarchyTags(*graph, session->modules, call_tags, session->borrowed, session->member_names,
+                                    session->user_input_count, &session->calls, &session->rewrites);
+      if (ReportRequested()) {
+        session->report = DescribeTagging(tagging) + DescribeCallsAndRewrites(session->calls, session->rewrites);
+      }
+      session->borrowed.Restore(graph->block());
+      RestoreTorchScopes(graph->block());
+    }
+    py::object result = original(*args);
+    Stopwatch own(&session->own_time);
+    TaggedModelEntries entries = DescribeTaggedModel(tagging, call_tags, session->modules, *graph);
+    session->node_tags = std::move(entries.nodes);
+    session->model_entries = std::move(entries.model);
     session->tagged = true;
+    return result;
   }
   return original(*args);
 }
@@ -302,11 +448,8 @@ std::string_view BytesView(const py::handle& bytes) {
 }
 
 void PlanTags(ExportSession& session, const py::object& model_bytes) {
-  std::vector<ModelMetadataEntry> entries = {
-      {std::string(kModuleTableKey), session.module_table_json},
-      {std::string(kFormatVersionKey), std::string(kFormatVersion)}};
   std::string error;
-  if (!PlanTaggedModel(BytesView(model_bytes), session.node_tags, entries, &session.plan, &error)) {
+  if (!PlanTaggedModel(BytesView(model_bytes), session.node_tags, session.model_entries, &session.plan, &error)) {
     throw std::runtime_error("hiertag: cannot tag the exported model (" + error + "); nothing written");
   }
   session.planned_bytes = model_bytes;
@@ -361,7 +504,10 @@ py::object ExportFile(const py::object& original, py::args args, py::kwargs kwar
 }
 
 py::object ResetTraceModuleMap(const py::object& original, py::args args) {
-  if (Session() && Session()->written && ReportRequested()) PrintReport(*Session());
+  if (Session()) {
+    UnwrapForwards(*Session());
+    if (Session()->written && ReportRequested()) PrintReport(*Session());
+  }
   Session().reset();
   return original(*args);
 }
@@ -391,6 +537,13 @@ void Install() {
        [](const py::object& original, py::args args, py::kwargs) { return EliminateUnusedItems(original, args); });
   Wrap(c, "_jit_pass_onnx_assign_scoped_names_for_node_and_value",
        [](const py::object& original, py::args args, py::kwargs) { return AssignScopedNames(original, args); });
+  for (const char* name : kObservedPasses) {
+    Wrap(c, name, [name](const py::object& original, py::args args, py::kwargs kwargs) {
+      return ObservePass(original, name, args, kwargs);
+    });
+  }
+  py::class_<ForwardWrapper>(c, "_HiertagForward", py::dynamic_attr())
+      .def("__call__", &ForwardWrapper::Call);
 
   py::object graph_class = c.attr("Graph");
   py::object export_onnx = graph_class.attr("_export_onnx");

@@ -113,7 +113,7 @@ int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed,
   int lent = 0;
   for (auto& [index, scopes] : shared_by_position) {
     Node* kept = nodes_after[index];
-    BorrowedScopes::Loan loan{kept->scope(), kept->scope(), {}};
+    BorrowedScopes::Loan loan{kept->scope(), kept->scope(), {}, {}, {}, {}};
     if (const BorrowedScopes::Loan* existing = borrowed.Find(kept->scope())) loan = *existing;
     if (IsBlank(loan.recorded)) continue;
     for (const ScopePtr& scope : scopes) {

@@ -24,19 +24,30 @@ std::string MarkInstanceScopeName(int module_index, std::string_view torch_scope
   return out;
 }
 
+std::string MarkDirectScopeName(int module_index, std::string_view torch_scope_name) {
+  std::string out(kDirectScopePrefix);
+  out += std::to_string(module_index);
+  out += '|';
+  out += torch_scope_name;
+  return out;
+}
+
 std::optional<ParsedScopeName> ParseScopeName(std::string_view name) {
   size_t separator = name.find(kScopeSeparator);
   if (separator == std::string_view::npos) return std::nullopt;
   ParsedScopeName parsed;
   parsed.class_part = name.substr(0, separator);
   parsed.variable_part = name.substr(separator + kScopeSeparator.size());
-  if (parsed.class_part.substr(0, kInstanceScopePrefix.size()) == kInstanceScopePrefix) {
+  for (std::string_view prefix : {kInstanceScopePrefix, kDirectScopePrefix}) {
+    if (parsed.class_part.substr(0, prefix.size()) != prefix) continue;
     std::string_view rest;
-    auto index = ParseLeadingInt(parsed.class_part.substr(kInstanceScopePrefix.size()), &rest);
+    auto index = ParseLeadingInt(parsed.class_part.substr(prefix.size()), &rest);
     if (index && !rest.empty() && rest.front() == '|') {
       parsed.module_index = index;
+      parsed.direct = prefix == kDirectScopePrefix;
       parsed.class_part = rest.substr(1);
     }
+    break;
   }
   return parsed;
 }

@@ -44,7 +44,7 @@ ResolvedScope ScopeResolver::Resolve(const ScopePtr& scope,
     }
     chain.push_back(module);
   }
-  ResolvedScope resolved = names_modules ? FromChain(chain) : ResolvedScope{};
+  ResolvedScope resolved = names_modules ? FromChain(chain, {}) : ResolvedScope{};
   callstack_cache_.emplace(key, resolved);
   return resolved.module >= 0 ? resolved : Resolve(scope);
 }
@@ -79,6 +79,7 @@ ResolvedScope ScopeResolver::ResolveUncached(const ScopePtr& scope) {
     levels.push_back(s);
   }
   std::vector<int> chain;  // module instances from the root call inwards
+  std::vector<const torch::jit::Scope*> chain_scopes;
   for (auto it = levels.rbegin(); it != levels.rend(); ++it) {
     std::string name = (*it)->name().toUnqualString();
     if (ParseBorrowedScopeName(name)) break;  // borrowed leaf: the chain above it is the record
@@ -102,23 +103,23 @@ ResolvedScope ScopeResolver::ResolveUncached(const ScopePtr& scope) {
       break;
     }
     chain.push_back(module);
+    chain_scopes.push_back(*it);
   }
-  return FromChain(chain);
+  return FromChain(chain, chain_scopes);
 }
 
-ResolvedScope ScopeResolver::FromChain(const std::vector<int>& chain) const {
+ResolvedScope ScopeResolver::FromChain(const std::vector<int>& chain,
+                                       const std::vector<const torch::jit::Scope*>& scopes) const {
   if (chain.empty()) return {};
   ResolvedScope resolved;
   resolved.module = chain.back();
-  int enclosing = 0;
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-    if (modules_.at(*it).has_segment) {
-      enclosing = *it;
+  resolved.tag = call_tags_.FromChain(chain);
+  for (size_t i = chain.size(); i-- > 1;) {
+    if (modules_.at(chain[i]).has_segment) {
+      if (i < scopes.size()) resolved.call_scope = scopes[i];
       break;
     }
   }
-  int owner = modules_.TagOwner(resolved.module);
-  resolved.tag_module = modules_.IsModuleAncestorOrSelf(enclosing, owner) ? owner : enclosing;
   return resolved;
 }
 

@@ -7,6 +7,9 @@
 namespace hiertag {
 namespace {
 
+// Marks an absolute qualifier (the full path of a module the caller does not own).
+constexpr char kAbsoluteMark = '~';
+
 bool IsReservedInQualifier(char c) {
   return c == '/' || c == '[' || c == ']' || c == '%';
 }
@@ -53,6 +56,13 @@ bool ParseSegment(std::string_view text, TagSegment* out, std::string* error) {
     return SetError(error, "segment '" + std::string(text) + "' has a malformed qualifier");
   }
   std::string_view escaped = rest.substr(1, rest.size() - 2);
+  if (escaped.front() == kAbsoluteMark) {
+    out->absolute = true;
+    escaped.remove_prefix(1);
+    if (escaped.empty()) {
+      return SetError(error, "segment '" + std::string(text) + "' has an empty path after '~'");
+    }
+  }
   std::string qualifier;
   for (size_t i = 0; i < escaped.size(); ++i) {
     char c = escaped[i];
@@ -81,7 +91,7 @@ std::string EscapeQualifier(std::string_view raw) {
   std::string out;
   out.reserve(raw.size());
   for (char c : raw) {
-    if (IsReservedInQualifier(c)) {
+    if (IsReservedInQualifier(c) || c == kAbsoluteMark) {
       char buffer[4];
       std::snprintf(buffer, sizeof(buffer), "%%%02X", static_cast<unsigned char>(c));
       out += buffer;
@@ -95,7 +105,9 @@ std::string EscapeQualifier(std::string_view raw) {
 std::string FormatSegment(const TagSegment& segment) {
   std::string out = segment.class_name;
   if (segment.qualifier) {
-    out += "[" + EscapeQualifier(*segment.qualifier) + "]";
+    out += "[";
+    if (segment.absolute) out.push_back(kAbsoluteMark);
+    out += EscapeQualifier(*segment.qualifier) + "]";
   } else if (segment.index) {
     out += "." + std::to_string(*segment.index);
   }

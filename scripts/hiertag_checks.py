@@ -1,6 +1,7 @@
 """Reading a tagged ONNX file back, and the module-boundary check: shared by
 the verifier (scripts/verify_modules.py) and the end-to-end tests."""
 
+import functools
 import json
 
 import numpy as np
@@ -11,7 +12,11 @@ from torch.onnx._internal.torchscript_exporter import utils as exporter_utils
 
 TAG_KEY = "hierarchy_tag"
 SHARED_KEY = "hiertag.shared_with"
+CALL_KEY = "hiertag.call"
+SPANS_KEY = "hiertag.spans"
+REWRITE_KEY = "hiertag.rewrite"
 TABLE_KEY = "hiertag.modules"
+REWRITES_KEY = "hiertag.rewrites"
 
 
 def node_props(node):
@@ -37,12 +42,54 @@ def is_within(tag, ancestor):
     return tag == ancestor or tag.startswith(ancestor + "/")
 
 
+def parent_tag(tag):
+    return tag.rsplit("/", 1)[0]
+
+
+def call_count(table, tag):
+    return len(table.get(tag, {}).get("calls", [0]))
+
+
+def call_at(table, tag, call, ancestor):
+    """The call of `ancestor` that call `call` of `tag` (within it) ran in."""
+    while tag != ancestor:
+        parents = table.get(tag, {}).get("parent_calls")
+        call = parents[call] if parents else 0
+        tag = parent_tag(tag)
+    return call
+
+
+def model_props(model):
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def rewritten_boundaries(model):
+    """{tag: reason} for the modules whose boundary an export pass removed, as
+    the file records it: a fused node (hiertag.spans) or a rewrite record whose
+    modules lie partly inside the module and partly outside it."""
+    records = json.loads(model_props(model).get(REWRITES_KEY, "[]"))
+    for node in walk_nodes(model.graph):
+        props = node_props(node)
+        if SPANS_KEY in props:
+            records.append({"pass": props.get(REWRITE_KEY, ""), "kind": "fused",
+                            "modules": json.loads(props[SPANS_KEY]), "node": node.name})
+    reasons = {}
+    for tag in module_table(model):
+        for record in records:
+            inside = [t for t in record["modules"] if is_within(t, tag)]
+            outside = [t for t in record["modules"] if not is_within(t, tag)]
+            if inside and outside and tag not in reasons:
+                what = f"fused into node '{record['node']}'" if record["kind"] == "fused" else "removed"
+                reasons[tag] = f"{record['pass']}: {what} with {', '.join(outside)}"
+    return reasons
+
+
 def strip_tags(model):
     """The model without hiertag's entries (a copy)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     for node in walk_nodes(copy.graph):
-        keep = [p for p in node.metadata_props if p.key not in (TAG_KEY, SHARED_KEY)]
+        keep = [p for p in node.metadata_props if p.key != TAG_KEY and not p.key.startswith("hiertag.")]
         del node.metadata_props[:]
         node.metadata_props.extend(keep)
     keep = [p for p in copy.metadata_props if not p.key.startswith("hiertag.")]
@@ -51,21 +98,34 @@ def strip_tags(model):
     return copy
 
 
-def flatten_tensors(value, out):
+def flatten_tensors(value, out, depth=0):
+    """The tensors in a call's arguments or result. A function passed as an
+    argument brings the tensors it closes over (`lambda x: self.attn(x, x, x, mask)`
+    hands the callee `mask`); a module passed as one brings only weights."""
+    if depth > 8:
+        return out
     if isinstance(value, torch.Tensor):
         out.append(value.detach().clone())
     elif isinstance(value, (bool,)):
-        return
+        return out
     elif isinstance(value, (int, float)):
         out.append(torch.tensor(value))
     elif isinstance(value, dict):
         for item in value.values():
-            flatten_tensors(item, out)
+            flatten_tensors(item, out, depth + 1)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            flatten_tensors(item, out)
+            flatten_tensors(item, out, depth + 1)
     elif hasattr(value, "to_tuple"):
-        flatten_tensors(value.to_tuple(), out)
+        flatten_tensors(value.to_tuple(), out, depth + 1)
+    elif isinstance(value, functools.partial):
+        flatten_tensors((value.args, value.keywords), out, depth + 1)
+    elif callable(value) and getattr(value, "__closure__", None):
+        for cell in value.__closure__:
+            try:
+                flatten_tensors(cell.cell_contents, out, depth + 1)
+            except ValueError:  # an empty cell
+                pass
     return out
 
 
@@ -85,30 +145,38 @@ def eager_reference(model):
 
 
 def record_module_io(model, args):
-    """{qualified path: (received, returned)} for every module called through
-    __call__, recorded with forward hooks (cloned: modules mutate in place)
-    while the exporter's own tracer runs the model on the arguments as the
-    exporter decides them: the values are real, and models take the code paths
-    they take under export (transformers keeps an all-ones attention mask when
-    tracing and drops it in plain eager mode)."""
+    """{qualified path: [(received, returned) per call, in call order]} for
+    every module call, through __call__ or straight to .forward(): each
+    module's forward is wrapped for the run (values cloned: modules mutate in
+    place) while the exporter's own tracer runs the model on the arguments as
+    the exporter decides them, so the values are real and models take the code
+    paths they take under export (transformers keeps an all-ones attention
+    mask when tracing and drops it in plain eager mode)."""
     calls = {}
-    handles = []
+    decided = exporter_utils._decide_input_format(model, args)
+    wrapped = []
     for path, module in model.named_modules():
-        def pre(module, hook_args, hook_kwargs, path=path):
-            calls.setdefault(path, ([], []))[0].extend(flatten_tensors((hook_args, hook_kwargs), []))
+        original = module.forward
 
-        def post(module, hook_args, hook_kwargs, output, path=path):
-            calls.setdefault(path, ([], []))[1].extend(flatten_tensors(output, []))
+        @functools.wraps(original)
+        def forward(*call_args, _path=path, _original=original, **call_kwargs):
+            record = (flatten_tensors((call_args, call_kwargs), []), [])
+            calls.setdefault(_path, []).append(record)
+            result = _original(*call_args, **call_kwargs)
+            record[1].extend(flatten_tensors(result, []))
+            return result
 
-        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-        handles.append(module.register_forward_hook(post, with_kwargs=True))
+        wrapped.append((module, module.__dict__.get("forward")))
+        module.forward = forward
     try:
-        decided = exporter_utils._decide_input_format(model, args)
         with torch.no_grad():
             torch.jit._get_trace_graph(model, tuple(decided), strict=False)
     finally:
-        for handle in handles:
-            handle.remove()
+        for module, own in wrapped:
+            if own is None:
+                del module.__dict__["forward"]
+            else:
+                module.__dict__["forward"] = own
     return calls
 
 
@@ -132,19 +200,23 @@ def node_tags(node):
     return [props[TAG_KEY]] + json.loads(props.get(SHARED_KEY, "[]"))
 
 
-def module_boundaries(model):
-    """{tag: (values consumed from outside, values produced for outside, aliases)}
-    over the main graph, for every tag in the table.
+def node_call(node):
+    return int(node_props(node).get(CALL_KEY, "0"))
 
-    A node belongs to module M when its tag or one of its hiertag.shared_with
-    tags lies within M. A use of a member's output is outside M unless the user
-    lies within another module the node was kept for, outside M (that module's
-    own merged copy; an ancestor of M that computed the same value included).
-    Initializers and Constant outputs are weights, not data a module receives.
-    `aliases` maps outputs made by a value-preserving Cast/Identity of a value
-    consumed from outside (the tracer maps later uses of a tensor that a no-op
-    `.to()` returned to that node) to the value they alias."""
+
+def module_boundaries(model):
+    """{(tag, call): (values consumed from outside, values produced for outside)}
+    over the main graph, for every call of every tag in the table.
+
+    A node belongs to call k of module M when its tag lies within M and its
+    call at M's level is k, or when one of its hiertag.shared_with tags lies
+    within M (a shared node belongs to every call). A use of a member's output
+    is outside M unless the user lies within another module the node was kept
+    for, outside M (that module's own copy of the computation; for a tracer
+    alias, the caller whose variable it is). Initializers and Constant outputs
+    are weights, not data a module receives."""
     graph = model.graph
+    table = module_table(model)
     constants = {i.name for i in graph.initializer}
     constants.update(o for n in graph.node if n.op_type == "Constant" for o in n.output)
     graph_outputs = {o.name for o in graph.output}
@@ -153,28 +225,31 @@ def module_boundaries(model):
         for name in _implicit_inputs(node):
             consumers.setdefault(name, []).append(node)
     boundaries = {}
-    for tag in module_table(model):
-        members = [n for n in graph.node if any(is_within(t, tag) for t in node_tags(n))]
-        ids = {id(n) for n in members}
-        produced = {o for n in members for o in n.output}
-        inputs = {name for n in members for name in _implicit_inputs(n)
-                  if name not in produced and name not in constants}
-        outputs, aliases = set(), {}
-        for node in members:
-            # Another module the node was kept for, outside this one (an
-            # ancestor that computed the same value included), reads it as its
-            # own copy of the computation.
-            sharers = [t for t in node_tags(node) if not is_within(t, tag)]
-            for name in node.output:
-                if name in constants:
-                    continue
-                outside = [c for c in consumers.get(name, []) if id(c) not in ids and
-                           not any(is_within(t, s) for t in node_tags(c) for s in sharers)]
-                if name in graph_outputs or outside:
-                    outputs.add(name)
-                    if node.op_type in ("Cast", "Identity") and node.input[0] in inputs:
-                        aliases[name] = node.input[0]
-        boundaries[tag] = (sorted(inputs), sorted(outputs), aliases)
+    for tag in table:
+        for call in range(call_count(table, tag)):
+            members = []
+            for node in graph.node:
+                tags = node_tags(node)
+                if is_within(tags[0], tag):
+                    if call_at(table, tags[0], node_call(node), tag) == call:
+                        members.append(node)
+                elif any(is_within(t, tag) for t in tags[1:]):
+                    members.append(node)
+            ids = {id(n) for n in members}
+            produced = {o for n in members for o in n.output}
+            inputs = {name for n in members for name in _implicit_inputs(n)
+                      if name not in produced and name not in constants}
+            outputs = set()
+            for node in members:
+                sharers = [t for t in node_tags(node) if not is_within(t, tag)]
+                for name in node.output:
+                    if name in constants:
+                        continue
+                    outside = [c for c in consumers.get(name, []) if id(c) not in ids and
+                               not any(is_within(t, s) for t in node_tags(c) for s in sharers)]
+                    if name in graph_outputs or outside:
+                        outputs.add(name)
+            boundaries[(tag, call)] = (sorted(inputs), sorted(outputs))
     return boundaries
 
 
@@ -223,39 +298,54 @@ def _matches(value, candidates):
     return False
 
 
+def boundary_key(table, tag, call):
+    """How results name one call: the tag, with "#k" when it has several calls."""
+    return tag if call_count(table, tag) == 1 else f"{tag}#{call}"
+
+
+def key_tag(table, key):
+    """The tag of a boundary key."""
+    return key if key in table else key.rsplit("#", 1)[0]
+
+
 def module_boundary_results(model, torch_model, args, feeds):
-    """For every module in the table called through __call__: each value its
-    nodes consume from outside equals a tensor it received in eager PyTorch, and
-    each value they produce for outside equals a tensor it returned. Returns
-    ({tag: failures of that module, empty when it passes}, skipped paths)."""
+    """For every call of every module in the table: each value its nodes
+    consume from outside equals a tensor that call received in eager PyTorch,
+    and each value they produce for outside equals a tensor it returned. The
+    only modules not checked are those whose boundary the file itself records
+    as removed by an export pass (rewritten_boundaries). Returns ({key: failures
+    of that call, empty when it passes}, {key: why it was not checked}); keys
+    as boundary_key gives them."""
     table = module_table(model)
     calls = record_module_io(torch_model, args)
     boundaries = module_boundaries(model)
-    names = sorted({n for ins, outs, _ in boundaries.values() for n in ins + outs})
+    rewritten = rewritten_boundaries(model)
+    names = sorted({n for ins, outs in boundaries.values() for n in ins + outs})
     values = intermediate_values(model, feeds, names)
-    results, skipped = {}, []
-    for tag, (inputs, outputs, aliases) in sorted(boundaries.items()):
-        path = table[tag]["path"]
-        if path not in calls:
-            skipped.append(path)
+    results, skipped = {}, {}
+    for (tag, call), (inputs, outputs) in sorted(boundaries.items()):
+        key = boundary_key(table, tag, call)
+        if tag in rewritten:
+            skipped[key] = rewritten[tag]
             continue
-        received, returned = calls[path]
-        failures = results.setdefault(tag, [])
+        entry = table[tag]
+        instance_call = entry.get("calls", [0])[call]
+        recorded = calls.get(entry["path"], [])
+        failures = results.setdefault(key, [])
+        if instance_call >= len(recorded):
+            failures.append(f"{key}: the module ran {len(recorded)} times, the file records call {instance_call}")
+            continue
+        received, returned = recorded[instance_call]
         for name in inputs:
             if not _matches(values[name], received):
-                failures.append(f"{tag}: consumes '{name}' {values[name].shape}, not a tensor it received")
+                failures.append(f"{key}: consumes '{name}' {values[name].shape}, not a tensor it received")
         for name in outputs:
-            if name in aliases and np.array_equal(values[name], values[aliases[name]]) and \
-                    _matches(values[name], received):
-                continue
             if not _matches(values[name], returned):
-                failures.append(f"{tag}: produces '{name}' {values[name].shape}, not a tensor it returned")
+                failures.append(f"{key}: produces '{name}' {values[name].shape}, not a tensor it returned")
     return results, skipped
 
 
 def check_module_boundaries(model, torch_model, args, feeds):
-    """module_boundary_results as (checked paths, skipped paths, failures)."""
-    table = module_table(model)
+    """module_boundary_results as (checked keys, {key: why not checked}, failures)."""
     results, skipped = module_boundary_results(model, torch_model, args, feeds)
-    checked = [table[tag]["path"] for tag in results]
-    return checked, skipped, [failure for failures in results.values() for failure in failures]
+    return list(results), skipped, [failure for failures in results.values() for failure in failures]

@@ -1,18 +1,20 @@
 """Verify every module of a model exported with hiertag.
 
-Exports the model with the plugin (HIERTAG=1), then for every module of the
-module table:
+Exports the model with the plugin (HIERTAG=1), then for every call of every
+module of the module table (a module called several times is checked call by
+call, `extract --call K`):
   extract   build/hiertag extract cuts it out; fed with the full model's
             intermediate values from ONNX Runtime, the extracted model
             reproduces the full model's values (rtol 1e-4, atol 1e-5);
-  boundary  the values its nodes read from outside equal tensors the module
+  boundary  the values its nodes read from outside equal tensors the call
             received in PyTorch, and the values they make for outside equal
-            tensors it returned (forward hooks under the exporter's tracer).
-Prints a table, one module a line, and a summary; exits 0 only when every
-module passes both checks. A module whose nodes are not a convex region of the
-graph (called twice with other work between the calls) cannot be cut out as one
-model: extract refuses it by design, and the verifier reports it as not
-extractable without failing it; its boundary check still has to pass.
+            tensors it returned (every forward wrapped under the exporter's
+            tracer, so calls straight to .forward() count too).
+Prints a table, one call a line, and a summary; exits 0 only when every call
+passes both checks. The one exception is a module whose boundary the file
+itself records as removed by an export pass (a fused node's hiertag.spans, or
+hiertag.rewrites): extract must refuse it naming that pass, and it passes as
+"refused" with that reason.
 
 usage: .venv/bin/python scripts/verify_modules.py MODEL [--config JSON] [--input NAME=SPEC ...]
 MODEL is one of
@@ -100,12 +102,18 @@ def build(options):
 
 
 def extract_all(source, table, out_dir):
+    """{boundary key: (path, extract's JSON) or (None, its error line)}, one per call."""
     extracted = {}
     for index, tag in enumerate(table):
-        out = Path(out_dir) / f"module{index}.onnx"
-        result = subprocess.run([str(TOOL), "extract", str(source), "--module", tag, "-o", str(out), "--json"],
-                                capture_output=True, text=True)
-        extracted[tag] = (out, json.loads(result.stdout)) if result.returncode == 0 else (None, result.stderr.strip())
+        for call in range(checks.call_count(table, tag)):
+            key = checks.boundary_key(table, tag, call)
+            out = Path(out_dir) / f"module{index}_{call}.onnx"
+            command = [str(TOOL), "extract", str(source), "--module", tag, "-o", str(out), "--json"]
+            if key != tag:
+                command += ["--call", str(call)]
+            result = subprocess.run(command, capture_output=True, text=True)
+            extracted[key] = ((out, json.loads(result.stdout)) if result.returncode == 0
+                              else (None, result.stderr.strip()))
     return extracted
 
 
@@ -135,10 +143,11 @@ def main():
         values = checks.intermediate_values(model, feeds, wanted)
 
         rows, passed = [], 0
-        for tag in table:
-            path, info = extracted[tag]
-            if path is None and "not a convex region" in info:
-                extract_result = "not extractable (not convex)"
+        for key, (path, info) in extracted.items():
+            rewritten = boundary_skipped.get(key)
+            if rewritten is not None:
+                refused_right = path is None and rewritten.split(":")[0] in info
+                extract_result = "refused (rewrite)" if refused_right else f"FAIL (not refused: {rewritten})"
             elif path is None:
                 extract_result = f"FAIL ({info})"
             else:
@@ -148,20 +157,19 @@ def main():
                             if p.size else 0.0 for p, o in zip(produced, info["outputs"]))
                 ok = all(np.allclose(p, values[o], rtol=1e-4, atol=1e-5) for p, o in zip(produced, info["outputs"]))
                 extract_result = f"{'ok' if ok else 'FAIL'} (max diff {worst:.1e})"
-            module_path = table[tag]["path"]
-            problems = [f for f in boundary_failures if f.startswith(tag + ":")]
-            boundary_result = ("not called through __call__" if module_path in boundary_skipped
+            problems = [f for f in boundary_failures if f.startswith(key + ":")]
+            boundary_result = (f"no boundary ({rewritten})" if rewritten is not None
                                else "ok" if not problems else f"FAIL ({len(problems)} values)")
-            good = extract_result.startswith(("ok", "not extractable")) and not problems
+            good = extract_result.startswith(("ok", "refused")) and not problems
             passed += good
-            rows.append((tag, info["nodes"] if path else "-", extract_result, boundary_result))
+            rows.append((key, info["nodes"] if path else "-", extract_result, boundary_result))
         width = max(len(r[0]) for r in rows)
-        print(f"{'module':<{width}}  {'nodes':>5}  {'extract':<24}  boundary")
+        print(f"{'module (#call)':<{width}}  {'nodes':>5}  {'extract':<24}  boundary")
         for tag, nodes, extract_result, boundary_result in rows:
             print(f"{tag:<{width}}  {nodes:>5}  {extract_result:<24}  {boundary_result}")
         for failure in boundary_failures:
             print(f"  boundary: {failure}")
-        print(f"{passed}/{len(rows)} modules pass ({options.model}, {len(list(checks.walk_nodes(model.graph)))} nodes)")
+        print(f"{passed}/{len(rows)} module calls pass ({options.model}, {len(list(checks.walk_nodes(model.graph)))} nodes)")
         return 0 if passed == len(rows) else 1
 
 

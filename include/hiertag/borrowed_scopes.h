@@ -9,7 +9,13 @@
 //                  lent a child of the call site's scope (MarkInlinedCalls);
 //   shared node    a node common subexpression elimination kept for several
 //                  modules: it is lent a child of its own scope that also lists
-//                  the scopes of the merged duplicates (RecordCseSharing).
+//                  the scopes of the merged duplicates (RecordCseSharing);
+//   alias          a node whose output torch's tracer bound to a caller's
+//                  variable (ModuleCalls): it also lists the caller's scope;
+//   fused node     a node an export pass fused other modules' nodes into: it
+//                  lists their scopes as spans (RecordRewrites);
+//   folded constant  a constant a pass folded other nodes into: it lists their
+//                  scopes as folded_from (RecordRewrites).
 // Before torch names the nodes, Restore() gives every node back exactly the scope
 // torch gave it (blank for inlined calls, the primary scope for shared nodes), so
 // node names and the written file are those of an untagged export.
@@ -17,6 +23,7 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <string>
 #include <vector>
 
 namespace hiertag {
@@ -27,11 +34,19 @@ class BorrowedScopes {
     torch::jit::ScopePtr recorded;  // the scope the node belongs to (call site / primary)
     torch::jit::ScopePtr original;  // what torch gave the node: restored by Restore()
     std::vector<torch::jit::ScopePtr> shared_with;  // shared node: the merged duplicates' scopes
+    std::vector<torch::jit::ScopePtr> spans;        // fused node: scopes of the nodes fused into it
+    std::string rewrite;                            // fused node: the pass that fused them
+    std::vector<torch::jit::ScopePtr> folded_from;  // constant: scopes of the nodes folded into it
   };
 
   // Lends `loan.recorded` (wrapped in a fresh child scope that carries the
   // loan) to nodes whose scope is `loan.original`; set the result with setScope.
   torch::jit::ScopePtr Lend(Loan loan);
+
+  // Lends `node` a scope that keeps what it records and also lists `other`
+  // (merged into the node's existing loan, if any). No-op for a node without
+  // a recorded scope, or when `other` is already its record or listed.
+  void ShareWith(torch::jit::Node* node, const torch::jit::ScopePtr& other);
 
   // The loan behind `scope`, or nullptr when `scope` is not a borrowed scope.
   const Loan* Find(const torch::jit::ScopePtr& scope) const;

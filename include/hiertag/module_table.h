@@ -71,6 +71,12 @@ class ModuleTable {
   // The tag-tree parent of a tagged module; -1 for the root.
   int TagParent(int tagged) const;
 
+  // A module's segment without disambiguation: Class, or Class.N when its
+  // attribute name is the list index N.
+  std::string PlainSegment(int index) const;
+  // The last segment of a tagged module's tag.
+  std::string_view OwnSegment(int tagged) const;
+
   // JSON object mapping the tag of every module in `used_tag_owners` and of all
   // their tag-tree ancestors to {"path": ..., "class": ...}, sorted by tag.
   std::string ToJson(const std::vector<int>& used_tag_owners) const;

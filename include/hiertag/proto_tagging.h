@@ -30,6 +30,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace hiertag {
@@ -38,6 +39,7 @@ struct SerializedNodeTag {
   std::string op_type;                  // expected NodeProto.op_type
   std::string tag;                      // value of hierarchy_tag
   std::vector<std::string> shared_with;  // empty: no hiertag.shared_with entry
+  std::vector<std::pair<std::string, std::string>> more;  // further entries, key and value, in order
 };
 
 struct ModelMetadataEntry {

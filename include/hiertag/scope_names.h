@@ -9,6 +9,11 @@
 //                    pushed by the tracer for module instance <index> of the
 //                    module table (the plugin rewrites the values of
 //                    torch.jit._trace._trace_module_map before tracing).
+//   direct scope     "hiertag.d<index>|<torch.typename>::<var>"
+//                    pushed by hiertag (ModuleCalls) for module instance <index>
+//                    when its forward is entered without __call__
+//                    (`child.forward(x)`), where torch records no call; removed
+//                    again before torch names the nodes.
 //   borrowed scope   "hiertag.borrowed.<id>::" a child of a recorded scope,
 //                    given for the duration of the export to nodes torch left
 //                    without the scope they belong to (BorrowedScopes); removed
@@ -24,15 +29,20 @@ namespace hiertag {
 
 inline constexpr std::string_view kScopeSeparator = "::";
 inline constexpr std::string_view kInstanceScopePrefix = "hiertag.m";
+inline constexpr std::string_view kDirectScopePrefix = "hiertag.d";
 inline constexpr std::string_view kBorrowedScopePrefix = "hiertag.borrowed.";
 
 // "pkg.Class::var" -> "hiertag.m12|pkg.Class::var".
 std::string MarkInstanceScopeName(int module_index, std::string_view torch_scope_name);
 
+// "pkg.Class::var" -> "hiertag.d12|pkg.Class::var".
+std::string MarkDirectScopeName(int module_index, std::string_view torch_scope_name);
+
 struct ParsedScopeName {
   std::string_view class_part;
   std::string_view variable_part;
-  std::optional<int> module_index;  // set for instance scopes
+  std::optional<int> module_index;  // set for instance and direct scopes
+  bool direct = false;              // a direct scope: hiertag's, not torch's
 };
 
 // Splits at the first "::" as torch does. std::nullopt for a name without "::".

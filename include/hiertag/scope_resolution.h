@@ -21,12 +21,10 @@
 // `unresolved_levels`), so the result is the deepest module known for sure,
 // never a guess.
 //
-// The tagged module: the innermost module of the call chain that has a segment
-// (E); if the innermost module M is filtered (a torch.nn module), its nearest
-// tagged module-tree ancestor A is taken instead when A lies within E (so a
-// LayerNorm of `blocks.0` called through a `.forward()`-bypassed block still goes
-// to `blocks.0`), else E (a module owned elsewhere but called by E belongs to E's
-// computation).
+// The tag: the call chain's tagged modules, as a call tag (call_tags.h); a
+// filtered torch.nn module adds no level, so its nodes belong to the tagged
+// module that called it. Direct scopes (a forward entered without __call__,
+// module_calls.h) count as calls.
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>
@@ -35,18 +33,22 @@
 #include <unordered_map>
 #include <vector>
 
+#include "hiertag/call_tags.h"
 #include "hiertag/module_table.h"
 
 namespace hiertag {
 
 struct ResolvedScope {
-  int module = -1;      // innermost module instance of the chain; -1: no module recorded
-  int tag_module = -1;  // the module (with a segment) whose tag the node gets
+  int module = -1;  // innermost module instance of the chain; -1: no module recorded
+  int tag = -1;     // the call tag (CallTags) the node gets; -1: no module recorded
+  // The scope of the tagged call (the level of the chain the tag ends at);
+  // nullptr when resolved from a call stack or for the root.
+  const torch::jit::Scope* call_scope = nullptr;
 };
 
 class ScopeResolver {
  public:
-  explicit ScopeResolver(const ModuleTable& modules) : modules_(modules) {}
+  ScopeResolver(const ModuleTable& modules, CallTags& call_tags) : modules_(modules), call_tags_(call_tags) {}
 
   // Resolves a scope; blank and root scopes resolve to {-1, -1}. Cached per scope.
   ResolvedScope Resolve(const torch::jit::ScopePtr& scope);
@@ -60,11 +62,13 @@ class ScopeResolver {
 
  private:
   ResolvedScope ResolveUncached(const torch::jit::ScopePtr& scope);
-  ResolvedScope FromChain(const std::vector<int>& chain) const;
+  ResolvedScope FromChain(const std::vector<int>& chain,
+                          const std::vector<const torch::jit::Scope*>& scopes) const;
   // `class_name` empty: any class.
   int MatchChild(int parent, std::string_view variable, std::string_view class_name = {}) const;
 
   const ModuleTable& modules_;
+  CallTags& call_tags_;
   std::unordered_map<const torch::jit::Scope*, ResolvedScope> cache_;
   std::unordered_map<const torch::jit::InlinedCallStack*, ResolvedScope> callstack_cache_;
   int unresolved_levels_ = 0;

@@ -29,18 +29,88 @@ def test_containers_disambiguate_same_class_siblings_behind_filtered_containers(
     }
 
 
-def test_module_called_twice_keeps_one_tag_for_both_calls():
+def calls_of(model, op_type):
+    return [int(tm.node_props(n).get(tm.CALL_KEY, "0")) for n in tm.walk_nodes(model.graph) if n.op_type == op_type]
+
+
+def test_module_called_twice_keeps_one_tag_and_numbers_its_calls():
     model = tagged("called_twice")
     assert tags_of(model, "Gemm") == ["/CalledTwice/Expert", "/CalledTwice/Expert"]
+    assert calls_of(model, "Gemm") == [0, 1]
+    assert tm.module_table(model)["/CalledTwice/Expert"]["calls"] == [0, 1]
     assert tags_of(model, "Softmax") == ["/CalledTwice"]
+    assert tm.CALL_KEY not in tm.node_props(next(n for n in model.graph.node if n.op_type == "Softmax"))
 
 
-def test_children_of_a_directly_called_forward_keep_their_instance():
+def test_layer_applied_three_times_has_three_calls_down_its_subtree():
+    model = tagged("shared_layer_stack")
+    table = tm.module_table(model)
+    assert table["/SharedLayerStack/Block"]["calls"] == [0, 1, 2]
+    assert table["/SharedLayerStack/Block/Norm"]["calls"] == [0, 1, 2]
+    assert "parent_calls" not in table["/SharedLayerStack/Block"]
+    assert table["/SharedLayerStack/Block/Norm"]["parent_calls"] == [0, 1, 2]
+    assert calls_of(model, "LayerNormalization") == [0, 1, 2]
+
+
+def test_directly_called_forward_owns_its_own_ops():
     model = tagged("direct_forward")
     assert tags_of(model, "LayerNormalization") == ["/DirectForward/Block.0/Norm", "/DirectForward/Block.1/Norm"]
-    # The residual Add is written in Block.forward, which was called as
-    # block.forward(x): torch records no call, so it belongs to the caller.
-    assert tags_of(model, "Add") == ["/DirectForward", "/DirectForward"]
+    # The residual Add is written in Block.forward, called as block.forward(x):
+    # torch records no call for it, hiertag does.
+    assert tags_of(model, "Add") == ["/DirectForward/Block.0", "/DirectForward/Block.1"]
+
+
+def test_attention_entered_through_forward_owns_its_ops():
+    # Its node names stay torch's (test_export compares the files byte for byte).
+    model = tagged("direct_attention_call")
+    attention = {n.op_type for n in model.graph.node
+                 if tm.node_props(n)[tm.TAG_KEY] == "/DirectAttentionCall/Attention"}
+    assert {"MatMul", "Softmax", "Div", "Add"} <= attention
+
+
+def test_module_called_inside_a_siblings_forward_is_tagged_by_the_call_tree():
+    model = tagged("annotated_transformer")
+    table = tm.module_table(model)
+    attention = "/AnnotatedTransformer/EncoderLayer.0/SublayerConnection.0/Attention"
+    assert table[attention]["path"] == "layers.0.self_attn"
+    assert table["/AnnotatedTransformer/EncoderLayer.0/SublayerConnection.1/Expert"]["path"] == "layers.0.feed_forward"
+    assert "Softmax" in {n.op_type for n in model.graph.node if tm.node_props(n)[tm.TAG_KEY] == attention}
+
+
+def test_export_pass_rewrites_across_modules_are_recorded():
+    model = tagged("cross_module_rewrites")
+    conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    props = tm.node_props(conv)
+    assert props[tm.TAG_KEY] == "/CrossModuleRewrites/ConvBatchNorm"
+    assert json.loads(props[tm.SPANS_KEY]) == ["/CrossModuleRewrites/ConvBatchNorm",
+                                               "/CrossModuleRewrites/ConvBatchNorm/CustomConv"]
+    assert props[tm.REWRITE_KEY] == "_jit_pass_onnx_eval_peephole"
+    records = json.loads(tm.model_props(model)[tm.REWRITES_KEY])
+    removed = [r for r in records if r["kind"] == "removed"]
+    assert removed == [{"pass": "_jit_pass_onnx_peephole", "kind": "removed", "node": "",
+                        "modules": ["/CrossModuleRewrites/ChannelsFirst", "/CrossModuleRewrites/ChannelsLast"]}]
+    assert set(tm.rewritten_boundaries(model)) == {
+        "/CrossModuleRewrites/ChannelsFirst", "/CrossModuleRewrites/ChannelsLast",
+        "/CrossModuleRewrites/ConvBatchNorm/CustomConv"}
+    # Both modules ran: the table lists them although no node carries their tags.
+    assert {"/CrossModuleRewrites/ChannelsLast", "/CrossModuleRewrites/ConvBatchNorm/CustomConv"} <= set(tm.module_table(model))
+
+
+def test_tracer_alias_is_shared_with_the_caller_whose_variable_it_became():
+    model = tagged("tracer_alias")
+    casts = [n for n in model.graph.node if n.op_type == "Cast" and tm.SHARED_KEY in tm.node_props(n)]
+    assert [tm.node_props(n)[tm.TAG_KEY] for n in casts] == ["/TracerAlias/AliasingBlock.0/CastingNorm",
+                                                             "/TracerAlias/AliasingBlock.1/CastingNorm"]
+    assert "/TracerAlias/AliasingBlock.0" in json.loads(tm.node_props(casts[0])[tm.SHARED_KEY])
+
+
+def test_module_folded_away_is_listed_with_what_it_became():
+    model = tagged("folded_module")
+    entry = tm.module_table(model)["/FoldedModule/SinusoidalPositions"]
+    assert entry["path"] == "positions"
+    assert not [n for n in model.graph.node if tm.node_props(n)[tm.TAG_KEY] == "/FoldedModule/SinusoidalPositions"]
+    produced = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.initializer}
+    assert entry["folded_into"] and set(entry["folded_into"]) <= produced
 
 
 def test_scripted_function_loop_belongs_to_the_layer_that_called_it():

@@ -187,6 +187,200 @@ class SharedSubexpression(nn.Module):
         return x
 
 
+class Attention(nn.Module):
+    """Ops of its own in forward (not only in children)."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.query = nn.Linear(width, width)
+        self.key = nn.Linear(width, width)
+
+    def forward(self, q, k, v, mask=None):
+        scores = self.query(q) @ self.key(k).transpose(-1, -2) / 2.0
+        if mask is not None:
+            scores = scores + mask
+        return torch.softmax(scores, dim=-1) @ v
+
+
+class DirectAttentionCall(nn.Module):
+    """The third-party pattern `sublayer = lambda x: self.attention.forward(x, x, x, mask=mask)`:
+    a child entered through .forward(), whose own ops torch records in the caller."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.attention = Attention(width)
+        self.out = Expert(width)
+
+    def forward(self, x, mask):
+        sublayer = lambda y: self.attention.forward(y, y, y, mask=mask)  # noqa: E731
+        return self.out(x + sublayer(x))
+
+
+class SublayerConnection(nn.Module):
+    """Annotated Transformer: a residual connection around any sublayer it is given."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, x, sublayer):
+        return x + sublayer(self.norm(x))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.self_attn = Attention(width)
+        self.feed_forward = Expert(width)
+        self.sublayer = nn.ModuleList([SublayerConnection(width) for _ in range(2)])
+
+    def forward(self, x, mask):
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, mask))
+        return self.sublayer[1](x, self.feed_forward)
+
+
+class AnnotatedTransformer(nn.Module):
+    """Modules owned by a layer but called inside a sibling's forward: the call
+    tree is not the module tree."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.layers = nn.ModuleList([EncoderLayer(width) for _ in range(2)])
+
+    def forward(self, x, mask):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+class SharedLayerStack(nn.Module):
+    """ALBERT-style: one layer instance applied several times, with other work between."""
+
+    def __init__(self, width=8, repeats=3):
+        super().__init__()
+        self.layer = Block(width)
+        self.repeats = repeats
+
+    def forward(self, x):
+        for step in range(self.repeats):
+            x = self.layer(x) * (step + 1.0)
+        return x
+
+
+class CustomConv(nn.Conv2d):
+    """A library's own Conv2d subclass: a tagged module of its own."""
+
+    def forward(self, x):
+        return super().forward(x)
+
+
+class ConvBatchNorm(nn.Module):
+    def __init__(self, channels=4):
+        super().__init__()
+        self.conv = CustomConv(channels, channels, 3, padding=1)
+        self.bn = nn.BatchNorm2d(channels)
+        self.act = Activation()
+
+    def forward(self, x):
+        return self.act(self.bn(self.conv(x)))
+
+
+class Activation(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+class ChannelsLast(nn.Module):
+    def forward(self, x):
+        return x.permute(0, 2, 3, 1)
+
+
+class ChannelsFirst(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(channels, 1, 1))
+
+    def forward(self, x):
+        return x.permute(0, 3, 1, 2) * self.scale
+
+
+class CrossModuleRewrites(nn.Module):
+    """Export passes that rewrite across module boundaries: Conv+BatchNorm
+    fusion where the Conv is a module of its own and the BatchNorm its
+    parent's, and a permute in one module cancelled by the inverse permute in
+    the next."""
+
+    def __init__(self, channels=4):
+        super().__init__()
+        self.stem = ConvBatchNorm(channels)
+        self.to_last = ChannelsLast()
+        self.to_first = ChannelsFirst(channels)
+
+    def forward(self, x):
+        return self.to_first(self.to_last(self.stem(x)))
+
+
+class CastingNorm(nn.Module):
+    """transformers' RMSNorm: `.to(torch.float32)` on a float32 input returns
+    the same tensor, so the tracer rebinds the caller's variable to the Cast."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * x.to(dtype)
+
+
+class AliasingBlock(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.norm = CastingNorm(width)
+        self.mlp = Expert(width)
+
+    def forward(self, x):
+        residual = x
+        return residual + self.mlp(self.norm(x))
+
+
+class TracerAlias(nn.Module):
+    def __init__(self, width=8):
+        super().__init__()
+        self.layers = nn.ModuleList([AliasingBlock(width) for _ in range(2)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class SinusoidalPositions(nn.Module):
+    """Depends only on shapes: the exporter folds its whole computation."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.width = width
+
+    def forward(self, length: int):
+        position = torch.arange(length, dtype=torch.float32).unsqueeze(1)
+        frequency = torch.exp(torch.arange(0, self.width, 2, dtype=torch.float32) * -0.5)
+        return torch.cat([torch.sin(position * frequency), torch.cos(position * frequency)], dim=-1)
+
+
+class FoldedModule(nn.Module):
+    def __init__(self, width=8, length=6):
+        super().__init__()
+        self.positions = SinusoidalPositions(width)
+        self.proj = Expert(width)
+        self.length = length
+
+    def forward(self, x):
+        return self.proj(x + self.positions(self.length))
+
+
 def _scripted_model():
     # torch 2.13 inlines the scripted classes' forward graphs in place on export,
     # so only the first export of a scripted class in a process has the node
@@ -201,6 +395,14 @@ def _scripted_model():
     return scripted, _width_input()
 
 
+def _cross_module_rewrites():
+    model = CrossModuleRewrites()
+    with torch.no_grad():  # statistics a trained BatchNorm would have
+        model.stem.bn.running_mean.uniform_(-0.5, 0.5)
+        model.stem.bn.running_var.uniform_(0.5, 1.5)
+    return model, (torch.randn(1, 4, 6, 6),)
+
+
 def _width_input(batch=4, width=8):
     return (torch.randn(batch, width),)
 
@@ -213,4 +415,10 @@ MODELS = {
     "scripted_loop": lambda: (ScriptedLoop(), _width_input()),
     "autograd_symbolic": lambda: (AutogradSymbolic(), _width_input()),
     "shared_subexpression": lambda: (SharedSubexpression(), (torch.randn(4, 8), torch.randn(4, 3))),
+    "direct_attention_call": lambda: (DirectAttentionCall(), (torch.randn(1, 4, 8), torch.zeros(1, 4, 4))),
+    "annotated_transformer": lambda: (AnnotatedTransformer(), (torch.randn(1, 4, 8), torch.zeros(1, 4, 4))),
+    "shared_layer_stack": lambda: (SharedLayerStack(), _width_input()),
+    "cross_module_rewrites": _cross_module_rewrites,
+    "tracer_alias": lambda: (TracerAlias(), (torch.randn(1, 4, 8),)),
+    "folded_module": lambda: (FoldedModule(), (torch.randn(1, 6, 8),)),
 }

@@ -1,0 +1,106 @@
+// ModuleCalls: direct scopes, call order and tracer aliases of a traced export.
+#include "hiertag/module_calls.h"
+
+#include <torch/csrc/jit/jit_log.h>
+
+#include "hiertag/scope_names.h"
+
+namespace hiertag {
+
+using torch::jit::ScopePtr;
+
+ModuleCalls::Entered ModuleCalls::Enter(int module, const std::string& scope_name,
+                                        std::vector<at::Tensor> inputs) {
+  Entered entered;
+  std::shared_ptr<torch::jit::tracer::TracingState> state = torch::jit::tracer::getTracingState();
+  if (!state) return entered;
+  entered.recorded = true;
+  torch::jit::Graph& graph = *state->graph;
+  ScopePtr current = graph.current_scope();
+  bool through_call = !current->isRoot() && current->name().toUnqualString() == scope_name;
+  if (!through_call) {
+    graph.push_scope(MarkDirectScopeName(module, scope_name));
+    entered.pushed = true;
+    ++direct_calls_;
+  }
+  calls_.push_back({module, graph.current_scope()});
+  for (at::Tensor& input : inputs) {
+    c10::IValue value(input);
+    if (!input.defined() || !state->hasValue(value)) continue;
+    entered.versions.push_back(input._version());
+    entered.inputs.emplace_back(std::move(input), state->getValue(value));
+  }
+  return entered;
+}
+
+void ModuleCalls::Exit(Entered& entered, bool completed, BorrowedScopes& borrowed) {
+  std::shared_ptr<torch::jit::tracer::TracingState> state = torch::jit::tracer::getTracingState();
+  if (!entered.recorded || !state) return;
+  torch::jit::Graph& graph = *state->graph;
+  ScopePtr call = graph.current_scope();
+  ScopePtr caller = call->parent();
+  if (completed) {
+    for (size_t i = 0; i < entered.inputs.size(); ++i) {
+      const auto& [tensor, before] = entered.inputs[i];
+      c10::IValue value(tensor);
+      if (!state->hasValue(value)) continue;
+      torch::jit::Value* after = state->getValue(value);
+      if (after == before || tensor._version() != entered.versions[i]) continue;
+      GRAPH_UPDATE("hiertag: ", *after->node(), " aliases an input of the call: shared with its caller");
+      borrowed.ShareWith(after->node(), caller);
+      ++aliases_;
+    }
+  }
+  if (entered.pushed) graph.pop_scope();
+}
+
+namespace {
+
+class TorchScopes {
+ public:
+  // The scope without direct levels; `scope` itself when it has none.
+  ScopePtr Of(const ScopePtr& scope) {
+    if (!scope || scope->isRoot()) return scope;
+    auto cached = memo_.find(scope.get());
+    if (cached != memo_.end()) return cached->second;
+    ScopePtr parent = Of(scope->parent());
+    ScopePtr restored;
+    auto parsed = ParseScopeName(scope->name().toUnqualString());
+    if (parsed && parsed->direct) {
+      restored = parent;
+    } else if (parent == scope->parent()) {
+      restored = scope;
+    } else {
+      restored = parent->push(scope->name());
+    }
+    memo_.emplace(scope.get(), restored);
+    keep_.push_back(scope);
+    return restored;
+  }
+
+ private:
+  std::unordered_map<const torch::jit::Scope*, ScopePtr> memo_;
+  std::vector<ScopePtr> keep_;  // keys stay alive, so no address is reused
+};
+
+int Restore(torch::jit::Block* block, TorchScopes& scopes) {
+  int changed = 0;
+  for (torch::jit::Node* node : block->nodes()) {
+    ScopePtr restored = scopes.Of(node->scope());
+    if (restored != node->scope()) {
+      node->setScope(restored);
+      ++changed;
+    }
+    for (torch::jit::Block* nested : node->blocks()) changed += Restore(nested, scopes);
+  }
+  return changed;
+}
+
+}  // namespace
+
+int RestoreTorchScopes(torch::jit::Block* block) {
+  TorchScopes scopes;
+  return Restore(block, scopes);
+}
+
+}  // namespace hiertag

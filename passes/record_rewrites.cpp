@@ -1,0 +1,252 @@
+// RecordRewrites: classifies the nodes a pass removed by what replaced them.
+#include "hiertag/record_rewrites.h"
+
+#include <torch/csrc/jit/jit_log.h>
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace hiertag {
+namespace {
+
+using torch::jit::Block;
+using torch::jit::Node;
+using torch::jit::ScopePtr;
+using torch::jit::Value;
+
+struct Use {
+  Node* user;
+  size_t index;
+};
+
+struct NodeBefore {
+  c10::Symbol kind;
+  ScopePtr scope;
+  std::vector<Value*> inputs;
+  size_t attributes = 0;     // hash of the attribute values
+  std::vector<Use> uses;     // every use of any output
+};
+
+size_t HashAttributes(Node* node) {
+  size_t hash = 0;
+  auto mix = [&hash](size_t value) { hash ^= value + 0x9e3779b97f4a7c15ULL + (hash << 6) + (hash >> 2); };
+  for (c10::Symbol name : node->attributeNames()) {
+    mix(std::hash<std::string>()(name.toQualString()));
+    switch (node->kindOf(name)) {
+      case torch::jit::AttributeKind::i: mix(std::hash<int64_t>()(node->i(name))); break;
+      case torch::jit::AttributeKind::f: mix(std::hash<double>()(node->f(name))); break;
+      case torch::jit::AttributeKind::s: mix(std::hash<std::string>()(node->s(name))); break;
+      case torch::jit::AttributeKind::is:
+        for (int64_t v : node->is(name)) mix(std::hash<int64_t>()(v));
+        break;
+      case torch::jit::AttributeKind::fs:
+        for (double v : node->fs(name)) mix(std::hash<double>()(v));
+        break;
+      case torch::jit::AttributeKind::t: mix(std::hash<const void*>()(node->t(name).unsafeGetTensorImpl())); break;
+      case torch::jit::AttributeKind::g: mix(std::hash<const void*>()(node->g(name).get())); break;
+      default: mix(static_cast<size_t>(node->kindOf(name)));
+    }
+  }
+  return hash;
+}
+
+void Collect(Block* block, std::vector<Node*>* nodes) {
+  for (Node* node : block->nodes()) {
+    nodes->push_back(node);
+    for (Block* nested : node->blocks()) Collect(nested, nodes);
+  }
+  nodes->push_back(block->return_node());
+}
+
+bool IsBlank(const ScopePtr& scope) { return !scope || scope->isRoot() || scope->isBlank(); }
+
+class Observer {
+ public:
+  Observer(torch::jit::Graph& graph, std::string pass, BorrowedScopes& borrowed, RewriteLog& log)
+      : graph_(graph), pass_(std::move(pass)), borrowed_(borrowed), log_(log) {}
+
+  void Before() {
+    std::vector<Node*> nodes;
+    Collect(graph_.block(), &nodes);
+    for (Node* node : nodes) {
+      NodeBefore& entry = before_[node];
+      entry.kind = node->kind();
+      entry.scope = node->scope();
+      entry.inputs.assign(node->inputs().begin(), node->inputs().end());
+      entry.attributes = HashAttributes(node);
+      for (Value* output : node->outputs()) {
+        for (const torch::jit::Use& use : output->uses()) entry.uses.push_back({use.user, use.offset});
+      }
+    }
+    for (Value* input : graph_.inputs()) inputs_before_.insert(input);
+  }
+
+  void After() {
+    std::vector<Node*> nodes;
+    Collect(graph_.block(), &nodes);
+    for (Node* node : nodes) {
+      auto found = before_.find(node);
+      // The same address with another kind or scope is a new node in a freed slot.
+      if (found != before_.end() && found->second.kind == node->kind() && found->second.scope == node->scope()) {
+        alive_.insert(node);
+        if (found->second.inputs != std::vector<Value*>(node->inputs().begin(), node->inputs().end()) ||
+            found->second.attributes != HashAttributes(node)) {
+          changed_.insert(node);
+        }
+      } else {
+        created_.insert(node);
+      }
+    }
+    for (Value* input : graph_.inputs()) {
+      if (!inputs_before_.count(input)) new_inputs_.insert(input);
+    }
+    for (auto& [node, entry] : before_) {
+      if (!alive_.count(node) && !grouped_.count(node)) Classify(Group(node));
+    }
+  }
+
+ private:
+  // The removed nodes connected to `start` through values.
+  std::vector<Node*> Group(Node* start) {
+    std::vector<Node*> group;
+    std::vector<Node*> work = {start};
+    grouped_.insert(start);
+    while (!work.empty()) {
+      Node* node = work.back();
+      work.pop_back();
+      group.push_back(node);
+      const NodeBefore& entry = before_.at(node);
+      auto visit = [&](Node* other) {
+        if (before_.count(other) && !alive_.count(other) && grouped_.insert(other).second) work.push_back(other);
+      };
+      for (const Use& use : entry.uses) visit(use.user);
+      for (Value* input : entry.inputs) {
+        for (Node* producer : ProducersOf(input)) visit(producer);
+      }
+    }
+    return group;
+  }
+
+  // The producer of a value as it was before the pass, found through the uses
+  // noted then (a removed producer's pointer is never dereferenced).
+  std::vector<Node*> ProducersOf(Value* value) {
+    if (producers_.empty()) {
+      for (const auto& [node, entry] : before_) {
+        for (const Use& use : entry.uses) {
+          auto user = before_.find(use.user);
+          if (user != before_.end() && use.index < user->second.inputs.size()) {
+            producers_[user->second.inputs[use.index]] = node;
+          }
+        }
+      }
+    }
+    auto found = producers_.find(value);
+    return found == producers_.end() ? std::vector<Node*>{} : std::vector<Node*>{found->second};
+  }
+
+  void Classify(const std::vector<Node*>& group) {
+    std::unordered_set<Node*> members(group.begin(), group.end());
+    std::unordered_set<const Value*> upstream;  // values the group read from outside it
+    for (Node* node : group) {
+      for (Value* input : before_.at(node).inputs) upstream.insert(input);
+    }
+    std::vector<ScopePtr> scopes;
+    for (Node* node : group) {
+      const ScopePtr& scope = before_.at(node).scope;
+      if (!IsBlank(scope) && std::find(scopes.begin(), scopes.end(), scope) == scopes.end()) {
+        scopes.push_back(scope);
+      }
+    }
+    if (scopes.empty()) return;
+    std::vector<Node*> absorbers;
+    std::vector<Node*> mergers;
+    bool bypassed = false;
+    for (Node* node : group) {
+      for (const Use& use : before_.at(node).uses) {
+        if (members.count(use.user) || !(alive_.count(use.user) || created_.count(use.user))) continue;
+        if (changed_.count(use.user) && before_.at(use.user).attributes != HashAttributes(use.user)) {
+          absorbers.push_back(use.user);
+          continue;
+        }
+        if (use.index >= use.user->inputs().size()) continue;
+        Value* now = use.user->input(use.index);
+        Node* producer = now->node();
+        if (new_inputs_.count(now)) {
+          log_.records.push_back({RewriteRecord::Kind::kFolded, pass_, scopes, now->unique()});
+        } else if (created_.count(producer) || changed_.count(producer)) {
+          if (producer->inputs().empty()) {
+            FoldInto(producer, scopes);
+          } else {
+            absorbers.push_back(producer);
+          }
+        } else if (upstream.count(now)) {
+          bypassed = true;
+        } else if (alive_.count(producer)) {
+          mergers.push_back(producer);
+        }
+      }
+    }
+    for (Node* absorber : absorbers) Absorb(absorber, scopes);
+    for (Node* merger : mergers) {
+      for (const ScopePtr& scope : scopes) borrowed_.ShareWith(merger, scope);
+      ++log_.merged;
+    }
+    if (bypassed && scopes.size() > 1) {
+      GRAPH_UPDATE("hiertag: ", pass_, " removed ", group.size(), " nodes of ", scopes.size(), " module calls");
+      log_.records.push_back({RewriteRecord::Kind::kRemoved, pass_, scopes, 0});
+    }
+  }
+
+  void FoldInto(Node* constant, const std::vector<ScopePtr>& scopes) {
+    BorrowedScopes::Loan loan{constant->scope(), constant->scope(), {}, {}, {}, {}};
+    if (const BorrowedScopes::Loan* existing = borrowed_.Find(constant->scope())) loan = *existing;
+    if (IsBlank(loan.recorded)) loan.recorded = scopes.front();
+    size_t before = loan.folded_from.size();
+    for (const ScopePtr& scope : scopes) {
+      if (std::find(loan.folded_from.begin(), loan.folded_from.end(), scope) == loan.folded_from.end()) {
+        loan.folded_from.push_back(scope);
+      }
+    }
+    if (loan.folded_from.size() == before) return;
+    constant->setScope(borrowed_.Lend(std::move(loan)));
+  }
+
+  void Absorb(Node* absorber, const std::vector<ScopePtr>& scopes) {
+    if (absorbed_.insert(absorber).second) ++log_.fused;
+    BorrowedScopes::Loan loan{absorber->scope(), absorber->scope(), {}, {}, pass_, {}};
+    if (const BorrowedScopes::Loan* existing = borrowed_.Find(absorber->scope())) loan = *existing;
+    if (IsBlank(loan.recorded)) loan.recorded = scopes.front();
+    for (const ScopePtr& scope : scopes) {
+      if (scope != loan.recorded && std::find(loan.spans.begin(), loan.spans.end(), scope) == loan.spans.end()) {
+        loan.spans.push_back(scope);
+      }
+    }
+    if (loan.spans.empty()) return;
+    if (loan.rewrite.empty()) loan.rewrite = pass_;
+    GRAPH_UPDATE("hiertag: ", pass_, " fused ", loan.spans.size(), " other scopes into ", *absorber);
+    absorber->setScope(borrowed_.Lend(std::move(loan)));
+  }
+
+  torch::jit::Graph& graph_;
+  std::string pass_;
+  BorrowedScopes& borrowed_;
+  RewriteLog& log_;
+  std::unordered_map<Node*, NodeBefore> before_;
+  std::unordered_set<Value*> inputs_before_;
+  std::unordered_set<Node*> alive_, changed_, created_, grouped_, absorbed_;
+  std::unordered_set<Value*> new_inputs_;
+  std::unordered_map<Value*, Node*> producers_;
+};
+
+}  // namespace
+
+void RecordRewrites(torch::jit::Graph& graph, const std::string& pass, BorrowedScopes& borrowed,
+                    RewriteLog& log, const std::function<void()>& run_pass) {
+  Observer observer(graph, pass, borrowed, log);
+  observer.Before();
+  run_pass();
+  observer.After();
+}
+
+}  // namespace hiertag

@@ -1,0 +1,130 @@
+// Tagged model entries: node metadata, the module table and the rewrite records.
+#include "hiertag/tagged_model_entries.h"
+
+#include <torch/csrc/onnx/onnx.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "hiertag/tag_format.h"
+
+namespace hiertag {
+namespace {
+
+std::string JsonList(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + JsonQuote(items[i]);
+  return out + "]";
+}
+
+std::string JsonList(const std::vector<int>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + std::to_string(items[i]);
+  return out + "]";
+}
+
+std::string NodeName(torch::jit::Node* node) {
+  c10::Symbol name = c10::Symbol::attr(::torch::onnx::kOnnxNodeNameAttribute);
+  return node->hasAttribute(name) ? node->s(name) : "";
+}
+
+const char* KindName(RewriteRecord::Kind kind) {
+  return kind == RewriteRecord::Kind::kRemoved ? "removed" : "folded";
+}
+
+}  // namespace
+
+TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags& call_tags,
+                                       const ModuleTable& modules, const torch::jit::Graph& graph) {
+  TaggedModelEntries entries;
+  std::vector<std::string> rewrites;
+  auto tags_of = [&](const std::vector<int>& ids) {
+    std::vector<std::string> tags;
+    for (int id : ids) tags.push_back(call_tags.Tag(id));
+    std::sort(tags.begin(), tags.end());
+    return tags;
+  };
+  for (const TaggedNode& tagged : tagging.nodes) {
+    SerializedNodeTag entry;
+    entry.op_type = tagged.node->kind().toUnqualString();
+    entry.tag = call_tags.Tag(tagged.tag);
+    entry.shared_with = tags_of(tagged.shared_with);
+    if (tagging.CallCount(tagged.tag) > 1) entry.more.emplace_back(kCallKey, std::to_string(tagged.call));
+    if (!tagged.spans.empty()) {
+      std::string spans = JsonList(tags_of(tagged.spans));
+      entry.more.emplace_back(kSpansKey, spans);
+      entry.more.emplace_back(kRewriteKey, tagged.rewrite);
+      rewrites.push_back("{\"pass\":" + JsonQuote(tagged.rewrite) + ",\"kind\":\"fused\",\"modules\":" + spans +
+                         ",\"node\":" + JsonQuote(NodeName(tagged.node)) + "}");
+    }
+    entries.nodes.push_back(std::move(entry));
+  }
+  // What became of a module that ran but left no node: the constants and
+  // initializers its computation was folded into (a module that kept nodes
+  // lists none: folding part of a computation is the exporter's daily work).
+  std::set<int> with_nodes;
+  for (const TaggedNode& tagged : tagging.nodes) {
+    for (int id = tagged.tag; id >= 0 && with_nodes.insert(id).second; id = call_tags.Parent(id)) {
+    }
+  }
+  std::map<int, std::vector<std::string>> folded_into;
+  auto add_folded = [&](int tag, const std::string& name) {
+    if (with_nodes.count(tag)) return;
+    std::vector<std::string>& names = folded_into[tag];
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  };
+  for (const TaggedNode& tagged : tagging.nodes) {
+    for (int tag : tagged.folded_from) {
+      if (tagged.node->outputs().size() == 1) add_folded(tag, tagged.node->output(0)->debugName());
+    }
+  }
+  std::unordered_map<size_t, std::string> initializer_names;
+  for (const torch::jit::Value* input : graph.inputs()) initializer_names[input->unique()] = input->debugName();
+  for (const TagRewrite& rewrite : tagging.rewrites) {
+    if (rewrite.kind == RewriteRecord::Kind::kFolded) {
+      auto name = initializer_names.find(rewrite.initializer);
+      if (name == initializer_names.end()) continue;  // removed since (deduplicated, unused)
+      for (int tag : rewrite.tags) add_folded(tag, name->second);
+      continue;
+    }
+    rewrites.push_back("{\"pass\":" + JsonQuote(rewrite.pass) + ",\"kind\":\"" + KindName(rewrite.kind) +
+                       "\",\"modules\":" + JsonList(tags_of(rewrite.tags)) + ",\"node\":\"\"}");
+  }
+
+  std::map<std::string, int> listed;
+  for (int used : tagging.UsedTags()) {
+    for (int id = used; id >= 0; id = call_tags.Parent(id)) {
+      if (!listed.emplace(call_tags.Tag(id), id).second) break;
+    }
+  }
+  std::string table = "{";
+  for (const auto& [tag, id] : listed) {
+    const ModuleRecord& record = modules.at(call_tags.Module(id));
+    if (table.size() > 1) table += ",";
+    table += JsonQuote(tag) + ":{\"path\":" + JsonQuote(record.path) + ",\"class\":" + JsonQuote(record.class_name);
+    auto calls = tagging.calls.find(id);
+    if (calls != tagging.calls.end()) {
+      const TagCalls& tag_calls = calls->second;
+      if (tag_calls.instance_calls != std::vector<int>{0}) table += ",\"calls\":" + JsonList(tag_calls.instance_calls);
+      if (std::any_of(tag_calls.parent_calls.begin(), tag_calls.parent_calls.end(), [](int p) { return p != 0; })) {
+        table += ",\"parent_calls\":" + JsonList(tag_calls.parent_calls);
+      }
+    }
+    auto folded = folded_into.find(id);
+    if (folded != folded_into.end()) table += ",\"folded_into\":" + JsonList(folded->second);
+    table += "}";
+  }
+  table += "}";
+  entries.model.push_back({std::string(kModuleTableKey), table});
+  if (!rewrites.empty()) {
+    std::string list = "[";
+    for (size_t i = 0; i < rewrites.size(); ++i) list += (i ? "," : "") + rewrites[i];
+    entries.model.push_back({std::string(kRewritesKey), list + "]"});
+  }
+  entries.model.push_back({std::string(kFormatVersionKey), std::string(kFormatVersion)});
+  return entries;
+}
+
+}  // namespace hiertag
