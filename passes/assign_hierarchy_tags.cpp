@@ -174,7 +174,12 @@ class Tagger {
     for (const auto& folded : loan.folded_from) AddTag(resolver_.Resolve(folded).tag, &tagged.folded_from);
     std::vector<int> spans = {tagged.tag};
     for (const auto& fused : loan.spans) AddTag(resolver_.Resolve(fused).tag, &spans);
-    if (spans.size() > 1) {
+    if (spans.size() > 1 && tagged.node->inputs().empty()) {
+      // A fused node a later pass folded into a constant: no value crosses a
+      // boundary through it any more (constants are weights), so it only says
+      // what the modules' nodes became.
+      for (size_t k = 1; k < spans.size(); ++k) AddTag(spans[k], &tagged.folded_from);
+    } else if (spans.size() > 1) {
       int common = spans.front();
       for (int span : spans) common = call_tags_.CommonAncestor(common, span);
       tagged.tag = common;

@@ -13,7 +13,9 @@
 //                   to a module call: that call's tag (ScopeResolver). A node an
 //                   export pass fused other modules' nodes into (a loan with
 //                   spans, RecordRewrites) gets the common ancestor of all their
-//                   tags and lists them in `spans`.
+//                   tags and lists them in `spans`; a node without inputs (a later
+//                   pass folded the fused node into a constant) keeps its tag and
+//                   lists them in `folded_from`: no value crosses a boundary there.
 //   parameter-owner an Identity with no recorded scope whose input is a graph
 //                   input and whose output carries a parameter or buffer name
 //                   (torch's _jit_pass_onnx_deduplicate_initializers writes one
