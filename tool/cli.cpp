@@ -1,5 +1,7 @@
 // The hiertag tool's command line: usage, options, dispatch.
 #include <charconv>
+#include <cstdint>
+#include <optional>
 #include <ostream>
 
 #include "hiertag/tool_commands.h"
@@ -13,7 +15,8 @@ constexpr const char* kToolUsage =
     "Commands over ONNX files tagged by hiertag (build/libhiertag.so, HIERTAG=1):\n"
     "  validate MODEL.onnx [--json]              check every node's tag against the grammar and the module table\n"
     "  tree MODEL.onnx [--json] [--depth N]      print the module tree with node, op and parameter counts\n"
-    "  extract MODEL.onnx --module TAG [-o OUT]  write one module as a standalone ONNX model\n"
+    "  extract MODEL.onnx --module TAG [--call K] [-o OUT]\n"
+    "                                            write one module (or one of its calls) as a standalone ONNX model\n"
     "\n"
     "Exit status: 0 success, 1 validate found problems, 2 bad input or usage.\n"
     "Run 'hiertag COMMAND --help' for a command's details.\n";
@@ -22,24 +25,27 @@ constexpr const char* kValidateUsage =
     "usage: hiertag validate MODEL.onnx [--json]\n"
     "\n"
     "Checks that every node, nested graphs included, has a hierarchy_tag that parses under the tag\n"
-    "grammar and is in the module table; that every tag's ancestors are in the table; and that each\n"
-    "table entry names one module path, inside its parent's. Prints one line per problem\n"
-    "(<file>: node '<name>' (<op_type>): <problem>) and a summary line.\n"
+    "grammar and is in the module table; that every tag's ancestors are in the table; that each\n"
+    "table entry names one module path (format 1: inside its parent's; format 2: no two entries\n"
+    "under one parent name the same path), and its calls, parent_calls and folded_into fit; that\n"
+    "hiertag.call, hiertag.spans / hiertag.rewrite and hiertag.rewrites fit the table.\n"
+    "Prints one line per problem (<file>: node '<name>' (<op_type>): <problem>) and a summary line.\n"
     "  --json   print the result as one JSON object\n"
     "Exit status: 0 valid, 1 problems found, 2 missing, truncated, non-ONNX or untagged file.\n";
 
 constexpr const char* kTreeUsage =
     "usage: hiertag tree MODEL.onnx [--json] [--depth N]\n"
     "\n"
-    "Prints the module tree: per module its class, qualified path, node counts (own and with\n"
-    "descendants), op-type histogram, and parameters (initializers whose consumers all lie within\n"
-    "the module: count and bytes), children in graph order.\n"
+    "Prints the module tree (format 2: the call tree): per module its class, qualified path, node\n"
+    "counts (own and with descendants), op-type histogram, parameters (initializers whose consumers\n"
+    "all lie within the module: count and bytes), its calls when more than one, the initializers its\n"
+    "computation was folded into, and the rewrites across its boundary; children in graph order.\n"
     "  --json      print the modules as JSON\n"
     "  --depth N   only modules at most N levels below the root\n"
     "Exit status: 0 success, 2 missing, truncated, non-ONNX or untagged file.\n";
 
 constexpr const char* kExtractUsage =
-    "usage: hiertag extract MODEL.onnx --module TAG [-o OUT.onnx] [--json]\n"
+    "usage: hiertag extract MODEL.onnx --module TAG [--call K] [-o OUT.onnx] [--json]\n"
     "\n"
     "Writes the nodes tagged TAG or a descendant of TAG (and nodes CSE kept for them,\n"
     "hiertag.shared_with) as a standalone model: its inputs are the values they read from\n"
@@ -47,10 +53,12 @@ constexpr const char* kExtractUsage =
     "that are read outside or are model outputs; the initializers and Constant nodes they need\n"
     "are copied; node order, opsets and IR version are the source's.\n"
     "  --module TAG   the module's tag (hiertag tree lists them)\n"
-    "  -o OUT.onnx    where to write (default: MODEL.<tag>.onnx)\n"
+    "  --call K       only the nodes of TAG's call K (0-based; hiertag tree shows the calls)\n"
+    "  -o OUT.onnx    where to write (default: MODEL.<tag>.onnx, MODEL.<tag>.callK.onnx)\n"
     "  --json         print the result as JSON\n"
-    "Exit status: 0 written, 2 bad input, unknown module (the closest are listed), or a module\n"
-    "that is not a convex region of the graph (nothing is written).\n";
+    "Exit status: 0 written, 2 bad input, unknown module (the closest are listed), a call out of\n"
+    "range, a module whose boundary an export pass rewrote away, or a module that is not a convex\n"
+    "region of the graph (nothing is written).\n";
 
 int UsageError(const std::string& message, std::ostream& err) {
   err << "hiertag: " << message << " (see 'hiertag --help')\n";
@@ -78,6 +86,7 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   std::string model;
   std::string module;
   std::string out_path;
+  std::optional<int64_t> call;
   bool json = false;
   int depth = -1;
   for (size_t i = 1; i < args.size(); ++i) {
@@ -91,6 +100,15 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       if (error != std::errc() || end != value.data() + value.size() || depth < 0) {
         return UsageError("--depth takes a whole number >= 0, not '" + value + "'", err);
       }
+    } else if (arg == "--call" && command == "extract") {
+      if (i + 1 >= args.size()) return UsageError("--call needs a number", err);
+      const std::string& value = args[++i];
+      int64_t ordinal = -1;
+      auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), ordinal);
+      if (error != std::errc() || end != value.data() + value.size() || ordinal < 0) {
+        return UsageError("--call takes a whole number >= 0, not '" + value + "'", err);
+      }
+      call = ordinal;
     } else if ((arg == "--module" || arg == "-o") && command == "extract") {
       if (i + 1 >= args.size()) return UsageError(arg + " needs a value", err);
       (arg == "-o" ? out_path : module) = args[++i];
@@ -106,7 +124,7 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   if (command == "validate") return RunValidate(model, json, out, err);
   if (command == "tree") return RunTree(model, json, depth, out, err);
   if (module.empty()) return UsageError("extract needs --module TAG", err);
-  return RunExtract(model, module, out_path, json, out, err);
+  return RunExtract(model, module, call, out_path, json, out, err);
 }
 
 }  // namespace hiertag

@@ -9,6 +9,14 @@
 // (copied). Outputs: the values it makes that a node outside reads, or that are
 // model outputs. Node order, opsets and IR version are the source's. A module
 // whose nodes are not a convex region (a path leaves it and re-enters) is refused.
+//
+// Format 2 adds two reasons to refuse and one way to cut finer:
+//   rewrites  a rewrite (hiertag.rewrites, or a node's hiertag.spans) listing a
+//             module within the extracted one and one outside it removed their
+//             boundary: a node computes both, or the value between them is gone.
+//   --call K  only the nodes of the module's call K. A node's call at its own tag
+//             is its hiertag.call (0 when absent); one level up, call o of tag t
+//             ran in call parent_calls[o] of t's parent (0 when absent).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -58,21 +66,36 @@ std::string ClosestTags(const TaggedFile& file, const std::string& tag) {
 std::vector<std::string> NodeTags(const OnnxNode& node) {
   std::vector<std::string> tags;
   if (const std::string* own = NodeTag(node)) tags.push_back(*own);
-  auto shared = node.metadata.find(std::string(kSharedWithKey));
-  std::string error;
-  std::optional<Json> list = shared == node.metadata.end() ? std::nullopt : ParseJson(shared->second, &error);
-  if (list) {
-    for (const Json& item : list->items) tags.push_back(item.text);
-  }
+  std::vector<std::string> shared = NodeTagList(node, kSharedWithKey).value_or(std::vector<std::string>{});
+  tags.insert(tags.end(), shared.begin(), shared.end());
   return tags;
+}
+
+Json EmptyJson(Json::Kind kind) {
+  Json value;
+  value.kind = kind;
+  return value;
+}
+
+std::string QuotedList(const std::vector<std::string>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i ? ", '" : "'") + names[i] + "'";
+  return text;
 }
 
 class Extractor {
  public:
-  Extractor(const TaggedFile& file, std::string tag) : file_(file), tag_(std::move(tag)), types_(file.model) {}
+  Extractor(const TaggedFile& file, std::string tag, std::optional<int64_t> call)
+      : file_(file), tag_(std::move(tag)), call_(call), entry_(*file.FindModule(tag_)), types_(file.model) {}
 
   // Builds the extracted model into *bytes; false with a one-line reason.
   bool Run(std::string* bytes, std::string* error) {
+    if (call_ && *call_ >= entry_.call_count) {
+      *error = "module '" + tag_ + "' has " + std::to_string(entry_.call_count) + " calls; --call takes K < " +
+               std::to_string(entry_.call_count) + ", not " + std::to_string(*call_);
+      return false;
+    }
+    if (!CheckRewrites(error)) return false;
     const OnnxGraph& main = file_.model.graphs.at(0);
     for (const OnnxInitializer& initializer : main.initializers) initializers_[initializer.name] = &initializer;
     for (int index : main.nodes) {
@@ -83,12 +106,20 @@ class Extractor {
     }
     for (int index : main.nodes) {
       const std::vector<std::string>& tags = tags_.at(index);
-      if (std::any_of(tags.begin(), tags.end(), [&](const std::string& t) { return IsTagAncestorOrSelf(tag_, t); })) {
-        selected_.insert(index);
+      auto within =
+          std::find_if(tags.begin(), tags.end(), [&](const std::string& t) { return IsTagAncestorOrSelf(tag_, t); });
+      if (within == tags.end()) continue;
+      if (call_) {
+        const OnnxNode& node = file_.model.nodes[index];
+        bool own = NodeTag(node) != nullptr && within == tags.begin();
+        std::optional<int64_t> call = CallOfModule(node, *within, own, error);
+        if (!call) return false;
+        if (*call != *call_) continue;
       }
+      selected_.insert(index);
     }
     if (selected_.empty()) {
-      *error = "module '" + tag_ + "' has no nodes in the main graph";
+      *error = Described() + " has no nodes in the main graph";
       return false;
     }
     if (!CheckConvex(error)) return false;
@@ -102,6 +133,75 @@ class Extractor {
   size_t initializer_count() const { return needed_initializers_.size(); }
 
  private:
+  // "module 'T'", or "call K of module 'T'".
+  std::string Described() const {
+    return (call_ ? "call " + std::to_string(*call_) + " of " : std::string()) + "module '" + tag_ + "'";
+  }
+
+  // No rewrite may list a module within the extracted one and one outside it.
+  bool CheckRewrites(std::string* error) const {
+    for (const Rewrite& rewrite : file_.rewrites) {
+      std::vector<std::string> outside;
+      bool lists_inside = false;
+      for (const std::string& tag : rewrite.modules) {
+        if (IsTagAncestorOrSelf(tag_, tag)) {
+          lists_inside = true;
+        } else if (std::find(outside.begin(), outside.end(), tag) == outside.end()) {
+          outside.push_back(tag);
+        }
+      }
+      if (!lists_inside || outside.empty()) continue;
+      *error = "module '" + tag_ + "' cannot be extracted: " + rewrite.pass;
+      if (rewrite.kind == "removed") {
+        *error += " removed its boundary with " + QuotedList(outside) + " (nodes of both removed together)";
+      } else if (rewrite.kind == "folded") {
+        *error += " folded its computation with " + QuotedList(outside) + " into initializers";
+      } else {
+        *error += " fused its computation with " + QuotedList(outside);
+        if (!rewrite.node.empty()) *error += " into node " + DescribeNamedNode(rewrite.node);
+      }
+      return false;
+    }
+    return true;
+  }
+
+  // "'<name>' (<op_type>)" of the first node so named, or "'<name>'" when none is.
+  std::string DescribeNamedNode(const std::string& name) const {
+    for (const OnnxNode& node : file_.model.nodes) {
+      if (node.name == name) return DescribeNode(node);
+    }
+    return "'" + name + "'";
+  }
+
+  // The ordinal, among the extracted module's calls, of the call a node belongs
+  // to, reached from `start`, its own tag (`own`) or a tag it is shared with,
+  // which holds no call of its own: 0. std::nullopt with a reason when the
+  // file's call ordinals do not lead there.
+  std::optional<int64_t> CallOfModule(const OnnxNode& node, const std::string& start, bool own,
+                                      std::string* error) const {
+    int64_t call = 0;
+    auto recorded = node.metadata.find(std::string(kCallKey));
+    if (own && recorded != node.metadata.end()) {
+      std::optional<int64_t> ordinal = ParseOrdinal(recorded->second);
+      if (!ordinal) {
+        *error = "node " + DescribeNode(node) + ": " + std::string(kCallKey) + " '" + recorded->second +
+                 "' is not a decimal call ordinal";
+        return std::nullopt;
+      }
+      call = *ordinal;
+    }
+    for (std::string tag = start;; tag = std::string(ParentTag(tag))) {
+      const ModuleEntry* entry = file_.FindModule(tag);
+      if (entry == nullptr || call >= entry->call_count) {
+        *error = "node " + DescribeNode(node) + ": its call " + std::to_string(call) + " of '" + tag +
+                 "' is not a call the module table lists";
+        return std::nullopt;
+      }
+      if (tag == tag_) return call;
+      call = entry->parent_calls.empty() ? 0 : entry->parent_calls[call];
+    }
+  }
+
   // Values a main-graph node reads (collected once in Run).
   const std::vector<std::string>& Reads(int index) const { return reads_.at(index); }
 
@@ -176,9 +276,12 @@ class Extractor {
         auto producer = producer_.find(input);
         if (producer == producer_.end() || selected_.count(producer->second)) continue;
         if (downstream.count(producer->second)) {
-          *error = "module '" + tag_ + "' is not a convex region of the graph: node " +
+          *error = Described() + " is not a convex region of the graph: node " +
                    DescribeNode(file_.model.nodes[producer->second]) +
                    " takes values from the module and gives values back to it";
+          if (!call_ && entry_.call_count > 1) {
+            *error += "; extract one call with --call K (K < " + std::to_string(entry_.call_count) + ")";
+          }
           return false;
         }
         if (upstream.insert(producer->second).second) work.push_back(producer->second);
@@ -234,7 +337,7 @@ class Extractor {
       }
     }
     if (outputs_.empty()) {
-      *error = "module '" + tag_ + "' produces nothing used outside it";
+      *error = Described() + " produces nothing used outside it";
       return false;
     }
     std::string graph;
@@ -258,24 +361,43 @@ class Extractor {
     return true;
   }
 
-  // The source's ModelProto fields with the new graph and a module table
-  // restricted to the extracted module, its descendants and its ancestors.
+  // The source's ModelProto fields with the new graph, a module table restricted
+  // to the extracted module, its descendants and its ancestors (entries as the
+  // source wrote them, folded_into kept to the initializers and Constants copied),
+  // and the rewrites that lie within the module.
   void AssembleModel(const std::string& graph, std::string* bytes) const {
-    std::string table = "{";
-    bool first = true;
-    for (const ModuleEntry& entry : file_.modules) {
-      if (!IsTagAncestorOrSelf(tag_, entry.tag) && !IsTagAncestorOrSelf(entry.tag, tag_)) continue;
-      table += (first ? "" : ",") + JsonQuote(entry.tag) + ":{\"path\":" + JsonQuote(entry.path) +
-               ",\"class\":" + JsonQuote(entry.class_name) + "}";
-      first = false;
+    std::set<std::string> copied(needed_initializers_.begin(), needed_initializers_.end());
+    for (int index : selected_) {
+      const OnnxNode& node = file_.model.nodes[index];
+      if (node.op_type == "Constant") copied.insert(node.outputs.begin(), node.outputs.end());
     }
-    table += "}";
+    Json table = EmptyJson(Json::Kind::kObject);
+    for (const auto& [tag, entry] : file_.table.members) {
+      if (!IsTagAncestorOrSelf(tag_, tag) && !IsTagAncestorOrSelf(tag, tag_)) continue;
+      Json kept = EmptyJson(Json::Kind::kObject);
+      for (const auto& [key, value] : entry.members) {
+        if (key != "folded_into" || value.kind != Json::Kind::kArray) {
+          kept.members.emplace_back(key, value);
+          continue;
+        }
+        Json names = EmptyJson(Json::Kind::kArray);
+        for (const Json& name : value.items) {
+          if (copied.count(name.text)) names.items.push_back(name);
+        }
+        if (!names.items.empty()) kept.members.emplace_back(key, std::move(names));
+      }
+      table.members.emplace_back(tag, std::move(kept));
+    }
+    std::vector<std::pair<std::string_view, std::string>> entries{{kModuleTableKey, WriteJson(table)}};
+    if (std::optional<Json> rewrites = RewritesWithin()) entries.emplace_back(kRewritesKey, WriteJson(*rewrites));
+    entries.emplace_back(kFormatVersionKey, std::string(kFormatVersion));
     wire::Reader reader(file_.model.bytes());
     wire::Field field;
     bool entries_written = false;
     auto write_entries = [&] {
-      wire::AppendLengthDelimited(bytes, kModelMetadataProps, StringEntry(kModuleTableKey, table));
-      wire::AppendLengthDelimited(bytes, kModelMetadataProps, StringEntry(kFormatVersionKey, kFormatVersion));
+      for (const auto& [key, value] : entries) {
+        wire::AppendLengthDelimited(bytes, kModelMetadataProps, StringEntry(key, value));
+      }
       entries_written = true;
     };
     while (!reader.done() && reader.Next(&field)) {
@@ -289,8 +411,32 @@ class Extractor {
     if (!entries_written) write_entries();
   }
 
+  // The source's hiertag.rewrites records whose modules all lie within the
+  // extracted module (CheckRewrites refused any that cross its boundary), or
+  // std::nullopt when there are none.
+  std::optional<Json> RewritesWithin() const {
+    auto text = file_.model.metadata.find(std::string(kRewritesKey));
+    std::string error;
+    std::optional<Json> records = text == file_.model.metadata.end() ? std::nullopt : ParseJson(text->second, &error);
+    if (!records) return std::nullopt;
+    Json within = EmptyJson(Json::Kind::kArray);
+    for (const Json& record : records->items) {
+      const Json* modules = record.Find("modules");
+      std::optional<std::vector<std::string>> tags = modules ? ReadStrings(*modules) : std::nullopt;
+      if (tags && !tags->empty() && std::all_of(tags->begin(), tags->end(), [&](const std::string& tag) {
+            return IsTagAncestorOrSelf(tag_, tag);
+          })) {
+        within.items.push_back(record);
+      }
+    }
+    if (within.items.empty()) return std::nullopt;
+    return within;
+  }
+
   const TaggedFile& file_;
   std::string tag_;
+  std::optional<int64_t> call_;
+  const ModuleEntry& entry_;
   ValueTypes types_;
   std::map<std::string, const OnnxInitializer*> initializers_;
   std::map<int, std::vector<std::string>> reads_;  // per main-graph node
@@ -304,10 +450,11 @@ class Extractor {
   std::vector<std::string> needed_initializers_;
 };
 
-std::string DefaultOutputPath(const std::string& path, const std::string& tag) {
+std::string DefaultOutputPath(const std::string& path, const std::string& tag, std::optional<int64_t> call) {
   std::string stem = std::filesystem::path(path).replace_extension().string();
   std::string suffix;
   for (char c : tag.substr(1)) suffix.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ? c : '_');
+  if (call) suffix += ".call" + std::to_string(*call);
   return stem + "." + suffix + ".onnx";
 }
 
@@ -333,27 +480,25 @@ bool WriteFileAtomically(const std::string& path, const std::string& bytes, std:
 
 }  // namespace
 
-int RunExtract(const std::string& path, const std::string& tag, const std::string& out_path, bool json,
-               std::ostream& out, std::ostream& err) {
+int RunExtract(const std::string& path, const std::string& tag, std::optional<int64_t> call,
+               const std::string& out_path, bool json, std::ostream& out, std::ostream& err) {
   std::string error;
   std::optional<TaggedFile> file = LoadTaggedFile(path, &error);
   if (!file) {
     err << error << "\n";
     return 2;
   }
-  bool known = std::any_of(file->modules.begin(), file->modules.end(),
-                           [&](const ModuleEntry& entry) { return entry.tag == tag; });
-  if (!known) {
+  if (file->FindModule(tag) == nullptr) {
     err << path << ": unknown module '" << tag << "'; closest: " << ClosestTags(*file, tag) << "\n";
     return 2;
   }
-  Extractor extractor(*file, tag);
+  Extractor extractor(*file, tag, call);
   std::string bytes;
   if (!extractor.Run(&bytes, &error)) {
     err << path << ": " << error << "\n";
     return 2;
   }
-  std::string target = out_path.empty() ? DefaultOutputPath(path, tag) : out_path;
+  std::string target = out_path.empty() ? DefaultOutputPath(path, tag, call) : out_path;
   if (!WriteFileAtomically(target, bytes, &error)) {
     err << path << ": " << error << "\n";
     return 2;
@@ -364,12 +509,14 @@ int RunExtract(const std::string& path, const std::string& tag, const std::strin
       for (size_t i = 0; i < names.size(); ++i) text += (i ? "," : "") + JsonQuote(names[i]);
       return text + "]";
     };
-    out << "{\"file\":" << JsonQuote(path) << ",\"module\":" << JsonQuote(tag) << ",\"output\":" << JsonQuote(target)
+    out << "{\"file\":" << JsonQuote(path) << ",\"module\":" << JsonQuote(tag)
+        << (call ? ",\"call\":" + std::to_string(*call) : std::string()) << ",\"output\":" << JsonQuote(target)
         << ",\"nodes\":" << extractor.node_count() << ",\"inputs\":" << list(extractor.inputs())
         << ",\"outputs\":" << list(extractor.outputs()) << ",\"initializers\":" << extractor.initializer_count()
         << "}\n";
   } else {
-    out << target << ": " << tag << ": " << extractor.node_count() << " nodes, " << extractor.inputs().size()
+    out << target << ": " << tag << (call ? " call " + std::to_string(*call) : std::string()) << ": "
+        << extractor.node_count() << " nodes, " << extractor.inputs().size()
         << " inputs, " << extractor.outputs().size() << " outputs, " << extractor.initializer_count()
         << " initializers\n";
   }

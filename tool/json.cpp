@@ -1,7 +1,11 @@
-// Json: recursive-descent reader.
+// Json: recursive-descent reader, and the writer of what it read.
 #include "hiertag/json.h"
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+
+#include "hiertag/tag_format.h"
 
 namespace hiertag {
 namespace {
@@ -200,6 +204,38 @@ const Json* Json::Find(std::string_view key) const {
 
 std::optional<Json> ParseJson(std::string_view text, std::string* error) {
   return Parser(text, error).Document();
+}
+
+std::string WriteJson(const Json& value) {
+  switch (value.kind) {
+    case Json::Kind::kNull: return "null";
+    case Json::Kind::kBool: return value.boolean ? "true" : "false";
+    case Json::Kind::kNumber: {
+      // Doubles hold every integer up to 2^53 exactly.
+      constexpr double kExactIntegers = 9007199254740992.0;
+      char buffer[32];
+      if (value.number == std::floor(value.number) && std::fabs(value.number) <= kExactIntegers) {
+        std::snprintf(buffer, sizeof(buffer), "%lld", static_cast<long long>(value.number));
+      } else {
+        std::snprintf(buffer, sizeof(buffer), "%.17g", value.number);
+      }
+      return buffer;
+    }
+    case Json::Kind::kString: return JsonQuote(value.text);
+    case Json::Kind::kArray: {
+      std::string text = "[";
+      for (size_t i = 0; i < value.items.size(); ++i) text += (i ? "," : "") + WriteJson(value.items[i]);
+      return text + "]";
+    }
+    case Json::Kind::kObject: {
+      std::string text = "{";
+      for (size_t i = 0; i < value.members.size(); ++i) {
+        text += (i ? "," : "") + JsonQuote(value.members[i].first) + ":" + WriteJson(value.members[i].second);
+      }
+      return text + "}";
+    }
+  }
+  return "null";
 }
 
 }  // namespace hiertag

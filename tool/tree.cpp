@@ -1,4 +1,5 @@
-// hiertag tree: the module tree with node, op-type and parameter counts.
+// hiertag tree: the module tree (format 2: the call tree) with node, op-type and
+// parameter counts, calls, folded initializers and rewrites across boundaries.
 #include <algorithm>
 #include <iomanip>
 #include <map>
@@ -23,6 +24,7 @@ struct ModuleStats {
   int64_t own_bytes = 0, total_bytes = 0;
   std::map<std::string, int64_t> ops;  // own nodes by op type
   std::vector<std::string> children;
+  std::vector<const Rewrite*> rewrites;  // the rewrites listing this module
 };
 
 std::string CommonAncestor(std::string a, std::string_view b) {
@@ -45,6 +47,13 @@ class TreeBuilder {
     }
     for (size_t i = 0; i < file_.model.nodes.size(); ++i) CountNode(i);
     CountParameters();
+    for (const Rewrite& rewrite : file_.rewrites) {
+      std::set<std::string> listed(rewrite.modules.begin(), rewrite.modules.end());
+      for (const std::string& tag : listed) {
+        auto module = modules_.find(tag);
+        if (module != modules_.end()) module->second.rewrites.push_back(&rewrite);
+      }
+    }
     for (auto& [tag, stats] : modules_) {
       std::string parent(ParentTag(tag));
       if (modules_.count(parent)) modules_[parent].children.push_back(tag);
@@ -138,7 +147,9 @@ class TreePrinter {
          << (stats.entry->path.empty() ? "(root)" : stats.entry->path) << "\n";
     out_ << indent << "    nodes " << stats.own_nodes << " own / " << stats.total_nodes << " total;  params "
          << Thousands(stats.own_params) << " own / " << Thousands(stats.total_params) << " total ("
-         << HumanBytes(stats.total_bytes) << ")\n";
+         << HumanBytes(stats.total_bytes) << ")";
+    if (stats.entry->call_count > 1) out_ << ";  calls " << stats.entry->call_count;
+    out_ << "\n";
     if (!stats.ops.empty()) {
       out_ << indent << "    ops";
       const char* separator = " ";
@@ -147,6 +158,14 @@ class TreePrinter {
         separator = ", ";
       }
       out_ << "\n";
+    }
+    if (!stats.entry->folded_into.empty()) {
+      out_ << indent << "    folded into " << Join(stats.entry->folded_into) << "\n";
+    }
+    for (const Rewrite* rewrite : stats.rewrites) {
+      std::vector<std::string> others = OtherModules(*rewrite, tag);
+      out_ << indent << "    rewritten: " << rewrite->kind << (others.empty() ? "" : " with " + Join(others)) << " by "
+           << rewrite->pass << "\n";
     }
     for (const std::string& child : Children(stats)) PrintText(child);
   }
@@ -158,7 +177,15 @@ class TreePrinter {
          << ",\"class\":" << JsonQuote(stats.entry->class_name) << ",\"depth\":" << stats.depth
          << ",\"nodes_own\":" << stats.own_nodes << ",\"nodes_total\":" << stats.total_nodes
          << ",\"params_own\":" << stats.own_params << ",\"params_total\":" << stats.total_params
-         << ",\"bytes_own\":" << stats.own_bytes << ",\"bytes_total\":" << stats.total_bytes << ",\"ops\":{";
+         << ",\"bytes_own\":" << stats.own_bytes << ",\"bytes_total\":" << stats.total_bytes
+         << ",\"calls\":" << stats.entry->call_count << ",\"folded_into\":" << JsonList(stats.entry->folded_into)
+         << ",\"rewrites\":[";
+    for (size_t i = 0; i < stats.rewrites.size(); ++i) {
+      const Rewrite& rewrite = *stats.rewrites[i];
+      out_ << (i ? "," : "") << "{\"pass\":" << JsonQuote(rewrite.pass) << ",\"kind\":" << JsonQuote(rewrite.kind)
+           << ",\"with\":" << JsonList(OtherModules(rewrite, tag)) << ",\"node\":" << JsonQuote(rewrite.node) << "}";
+    }
+    out_ << "],\"ops\":{";
     bool first_op = true;
     for (const auto& [op_type, count] : SortedOps(stats)) {
       out_ << (first_op ? "" : ",") << JsonQuote(op_type) << ":" << count;
@@ -170,6 +197,27 @@ class TreePrinter {
   }
 
  private:
+  // The modules a rewrite lists besides `tag`, in its order.
+  static std::vector<std::string> OtherModules(const Rewrite& rewrite, const std::string& tag) {
+    std::vector<std::string> others;
+    for (const std::string& module : rewrite.modules) {
+      if (module != tag && std::find(others.begin(), others.end(), module) == others.end()) others.push_back(module);
+    }
+    return others;
+  }
+
+  static std::string Join(const std::vector<std::string>& names) {
+    std::string text;
+    for (size_t i = 0; i < names.size(); ++i) text += (i ? ", " : "") + names[i];
+    return text;
+  }
+
+  static std::string JsonList(const std::vector<std::string>& names) {
+    std::string text = "[";
+    for (size_t i = 0; i < names.size(); ++i) text += (i ? "," : "") + JsonQuote(names[i]);
+    return text + "]";
+  }
+
   // Most frequent first, then by name.
   static std::vector<std::pair<std::string, int64_t>> SortedOps(const ModuleStats& stats) {
     std::vector<std::pair<std::string, int64_t>> ops(stats.ops.begin(), stats.ops.end());

@@ -1,4 +1,13 @@
-// hiertag validate: tags against the grammar and the module table.
+// hiertag validate: tags against the grammar, the module table and the rewrites.
+//
+// Format 1's tag tree is the module tree: a tag's path lies inside its parent's,
+// and no two tags name one module path. Format 2's is the call tree: a module
+// called by one it does not belong to sits under its caller, and a module called
+// by two callers has two tags; only one caller cannot hold it twice. A file whose
+// hiertag.format_version is "1" is held to format 1; any other to format 2, of
+// which format 1 is the case without the new fields.
+#include <algorithm>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <set>
@@ -10,6 +19,8 @@
 namespace hiertag {
 namespace {
 
+constexpr const char* kTableSubject = "module table";
+
 // True when module path `child` lies strictly inside module path `parent`.
 bool IsPathInside(const std::string& child, const std::string& parent) {
   if (parent.empty()) return !child.empty();
@@ -17,8 +28,16 @@ bool IsPathInside(const std::string& child, const std::string& parent) {
          child[parent.size()] == '.';
 }
 
+// The module path a disambiguated segment names: a relative qualifier is
+// relative to the parent tag's module path.
+std::string PathOfQualifier(const TagSegment& segment, const std::string& parent_path) {
+  if (segment.absolute || parent_path.empty()) return *segment.qualifier;
+  return parent_path + "." + *segment.qualifier;
+}
+
 struct Problem {
-  const OnnxNode* node = nullptr;  // nullptr: a problem of the module table
+  const OnnxNode* node = nullptr;  // nullptr: a problem of a model entry, named by `subject`
+  std::string subject;
   std::string text;
 };
 
@@ -26,20 +45,36 @@ class Validator {
  public:
   explicit Validator(const TaggedFile& file) : file_(file) {
     for (const ModuleEntry& entry : file.modules) listed_.insert(entry.tag);
+    auto version = file.model.metadata.find(std::string(kFormatVersionKey));
+    module_tree_ = version != file.model.metadata.end() && version->second == "1";
+    const OnnxGraph& main = file.model.graphs.at(0);
+    for (const OnnxInitializer& initializer : main.initializers) folded_values_.insert(initializer.name);
+    for (int index : main.nodes) {
+      const OnnxNode& node = file.model.nodes[index];
+      if (node.op_type == "Constant") folded_values_.insert(node.outputs.begin(), node.outputs.end());
+    }
+    for (const OnnxNode& node : file.model.nodes) node_names_.insert(node.name);
   }
 
   std::vector<Problem> Run() {
     CheckTable();
+    CheckRewrites();
     for (const OnnxNode& node : file_.model.nodes) CheckNode(node);
     return std::move(problems_);
   }
 
  private:
-  void Add(const OnnxNode* node, std::string text) { problems_.push_back({node, std::move(text)}); }
+  void Add(const OnnxNode* node, std::string text) {
+    problems_.push_back({node, node ? "" : kTableSubject, std::move(text)});
+  }
+  void AddRewriteProblem(size_t record, const std::string& text) {
+    problems_.push_back({nullptr, std::string(kRewritesKey), "record " + std::to_string(record) + " " + text});
+  }
 
   void CheckTable() {
     std::map<std::string, std::string> path_of;
-    std::map<std::string, std::string> tag_of_path;
+    // Format 1: one tag per module path. Format 2: one per path and caller.
+    std::map<std::pair<std::string, std::string>, std::string> tag_of_path;
     for (const auto& [tag, entry] : file_.table.members) {
       const Json* path = entry.Find("path");
       const Json* class_name = entry.Find("class");
@@ -54,35 +89,164 @@ class Validator {
         Add(nullptr, "tag '" + tag + "' is listed twice");
         continue;
       }
-      auto [other, inserted] = tag_of_path.emplace(path->text, tag);
+      std::string caller = module_tree_ ? "" : std::string(ParentTag(tag));
+      auto [other, inserted] = tag_of_path.emplace(std::pair{caller, path->text}, tag);
       if (!inserted) {
         Add(nullptr, "tags '" + other->second + "' and '" + tag + "' both name module path '" +
                          path->text + "'");
       }
+      CheckTableFields(tag, entry);
     }
     for (const auto& [tag, path] : path_of) {
       std::string_view parent = ParentTag(tag);
       if (parent.empty()) {
         if (!path.empty()) Add(nullptr, "root tag '" + tag + "' names path '" + path + "', not the root ''");
+        if (file_.table.Find(tag)->Find("parent_calls")) {
+          Add(nullptr, "root tag '" + tag + "' has \"parent_calls\", but no parent");
+        }
         continue;
       }
       auto found = path_of.find(std::string(parent));
       if (found == path_of.end()) {
         Add(nullptr, "tag '" + tag + "': its ancestor '" + std::string(parent) + "' is not in the table");
-      } else if (!IsPathInside(path, found->second)) {
+        continue;
+      }
+      if (module_tree_ && !IsPathInside(path, found->second)) {
         Add(nullptr, "tag '" + tag + "' names path '" + path + "', which is not inside its parent's '" +
                          found->second + "'");
+      }
+      CheckQualifier(tag, path, found->second);
+      CheckParentCalls(tag, found->first);
+    }
+  }
+
+  // A disambiguated segment's qualifier must give the entry's own path.
+  void CheckQualifier(const std::string& tag, const std::string& path, const std::string& parent_path) {
+    std::optional<std::vector<TagSegment>> segments = ParseTag(tag);
+    if (!segments || !segments->back().qualifier) return;
+    std::string named = PathOfQualifier(segments->back(), parent_path);
+    if (named != path) {
+      Add(nullptr, "tag '" + tag + "' names path '" + path + "', but its qualifier names '" + named + "'");
+    }
+  }
+
+  // "calls" and "folded_into"; "parent_calls" once every tag's call count is known.
+  void CheckTableFields(const std::string& tag, const Json& entry) {
+    if (const Json* calls = entry.Find("calls")) {
+      std::optional<std::vector<int64_t>> ordinals = ReadOrdinals(*calls);
+      if (!ordinals || ordinals->empty()) {
+        Add(nullptr, "tag '" + tag + "': \"calls\" is not a non-empty array of whole numbers >= 0");
+      } else if (std::adjacent_find(ordinals->begin(), ordinals->end(), std::greater_equal<>()) != ordinals->end()) {
+        Add(nullptr, "tag '" + tag + "': \"calls\" is not increasing (the calls in the order they ran)");
+      }
+    }
+    const Json* folded_into = entry.Find("folded_into");
+    if (folded_into == nullptr) return;
+    std::optional<std::vector<std::string>> names = ReadStrings(*folded_into);
+    if (!names) {
+      Add(nullptr, "tag '" + tag + "': \"folded_into\" is not an array of initializer names");
+      return;
+    }
+    for (const std::string& name : *names) {
+      if (folded_values_.count(name) == 0) {
+        Add(nullptr, "tag '" + tag + "': \"folded_into\" names '" + name +
+                         "', which is neither an initializer nor a Constant of the main graph");
       }
     }
   }
 
-  void CheckTagged(const OnnxNode& node, const std::string& tag, const char* what) {
+  void CheckParentCalls(const std::string& tag, const std::string& parent) {
+    const ModuleEntry* entry = file_.FindModule(tag);
+    const ModuleEntry* parent_entry = file_.FindModule(parent);
+    const Json* parent_calls = file_.table.Find(tag)->Find("parent_calls");
+    if (entry == nullptr || parent_entry == nullptr || parent_calls == nullptr) return;
+    std::optional<std::vector<int64_t>> ordinals = ReadOrdinals(*parent_calls);
+    if (!ordinals) {
+      Add(nullptr, "tag '" + tag + "': \"parent_calls\" is not an array of whole numbers >= 0");
+      return;
+    }
+    if (static_cast<int64_t>(ordinals->size()) != entry->call_count) {
+      Add(nullptr, "tag '" + tag + "': \"parent_calls\" has " + std::to_string(ordinals->size()) +
+                       " elements for " + std::to_string(entry->call_count) + " calls");
+      return;
+    }
+    for (size_t call = 0; call < ordinals->size(); ++call) {
+      if ((*ordinals)[call] >= parent_entry->call_count) {
+        Add(nullptr, "tag '" + tag + "': \"parent_calls\" puts call " + std::to_string(call) + " in call " +
+                         std::to_string((*ordinals)[call]) + " of '" + parent + "', which has " +
+                         std::to_string(parent_entry->call_count) + " calls");
+      }
+    }
+  }
+
+  void CheckRewrites() {
+    auto text = file_.model.metadata.find(std::string(kRewritesKey));
+    if (text == file_.model.metadata.end()) return;
+    std::string reason;
+    std::optional<Json> records = ParseJson(text->second, &reason);
+    if (!records || records->kind != Json::Kind::kArray) {
+      problems_.push_back({nullptr, std::string(kRewritesKey), "is not a JSON array of records"});
+      return;
+    }
+    for (size_t i = 0; i < records->items.size(); ++i) {
+      const Json& record = records->items[i];
+      if (record.kind != Json::Kind::kObject) {
+        AddRewriteProblem(i, "is not a JSON object");
+        continue;
+      }
+      const Json* pass = record.Find("pass");
+      if (pass == nullptr || pass->kind != Json::Kind::kString || pass->text.empty()) {
+        AddRewriteProblem(i, "has no \"pass\" name");
+      }
+      const Json* kind = record.Find("kind");
+      if (kind == nullptr || kind->kind != Json::Kind::kString ||
+          (kind->text != "fused" && kind->text != "removed" && kind->text != "folded")) {
+        AddRewriteProblem(i, "has no \"kind\" fused, removed or folded");
+      }
+      const Json* node = record.Find("node");
+      if (node == nullptr || node->kind != Json::Kind::kString) {
+        AddRewriteProblem(i, "has no \"node\" string");
+      } else if (!node->text.empty() && node_names_.count(node->text) == 0) {
+        AddRewriteProblem(i, "names node '" + node->text + "', which is not in the model");
+      }
+      const Json* modules = record.Find("modules");
+      std::optional<std::vector<std::string>> tags = modules ? ReadStrings(*modules) : std::nullopt;
+      if (!tags || tags->empty()) {
+        AddRewriteProblem(i, "has no \"modules\" array of tags");
+        continue;
+      }
+      for (const std::string& tag : *tags) {
+        std::string reason;
+        if (!ParseTag(tag, &reason)) {
+          AddRewriteProblem(i, "tag '" + tag + "' does not parse: " + reason);
+        } else if (listed_.count(tag) == 0) {
+          AddRewriteProblem(i, "tag '" + tag + "' is not in the module table");
+        }
+      }
+    }
+  }
+
+  // True when `tag` parses and is listed; otherwise reports it as `what`.
+  bool CheckTagged(const OnnxNode& node, const std::string& tag, const char* what) {
     std::string reason;
     if (!ParseTag(tag, &reason)) {
       Add(&node, std::string(what) + " '" + tag + "' does not parse: " + reason);
-    } else if (listed_.count(tag) == 0) {
-      Add(&node, std::string(what) + " '" + tag + "' is not in the module table");
+      return false;
     }
+    if (listed_.count(tag) == 0) {
+      Add(&node, std::string(what) + " '" + tag + "' is not in the module table");
+      return false;
+    }
+    return true;
+  }
+
+  // The node's metadata value `key` as a JSON array of strings; reports anything else.
+  std::optional<std::vector<std::string>> TagList(const OnnxNode& node, std::string_view key) {
+    auto found = node.metadata.find(std::string(key));
+    if (found == node.metadata.end()) return std::nullopt;
+    std::optional<std::vector<std::string>> tags = NodeTagList(node, key);
+    if (!tags) Add(&node, std::string(key) + " is not a JSON array of tags");
+    return tags;
   }
 
   void CheckNode(const OnnxNode& node) {
@@ -91,26 +255,47 @@ class Validator {
       Add(&node, "has no " + std::string(kHierarchyTagKey));
       return;
     }
-    CheckTagged(node, *tag, "tag");
-    auto shared = node.metadata.find(std::string(kSharedWithKey));
-    if (shared == node.metadata.end()) return;
-    std::string reason;
-    std::optional<Json> list = ParseJson(shared->second, &reason);
-    if (!list || list->kind != Json::Kind::kArray) {
-      Add(&node, std::string(kSharedWithKey) + " is not a JSON array of tags");
-      return;
+    bool tag_listed = CheckTagged(node, *tag, "tag");
+    if (std::optional<std::vector<std::string>> shared = TagList(node, kSharedWithKey)) {
+      for (const std::string& item : *shared) CheckTagged(node, item, "shared tag");
     }
-    for (const Json& item : list->items) {
-      if (item.kind != Json::Kind::kString) {
-        Add(&node, std::string(kSharedWithKey) + " holds a non-string");
-      } else {
-        CheckTagged(node, item.text, "shared tag");
+    auto call = node.metadata.find(std::string(kCallKey));
+    if (call != node.metadata.end()) {
+      std::optional<int64_t> ordinal = ParseOrdinal(call->second);
+      const ModuleEntry* entry = file_.FindModule(*tag);
+      if (!ordinal) {
+        Add(&node, std::string(kCallKey) + " '" + call->second + "' is not a decimal call ordinal");
+      } else if (tag_listed && entry != nullptr && *ordinal >= entry->call_count) {
+        Add(&node, std::string(kCallKey) + " " + call->second + " is out of range: tag '" + *tag + "' has " +
+                       std::to_string(entry->call_count) + " calls");
+      }
+    }
+    CheckSpans(node, *tag, tag_listed);
+  }
+
+  void CheckSpans(const OnnxNode& node, const std::string& tag, bool tag_listed) {
+    bool has_spans = node.metadata.count(std::string(kSpansKey)) > 0;
+    bool has_rewrite = node.metadata.count(std::string(kRewriteKey)) > 0;
+    if (has_spans != has_rewrite) {
+      Add(&node, "has " + std::string(has_spans ? kSpansKey : kRewriteKey) + " but no " +
+                     std::string(has_spans ? kRewriteKey : kSpansKey));
+    }
+    std::optional<std::vector<std::string>> spans = TagList(node, kSpansKey);
+    if (!spans) return;
+    for (const std::string& spanned : *spans) {
+      if (CheckTagged(node, spanned, "spanned tag") && tag_listed && !IsTagAncestorOrSelf(tag, spanned)) {
+        Add(&node, "tag '" + tag + "' is not an ancestor of its spanned tag '" + spanned + "'");
       }
     }
   }
 
   const TaggedFile& file_;
+  bool module_tree_ = false;  // format 1
   std::set<std::string> listed_;
+  // Where constant folding leaves its results: initializers, and Constant nodes
+  // (the plugin records a folded value read through a new constant too).
+  std::set<std::string> folded_values_;
+  std::set<std::string> node_names_;
   std::vector<Problem> problems_;
 };
 
@@ -135,14 +320,16 @@ int RunValidate(const std::string& path, bool json, std::ostream& out, std::ostr
       if (problem.node != nullptr) {
         out << "\"node\":" << JsonQuote(problem.node->name) << ",\"op_type\":" << JsonQuote(problem.node->op_type)
             << ",";
+      } else {
+        out << "\"subject\":" << JsonQuote(problem.subject) << ",";
       }
       out << "\"problem\":" << JsonQuote(problem.text) << "}";
     }
     out << "]}\n";
   } else {
     for (const Problem& problem : problems) {
-      out << path << ": " << (problem.node ? "node " + DescribeNode(*problem.node) : std::string("module table"))
-          << ": " << problem.text << "\n";
+      out << path << ": " << (problem.node ? "node " + DescribeNode(*problem.node) : problem.subject) << ": "
+          << problem.text << "\n";
     }
     if (problems.empty()) {
       out << path << ": valid: " << nodes << " nodes tagged, " << modules << " modules\n";

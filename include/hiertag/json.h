@@ -1,7 +1,8 @@
-// Json: a small JSON reader for the module table hiertag writes.
+// Json: a small JSON reader (and writer) for the entries hiertag writes.
 //
 // Objects keep their members in order as written, so a reader can tell a key
-// written twice (JSON parsers usually keep only one of them silently).
+// written twice (JSON parsers usually keep only one of them silently), and a
+// value read and written again keeps its members' order.
 #pragma once
 
 #include <map>
@@ -29,5 +30,9 @@ struct Json {
 
 // Parses a whole document; std::nullopt with a one-line reason on bad input.
 std::optional<Json> ParseJson(std::string_view text, std::string* error);
+
+// Compact JSON text of `value`: members in order, integral numbers without a
+// fraction (a call ordinal written back as read), others with 17 digits.
+std::string WriteJson(const Json& value);
 
 }  // namespace hiertag

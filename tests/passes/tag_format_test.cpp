@@ -110,10 +110,72 @@ TEST(TagFormatTest, LowercaseHexEscapeIsAccepted) {
   EXPECT_EQ(*(*parsed)[1].qualifier, "a/b");
 }
 
+TEST(TagFormatTest, AbsoluteQualifierRoundTrips) {
+  // Check that a qualifier naming the full path of a module the caller does not own
+  // is written after '~' and parsed back as absolute.
+  TagSegment outside{"MultiHeadedAttention", std::nullopt, std::string("encoder.layers.0.self_attn"), true};
+  EXPECT_EQ(FormatSegment(outside), "MultiHeadedAttention[~encoder.layers.0.self_attn]");
+
+  const std::string tag = "/Net/EncoderLayer.0/SublayerConnection.0/MultiHeadedAttention[~encoder.layers.0.self_attn]";
+  auto parsed = ParseTag(tag);
+  ASSERT_TRUE(parsed.has_value());
+  ASSERT_EQ(parsed->size(), 4u);
+  const TagSegment& last = parsed->back();
+  EXPECT_EQ(last.class_name, "MultiHeadedAttention");
+  EXPECT_TRUE(last.absolute);
+  ASSERT_TRUE(last.qualifier.has_value());
+  EXPECT_EQ(*last.qualifier, "encoder.layers.0.self_attn");
+  EXPECT_EQ(Join(*parsed), tag);
+}
+
+TEST(TagFormatTest, RelativeQualifierIsNotAbsolute) {
+  // Check that plain segments and qualifiers without a leading '~' parse as not absolute.
+  auto parsed = ParseTag("/Net/Block.0/Conv1D[c_attn]");
+  ASSERT_TRUE(parsed.has_value());
+  for (const TagSegment& segment : *parsed) EXPECT_FALSE(segment.absolute) << FormatSegment(segment);
+}
+
+TEST(TagFormatTest, TildeInRelativeQualifierIsEscaped) {
+  // Check that a relative path starting with '~' is written %7E, so it cannot be read as absolute.
+  EXPECT_EQ(EscapeQualifier("~a"), "%7Ea");
+  const std::string segment = FormatSegment({"Expert", std::nullopt, std::string("~a"), false});
+  EXPECT_EQ(segment, "Expert[%7Ea]");
+  auto parsed = ParseTag("/Net/" + segment);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_FALSE((*parsed)[1].absolute);
+  EXPECT_EQ((*parsed)[1].qualifier, "~a");
+}
+
+TEST(TagFormatTest, TildeInsideAbsoluteQualifierIsEscaped) {
+  // Check that only the marking '~' of an absolute qualifier stays literal; a '~' of its path is escaped.
+  const std::string segment = FormatSegment({"Expert", std::nullopt, std::string("experts.~b"), true});
+  EXPECT_EQ(segment, "Expert[~experts.%7Eb]");
+  auto parsed = ParseTag("/Net/" + segment);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_TRUE((*parsed)[1].absolute);
+  EXPECT_EQ((*parsed)[1].qualifier, "experts.~b");
+  EXPECT_EQ(Join(*parsed), "/Net/" + segment);
+}
+
+TEST(TagFormatTest, LiteralTildeAfterFirstCharacterIsRead) {
+  // Check that a '~' inside a qualifier, which format 1 wrote unescaped, is read literally.
+  auto parsed = ParseTag("/Net/Expert[a~b]");
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_FALSE((*parsed)[1].absolute);
+  EXPECT_EQ((*parsed)[1].qualifier, "a~b");
+}
+
+TEST(TagFormatTest, AbsoluteQualifierWithoutPathIsRejected) {
+  // Check that '~' alone is no qualifier, and the path after it obeys the escaping rules.
+  EXPECT_NE(RejectionReason("/Net/A[~]").find("A[~]"), std::string::npos);
+  RejectionReason("/Net/A[~b%zz]");
+  RejectionReason("/Net/A[~b[c]");
+}
+
 TEST(TagFormatTest, WellFormedTagsAreAccepted) {
   // Check that tags following the grammar parse and are rebuilt byte for byte.
   for (std::string_view tag : {"/A", "/A/B.1/C[x.y]", "/Net/Expert[experts.a%2Fb]",
-                               "/Net/Conv1D[c_attn]/Conv1D[c_proj]"}) {
+                               "/Net/Conv1D[c_attn]/Conv1D[c_proj]", "/Net/A.0/B[~x.y]/C[%7Ez]"}) {
     std::string error;
     auto parsed = ParseTag(tag, &error);
     ASSERT_TRUE(parsed.has_value()) << tag << ": " << error;

@@ -706,7 +706,295 @@ TEST_F(ExtractTest, CommandLineHelpPrintsUsage) {
   EXPECT_EQ(result.err, "");
   std::vector<std::string> lines = Lines(result.out);
   ASSERT_GT(lines.size(), 1u) << result.out;
-  EXPECT_EQ(lines[0], "usage: hiertag extract MODEL.onnx --module TAG [-o OUT.onnx] [--json]");
+  EXPECT_EQ(lines[0], "usage: hiertag extract MODEL.onnx --module TAG [--call K] [-o OUT.onnx] [--json]");
+}
+
+constexpr const char* kEvalPeephole = "_jit_pass_onnx_eval_peephole";
+
+// The exporter's eval peephole fused Block/Conv's Conv with Block's BatchNorm into one node, tagged
+// with their common ancestor Block (every value typed FLOAT [1,1,2,2]):
+//   conv_bn  Conv(x, w) -> c   /Net/Block, hiertag.spans [/Net/Block/Conv, /Net/Block]   w: FLOAT [1,1,1,1]
+//   relu     Relu(c) -> r      /Net/Block
+//   head     Neg(r) -> y       /Net/Head           y: model output
+ModelSpec FusedModel() {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  for (const char* value : {"x", "c", "r", "y"}) model.graph.Type(value, {1, 1, 2, 2});
+  model.graph.Initializer("w", {1, 1, 1, 1});
+  model.graph.Add(Node("conv_bn", "Conv")
+                      .In({"x", "w"})
+                      .Out({"c"})
+                      .Tag("/Net/Block")
+                      .Spans({"/Net/Block/Conv", "/Net/Block"}, kEvalPeephole))
+      .Add(Node("relu", "Relu").In({"c"}).Out({"r"}).Tag("/Net/Block"))
+      .Add(Node("head", "Neg").In({"r"}).Out({"y"}).Tag("/Net/Head"));
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Block", "block", "test.Block")
+      .Module("/Net/Block/Conv", "block.conv", "torch.nn.Conv2d")
+      .Module("/Net/Head", "head", "test.Head");
+  return model;
+}
+
+// Check that a module whose computation a node's spans fused with a module outside it is refused.
+TEST_F(ExtractTest, ModuleFusedAcrossItsBoundaryIsRefused) {
+  ExpectRefused(FusedModel(), "/Net/Block/Conv",
+                "module '/Net/Block/Conv' cannot be extracted: _jit_pass_onnx_eval_peephole fused its computation "
+                "with '/Net/Block' into node 'conv_bn' (Conv)");
+}
+
+// Check that the module holding every fused module is extracted, the fused node an ordinary member.
+TEST_F(ExtractTest, ModuleHoldingAllFusedModulesIsWritten) {
+  std::optional<OnnxModel> written = ExtractOk(FusedModel(), "/Net/Block");
+  ASSERT_TRUE(written);
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"conv_bn", "relu"}));
+  EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"r"});
+}
+
+// Check that a fused record of hiertag.rewrites refuses the module as the node's spans do.
+TEST_F(ExtractTest, FusedRecordRefusesModule) {
+  ModelSpec model = FusedModel();
+  model.graph.Find("conv_bn").metadata.resize(1);  // the tag only
+  model.Rewrite(kEvalPeephole, "fused", {"/Net/Block/Conv", "/Net/Block"}, "conv_bn");
+  ExpectRefused(model, "/Net/Block/Conv",
+                "module '/Net/Block/Conv' cannot be extracted: _jit_pass_onnx_eval_peephole fused its computation "
+                "with '/Net/Block' into node 'conv_bn' (Conv)");
+}
+
+// Check that the extracted model of a format-2 file keeps the rewrites within the module, and validates.
+TEST_F(ExtractTest, ExtractedFormat2ModelKeepsRewritesAndValidates) {
+  ModelSpec model = FusedModel();
+  model.Rewrite(kEvalPeephole, "fused", {"/Net/Block/Conv", "/Net/Block"}, "conv_bn")
+      .Rewrite("_jit_pass_onnx_peephole", "removed", {"/Net/Head", "/Net"});
+  model.FindModule("/Net/Block/Conv").FoldedInto({"w"});
+  model.FindModule("/Net/Head").FoldedInto({"w"});
+  std::optional<OnnxModel> written = ExtractOk(model, "/Net/Block");
+  ASSERT_TRUE(written);
+  EXPECT_EQ(written->metadata.at(std::string(kRewritesKey)),
+            "[{\"pass\":\"_jit_pass_onnx_eval_peephole\",\"kind\":\"fused\",\"modules\":[\"/Net/Block/Conv\","
+            "\"/Net/Block\"],\"node\":\"conv_bn\"}]");
+  EXPECT_EQ(TableTags(*written), (std::vector<std::string>{"/Net", "/Net/Block", "/Net/Block/Conv"}));
+  EXPECT_NE(written->metadata.at(std::string(kModuleTableKey)).find("\"folded_into\":[\"w\"]"), std::string::npos);
+  RunResult validate = Validate(OutPath());
+  EXPECT_EQ(validate.code, 0) << validate.out;
+}
+
+// x -> a0 [/Net/A] -> p -> b0 [/Net/B] -> q -> c0 [/Net/C] -> y; the peephole removed a Transpose of
+// one module with the inverse Transpose of the next: `removed` lists them.
+ModelSpec RemovedModel(const std::vector<std::string>& removed) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  for (const char* value : {"x", "p", "q", "y"}) model.graph.Type(value, {2, 3});
+  model.graph.Add(Node("a0", "Relu").In({"x"}).Out({"p"}).Tag("/Net/A"))
+      .Add(Node("b0", "Neg").In({"p"}).Out({"q"}).Tag("/Net/B"))
+      .Add(Node("c0", "Neg").In({"q"}).Out({"y"}).Tag("/Net/C"));
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/A", "a", "test.A")
+      .Module("/Net/B", "b", "test.B")
+      .Module("/Net/C", "c", "test.C");
+  model.Rewrite("_jit_pass_onnx_peephole", "removed", removed);
+  return model;
+}
+
+// Check that a module whose boundary with another the removal of both sides' nodes erased is refused.
+TEST_F(ExtractTest, ModuleWithRemovedBoundaryIsRefused) {
+  ExpectRefused(RemovedModel({"/Net/A", "/Net/B"}), "/Net/A",
+                "module '/Net/A' cannot be extracted: _jit_pass_onnx_peephole removed its boundary with '/Net/B' "
+                "(nodes of both removed together)");
+}
+
+// Check that a module a removal does not list, and one holding every module it lists, are written.
+TEST_F(ExtractTest, ModuleOutsideOrAroundRemovalIsWritten) {
+  std::optional<OnnxModel> written = ExtractOk(RemovedModel({"/Net/B", "/Net/C"}), "/Net/A");
+  ASSERT_TRUE(written);
+  EXPECT_EQ(NodeNames(*written), std::vector<std::string>{"a0"});
+  std::filesystem::remove(OutPath());
+  written = ExtractOk(RemovedModel({"/Net/A", "/Net/B"}), "/Net");
+  ASSERT_TRUE(written);
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"a0", "b0", "c0"}));
+}
+
+// Check that a module whose computation was folded together with another's is refused.
+TEST_F(ExtractTest, ModuleFoldedWithAnotherIsRefused) {
+  ModelSpec model = RemovedModel({"/Net/B", "/Net/C"});
+  model.rewrites[0].kind = "folded";
+  model.rewrites[0].pass = "_jit_pass_onnx_constant_fold";
+  ExpectRefused(model, "/Net/C",
+                "module '/Net/C' cannot be extracted: _jit_pass_onnx_constant_fold folded its computation with "
+                "'/Net/B' into initializers");
+}
+
+// /Net/Block runs twice with /Net's mid between the calls; Inner runs once in Block's call 0 and
+// twice in its call 1 (parent_calls [0, 1, 1]):
+//   i0   Relu(x) -> a      /Net/Block/Inner  call 0   (Block call 0)
+//   b0   Neg(a) -> h       /Net/Block        call 0
+//   mid  Sigmoid(h) -> h2  /Net
+//   i1   Relu(h2) -> c     /Net/Block/Inner  call 1   (Block call 1)
+//   i2   Relu(c) -> d      /Net/Block/Inner  call 2   (Block call 1)
+//   b1   Neg(d) -> y       /Net/Block        call 1   y: model output
+ModelSpec TwoCallModel() {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  for (const char* value : {"x", "a", "h", "h2", "c", "d", "y"}) model.graph.Type(value, {2, 3});
+  model.graph.Add(Node("i0", "Relu").In({"x"}).Out({"a"}).Tag("/Net/Block/Inner"))
+      .Add(Node("b0", "Neg").In({"a"}).Out({"h"}).Tag("/Net/Block"))
+      .Add(Node("mid", "Sigmoid").In({"h"}).Out({"h2"}).Tag("/Net"))
+      .Add(Node("i1", "Relu").In({"h2"}).Out({"c"}).Tag("/Net/Block/Inner").Call(1))
+      .Add(Node("i2", "Relu").In({"c"}).Out({"d"}).Tag("/Net/Block/Inner").Call(2))
+      .Add(Node("b1", "Neg").In({"d"}).Out({"y"}).Tag("/Net/Block").Call(1));
+  model.Module("/Net", "", "test.Net").Module("/Net/Block", "block", "test.Block").Module(
+      "/Net/Block/Inner", "block.inner", "test.Inner");
+  model.FindModule("/Net/Block").Calls({0, 1});
+  model.FindModule("/Net/Block/Inner").Calls({0, 1, 2}).ParentCalls({0, 1, 1});
+  return model;
+}
+
+// Check that the builder's two-call model is a valid format-2 file.
+TEST_F(ExtractTest, TwoCallModelIsValid) {
+  RunResult result = Validate(WriteModel(TwoCallModel()));
+  EXPECT_EQ(result.code, 0) << result.out;
+}
+
+// Check that --call selects the nodes of one call, descendants' nodes mapped through parent_calls.
+TEST_F(ExtractTest, CallSelectsOneCallsNodes) {
+  ModelSpec model = TwoCallModel();
+  std::string path = WriteModel(model);
+  RunResult result = Extract(path, "/Net/Block", OutPath(), /*json=*/false, 1);
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, OutPath() + ": /Net/Block call 1: 3 nodes, 1 inputs, 1 outputs, 0 initializers\n");
+  std::string error;
+  std::optional<OnnxModel> written = OnnxModel::Load(OutPath(), &error);
+  ASSERT_TRUE(written) << error;
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"i1", "i2", "b1"}));
+  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), std::vector<std::string>{"h2"});
+  EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"y"});
+  result = Extract(path, "/Net/Block", OutPath(), /*json=*/false, 0);
+  ASSERT_EQ(result.code, 0) << result.err;
+  written = OnnxModel::Load(OutPath(), &error);
+  ASSERT_TRUE(written) << error;
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"i0", "b0"}));
+  EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"h"});
+}
+
+// Check that --call on a child of a repeated parent counts the child's own calls.
+TEST_F(ExtractTest, CallOfChildCountsItsOwnCalls) {
+  std::string path = WriteModel(TwoCallModel());
+  ASSERT_EQ(Extract(path, "/Net/Block/Inner", OutPath(), /*json=*/false, 2).code, 0);
+  std::string error;
+  std::optional<OnnxModel> written = OnnxModel::Load(OutPath(), &error);
+  ASSERT_TRUE(written) << error;
+  EXPECT_EQ(NodeNames(*written), std::vector<std::string>{"i2"});
+  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), std::vector<std::string>{"c"});
+}
+
+// Check that without --call a module of several calls is refused as non-convex, pointing to --call.
+TEST_F(ExtractTest, SeveralCallsWithoutCallAreRefused) {
+  ExpectRefused(TwoCallModel(), "/Net/Block",
+                "module '/Net/Block' is not a convex region of the graph: node 'mid' (Sigmoid) takes values from the "
+                "module and gives values back to it; extract one call with --call K (K < 2)");
+}
+
+// Check that the refusal of a non-convex module of one call does not point to --call.
+TEST_F(ExtractTest, OneCallNonConvexRefusalHasNoCallHint) {
+  std::string path = WriteModel(DetourModel("/Net/A"));
+  RunResult result = Extract(path, "/Net/A", OutPath());
+  EXPECT_EQ(result.code, 2);
+  EXPECT_EQ(result.err.find("--call"), std::string::npos) << result.err;
+}
+
+// Check that --call at or above the module's call count is refused in one line, nothing written.
+TEST_F(ExtractTest, CallOutOfRangeIsRefused) {
+  std::string path = WriteModel(TwoCallModel());
+  for (int64_t call : {2, 7}) {
+    RunResult result = Extract(path, "/Net/Block", OutPath(), /*json=*/false, call);
+    EXPECT_EQ(result.code, 2);
+    EXPECT_EQ(result.out, "");
+    EXPECT_EQ(result.err, path + ": module '/Net/Block' has 2 calls; --call takes K < 2, not " +
+                              std::to_string(call) + "\n");
+  }
+  RunResult result = Extract(path, "/Net", OutPath(), /*json=*/false, 1);
+  EXPECT_EQ(result.err, path + ": module '/Net' has 1 calls; --call takes K < 1, not 1\n");
+  EXPECT_EQ(Files(), std::set<std::string>{"model.onnx"});
+}
+
+// Check that --call 0 of a module of one call writes the whole module.
+TEST_F(ExtractTest, CallZeroOfOneCallModuleIsWholeModule) {
+  std::string path = WriteModel(ChainModel());
+  ASSERT_EQ(Extract(path, kLayer1, OutPath(), /*json=*/false, 0).code, 0);
+  std::string error;
+  std::optional<OnnxModel> written = OnnxModel::Load(OutPath(), &error);
+  ASSERT_TRUE(written) << error;
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"const1", "mul1", "add1", "sub1"}));
+}
+
+// Check that a node selected through a module it is shared with, its own tag elsewhere, counts
+// as that module's call 0 (its hiertag.call numbers its own tag's calls).
+TEST_F(ExtractTest, SharedNodeCountsAsCallZeroOfSharer) {
+  ModelSpec model = TwoCallModel();
+  model.graph.Find("mid").SharedWith({"/Net/Block"});
+  model.graph.outputs.push_back("h2");
+  std::string path = WriteModel(model);
+  std::string error;
+  ASSERT_EQ(Extract(path, "/Net/Block", OutPath(), /*json=*/false, 0).code, 0);
+  std::optional<OnnxModel> written = OnnxModel::Load(OutPath(), &error);
+  ASSERT_TRUE(written) << error;
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"i0", "b0", "mid"}));
+  ASSERT_EQ(Extract(path, "/Net/Block", OutPath(), /*json=*/false, 1).code, 0);
+  written = OnnxModel::Load(OutPath(), &error);
+  ASSERT_TRUE(written) << error;
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"i1", "i2", "b1"}));
+  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), std::vector<std::string>{"h2"});
+}
+
+// Check that a node's hiertag.call that is not a decimal is refused under --call.
+TEST_F(ExtractTest, MalformedNodeCallIsRefusedUnderCall) {
+  ModelSpec model = TwoCallModel();
+  model.graph.Find("i2").metadata.back().second = "two";
+  std::string path = WriteModel(model);
+  RunResult result = Extract(path, "/Net/Block", OutPath(), /*json=*/false, 1);
+  EXPECT_EQ(result.code, 2);
+  EXPECT_EQ(result.err, path + ": node 'i2' (Relu): hiertag.call 'two' is not a decimal call ordinal\n");
+}
+
+// Check that --json carries the call when given, and not otherwise.
+TEST_F(ExtractTest, JsonCarriesCall) {
+  std::string path = WriteModel(TwoCallModel());
+  RunResult result = Extract(path, "/Net/Block", OutPath(), /*json=*/true, 1);
+  ASSERT_EQ(result.code, 0) << result.err;
+  std::string error;
+  std::optional<Json> json = ParseJson(result.out, &error);
+  ASSERT_TRUE(json) << error << "\n" << result.out;
+  ASSERT_NE(json->Find("call"), nullptr) << result.out;
+  EXPECT_EQ(json->Find("call")->number, 1);
+  json = ParseJson(Extract(WriteModel(ChainModel(), "chain.onnx"), kLayer1, OutPath(), /*json=*/true).out, &error);
+  ASSERT_TRUE(json) << error;
+  EXPECT_EQ(json->Find("call"), nullptr);
+}
+
+// Check that without -o the call is part of the default output name.
+TEST_F(ExtractTest, DefaultOutputPathNamesCall) {
+  std::string path = WriteModel(TwoCallModel());
+  RunResult result = Extract(path, "/Net/Block", "", /*json=*/false, 1);
+  EXPECT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(Files(), (std::set<std::string>{"model.onnx", "model.Net_Block.call1.onnx"}));
+}
+
+// Check that --call reaches extract through the command line, and a bad value is a usage error.
+TEST_F(ExtractTest, CommandLinePassesCall) {
+  std::string path = WriteModel(TwoCallModel());
+  RunResult tool = Tool({"extract", path, "--module", "/Net/Block", "--call", "1", "-o", OutPath(), "--json"});
+  EXPECT_EQ(tool.code, 0) << tool.err;
+  EXPECT_EQ(tool.out, Extract(path, "/Net/Block", OutPath(), /*json=*/true, 1).out);
+  for (const char* bad : {"-1", "one", "1x", ""}) {
+    RunResult result = Tool({"extract", path, "--module", "/Net/Block", "--call", bad});
+    EXPECT_EQ(result.code, 2) << bad;
+    EXPECT_EQ(result.err, "hiertag: --call takes a whole number >= 0, not '" + std::string(bad) +
+                              "' (see 'hiertag --help')\n");
+  }
+  RunResult missing = Tool({"extract", path, "--module", "/Net/Block", "--call"});
+  EXPECT_EQ(missing.err, "hiertag: --call needs a number (see 'hiertag --help')\n");
 }
 
 }  // namespace

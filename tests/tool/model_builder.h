@@ -94,6 +94,13 @@ inline std::string JsonArray(const std::vector<std::string>& items) {
   return text + "]";
 }
 
+// A JSON array of numbers, as hiertag writes "calls" and "parent_calls".
+inline std::string JsonNumbers(const std::vector<int64_t>& items) {
+  std::string text = "[";
+  for (size_t i = 0; i < items.size(); ++i) text += (i ? "," : "") + std::to_string(items[i]);
+  return text + "]";
+}
+
 struct InitializerSpec {
   std::string name;
   std::vector<int64_t> dims;
@@ -144,6 +151,12 @@ struct NodeSpec {
   NodeSpec& Tag(std::string tag) { return Meta(std::string(kHierarchyTagKey), std::move(tag)); }
   NodeSpec& SharedWith(const std::vector<std::string>& tags) {
     return Meta(std::string(kSharedWithKey), JsonArray(tags));
+  }
+  // hiertag.call: the node belongs to call `ordinal` of its tag.
+  NodeSpec& Call(int64_t ordinal) { return Meta(std::string(kCallKey), std::to_string(ordinal)); }
+  // hiertag.spans and hiertag.rewrite: `pass` fused the computations of `tags` into this node.
+  NodeSpec& Spans(const std::vector<std::string>& tags, std::string pass) {
+    return Meta(std::string(kSpansKey), JsonArray(tags)).Meta(std::string(kRewriteKey), std::move(pass));
   }
   NodeSpec& Meta(std::string key, std::string value) {
     metadata.emplace_back(std::move(key), std::move(value));
@@ -271,6 +284,33 @@ struct ModuleSpec {
   std::string tag;
   std::string path;
   std::string class_name;
+  // Members written after "path" and "class": key and JSON text, in order.
+  std::vector<std::pair<std::string, std::string>> fields;
+
+  ModuleSpec& Field(std::string key, std::string json) {
+    fields.emplace_back(std::move(key), std::move(json));
+    return *this;
+  }
+  ModuleSpec& Calls(const std::vector<int64_t>& ordinals) { return Field("calls", JsonNumbers(ordinals)); }
+  ModuleSpec& ParentCalls(const std::vector<int64_t>& ordinals) {
+    return Field("parent_calls", JsonNumbers(ordinals));
+  }
+  ModuleSpec& FoldedInto(const std::vector<std::string>& initializers) {
+    return Field("folded_into", JsonArray(initializers));
+  }
+};
+
+// One record of hiertag.rewrites.
+struct RewriteSpec {
+  std::string pass;
+  std::string kind;
+  std::vector<std::string> modules;
+  std::string node;
+
+  std::string Text() const {
+    return "{\"pass\":" + JsonQuote(pass) + ",\"kind\":" + JsonQuote(kind) + ",\"modules\":" + JsonArray(modules) +
+           ",\"node\":" + JsonQuote(node) + "}";
+  }
 };
 
 struct OpsetSpec {
@@ -285,11 +325,20 @@ struct ModelSpec {
   std::vector<ModuleSpec> modules;
   // When set, written as hiertag.modules instead of the JSON of `modules`.
   std::optional<std::string> module_table_text;
+  // Written as hiertag.rewrites when any.
+  std::vector<RewriteSpec> rewrites;
+  // When set, written as hiertag.rewrites instead of the JSON of `rewrites`.
+  std::optional<std::string> rewrites_text;
+  std::string format_version = std::string(kFormatVersion);
   // False: no hiertag.modules / hiertag.format_version at all (an untagged export).
   bool tagged = true;
 
   ModelSpec& Module(std::string tag, std::string path, std::string class_name) {
-    modules.push_back({std::move(tag), std::move(path), std::move(class_name)});
+    modules.push_back({std::move(tag), std::move(path), std::move(class_name), {}});
+    return *this;
+  }
+  ModelSpec& Rewrite(std::string pass, std::string kind, std::vector<std::string> tags, std::string node = "") {
+    rewrites.push_back({std::move(pass), std::move(kind), std::move(tags), std::move(node)});
     return *this;
   }
   ModelSpec& RemoveModule(const std::string& tag) {
@@ -308,15 +357,23 @@ struct ModelSpec {
     throw std::runtime_error("no module " + tag);
   }
 
-  // {tag: {"path": ..., "class": ...}} in the order of `modules`.
+  // {tag: {"path": ..., "class": ..., fields...}} in the order of `modules`.
   std::string ModuleTableJson() const {
     std::string json = "{";
     for (size_t i = 0; i < modules.size(); ++i) {
       const ModuleSpec& module = modules[i];
       json += (i ? "," : "") + JsonQuote(module.tag) + ":{\"path\":" + JsonQuote(module.path) +
-              ",\"class\":" + JsonQuote(module.class_name) + "}";
+              ",\"class\":" + JsonQuote(module.class_name);
+      for (const auto& [key, value] : module.fields) json += "," + JsonQuote(key) + ":" + value;
+      json += "}";
     }
     return json + "}";
+  }
+
+  std::string RewritesJson() const {
+    std::string json = "[";
+    for (size_t i = 0; i < rewrites.size(); ++i) json += (i ? "," : "") + rewrites[i].Text();
+    return json + "]";
   }
 
   std::string Bytes() const {
@@ -332,7 +389,11 @@ struct ModelSpec {
     if (tagged) {
       wire::AppendLengthDelimited(&model, kModelMetadataProps,
                                   Entry(kModuleTableKey, module_table_text.value_or(ModuleTableJson())));
-      wire::AppendLengthDelimited(&model, kModelMetadataProps, Entry(kFormatVersionKey, kFormatVersion));
+      if (rewrites_text || !rewrites.empty()) {
+        wire::AppendLengthDelimited(&model, kModelMetadataProps,
+                                    Entry(kRewritesKey, rewrites_text.value_or(RewritesJson())));
+      }
+      wire::AppendLengthDelimited(&model, kModelMetadataProps, Entry(kFormatVersionKey, format_version));
     }
     return model;
   }

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -57,6 +59,28 @@ inline ModelSpec LayeredModel() {
   return model;
 }
 
+// A format-2 file of the Annotated Transformer pattern, valid, 3 nodes, 4 modules: Layer.0 owns
+// Attn, but Attn runs inside its Sublayer.0's forward, so the tag tree (the call tree) puts Attn
+// under Sublayer.0 though its path is not inside the sublayer's:
+//   /Net                           ""                    n2 Add
+//   /Net/Layer.0                   layers.0
+//   /Net/Layer.0/Sublayer.0        layers.0.sublayer.0   n1 Add
+//   /Net/Layer.0/Sublayer.0/Attn   layers.0.attn         n0 MatMul (wq: FLOAT [4,4])
+inline ModelSpec CallTreeModel() {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  model.graph.Initializer("wq", {4, 4});
+  model.graph.Add(Node("n0", "MatMul").In({"x", "wq"}).Out({"q"}).Tag("/Net/Layer.0/Sublayer.0/Attn"))
+      .Add(Node("n1", "Add").In({"x", "q"}).Out({"s"}).Tag("/Net/Layer.0/Sublayer.0"))
+      .Add(Node("n2", "Add").In({"s", "x"}).Out({"y"}).Tag("/Net"));
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Layer.0", "layers.0", "test.EncoderLayer")
+      .Module("/Net/Layer.0/Sublayer.0", "layers.0.sublayer.0", "test.SublayerConnection")
+      .Module("/Net/Layer.0/Sublayer.0/Attn", "layers.0.attn", "test.Attention");
+  return model;
+}
+
 class ToolTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -102,10 +126,10 @@ class ToolTest : public ::testing::Test {
 
   // Runs extract; an empty `out_path` leaves OUT to its default.
   static RunResult Extract(const std::string& path, const std::string& tag, const std::string& out_path = "",
-                           bool json = false) {
+                           bool json = false, std::optional<int64_t> call = std::nullopt) {
     RunResult result;
     std::ostringstream out, err;
-    result.code = RunExtract(path, tag, out_path, json, out, err);
+    result.code = RunExtract(path, tag, call, out_path, json, out, err);
     result.out = out.str();
     result.err = err.str();
     return result;

@@ -17,6 +17,10 @@ struct JsonModule {
   double nodes_own = -1, nodes_total = -1;
   double params_own = -1, params_total = -1;
   double bytes_own = -1, bytes_total = -1;
+  double calls = -1;
+  std::vector<std::string> folded_into;
+  // Each rewrite listing the module: "<kind> with <other tags, comma-separated> by <pass> in '<node>'".
+  std::vector<std::string> rewrites;
   std::map<std::string, double> ops;
 };
 
@@ -58,6 +62,22 @@ class TreeTest : public ToolTest {
       module.params_total = number("params_total");
       module.bytes_own = number("bytes_own");
       module.bytes_total = number("bytes_total");
+      module.calls = number("calls");
+      auto strings = [&](const Json* array) {
+        std::vector<std::string> list;
+        EXPECT_TRUE(array && array->kind == Json::Kind::kArray) << result.out;
+        for (const Json& name : array ? array->items : std::vector<Json>{}) list.push_back(name.text);
+        return list;
+      };
+      module.folded_into = strings(item.Find("folded_into"));
+      const Json* rewrites = item.Find("rewrites");
+      EXPECT_TRUE(rewrites && rewrites->kind == Json::Kind::kArray) << "rewrites in " << result.out;
+      for (const Json& rewrite : rewrites ? rewrites->items : std::vector<Json>{}) {
+        std::string others;
+        for (const std::string& tag : strings(rewrite.Find("with"))) others += (others.empty() ? "" : ",") + tag;
+        module.rewrites.push_back(rewrite.Find("kind")->text + " with " + others + " by " +
+                                  rewrite.Find("pass")->text + " in '" + rewrite.Find("node")->text + "'");
+      }
       const Json* ops = item.Find("ops");
       EXPECT_TRUE(ops && ops->kind == Json::Kind::kObject) << "ops in " << result.out;
       if (ops) {
@@ -398,6 +418,107 @@ TEST_F(TreeTest, TwoRootsAreBadInput) {
   EXPECT_EQ(result.code, 2);
   EXPECT_EQ(result.out, "");
   EXPECT_EQ(result.err, path + ": the module table has 2 root tags, not one\n");
+}
+
+// Check that a module called by a module that does not own it is shown under its caller, with its own path.
+TEST_F(TreeTest, CalleeIsShownUnderItsCaller) {
+  std::string path = WriteModel(CallTreeModel());
+  RunResult result = Tree(path);
+  EXPECT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out,
+            "Net  test.Net  (root)\n"
+            "    nodes 1 own / 3 total;  params 0 own / 16 total (64 B)\n"
+            "    ops Add 1\n"
+            "  Layer.0  test.EncoderLayer  layers.0\n"
+            "      nodes 0 own / 2 total;  params 0 own / 16 total (64 B)\n"
+            "    Sublayer.0  test.SublayerConnection  layers.0.sublayer.0\n"
+            "        nodes 1 own / 2 total;  params 0 own / 16 total (64 B)\n"
+            "        ops Add 1\n"
+            "      Attn  test.Attention  layers.0.attn\n"
+            "          nodes 1 own / 1 total;  params 16 own / 16 total (64 B)\n"
+            "          ops MatMul 1\n");
+}
+
+// Check that a module with no node whose computation was folded is shown with 0 nodes and its initializers.
+TEST_F(TreeTest, FoldedModuleWithoutNodesIsShown) {
+  ModelSpec model = LayeredModel();
+  model.Module("/Net/Layer.1/Norm", "layers.1.norm", "test.Norm");
+  model.FindModule("/Net/Layer.1/Norm").FoldedInto({"w1", "scale"});
+  std::string path = WriteModel(model);
+  RunResult result = Tree(path);
+  EXPECT_EQ(result.code, 0) << result.err;
+  EXPECT_NE(result.out.find("      ops MatMul 1, Mul 1\n"
+                            "    Norm  test.Norm  layers.1.norm\n"
+                            "        nodes 0 own / 0 total;  params 0 own / 0 total (0 B)\n"
+                            "        folded into w1, scale\n"),
+            std::string::npos)
+      << result.out;
+  std::vector<JsonModule> modules = TreeJson(model);
+  const JsonModule& norm = Get(modules, "/Net/Layer.1/Norm");
+  EXPECT_EQ(norm.nodes_total, 0);
+  EXPECT_EQ(norm.folded_into, (std::vector<std::string>{"w1", "scale"}));
+}
+
+// Check that a module folded into nothing prints no "folded into" line and an empty list.
+TEST_F(TreeTest, UnfoldedModuleHasNoFoldedLine) {
+  std::string path = WriteModel(LayeredModel());
+  EXPECT_EQ(Tree(path).out.find("folded into"), std::string::npos);
+  EXPECT_TRUE(Get(TreeJson(LayeredModel()), "/Net/Layer.1").folded_into.empty());
+}
+
+// Check that a module of several calls shows their number on its nodes line.
+TEST_F(TreeTest, SeveralCallsAreShown) {
+  ModelSpec model = LayeredModel();
+  model.FindModule("/Net/Layer.1").Calls({0, 2});
+  std::string path = WriteModel(model);
+  std::vector<std::string> lines = Lines(Tree(path).out);
+  ASSERT_EQ(lines.size(), 12u);
+  EXPECT_EQ(lines[9], "  Layer.1  test.Block  layers.1");
+  EXPECT_EQ(lines[10], "      nodes 2 own / 2 total;  params 24 own / 24 total (96 B);  calls 2");
+  EXPECT_EQ(Get(TreeJson(model), "/Net/Layer.1").calls, 2);
+}
+
+// Check that a module of one call (absent "calls", or one element) shows no calls.
+TEST_F(TreeTest, OneCallIsNotShown) {
+  ModelSpec model = LayeredModel();
+  model.FindModule("/Net/Layer.1").Calls({3});
+  std::string path = WriteModel(model);
+  EXPECT_EQ(Tree(path).out.find("calls"), std::string::npos);
+  std::vector<JsonModule> modules = TreeJson(model);
+  EXPECT_EQ(Get(modules, "/Net/Layer.1").calls, 1);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").calls, 1);
+}
+
+// Check that each module a rewrite lists shows it with the other modules and the pass; the others do not.
+TEST_F(TreeTest, RewriteIsShownForEachModuleItLists) {
+  ModelSpec model = LayeredModel();
+  model.Rewrite("_jit_pass_onnx_peephole", "removed", {"/Net/Layer.0", "/Net/Layer.1"});
+  std::string path = WriteModel(model);
+  RunResult result = Tree(path);
+  EXPECT_EQ(result.code, 0) << result.err;
+  std::vector<std::string> lines = Lines(result.out);
+  ASSERT_EQ(lines.size(), 14u) << result.out;
+  EXPECT_EQ(lines[6], "      rewritten: removed with /Net/Layer.1 by _jit_pass_onnx_peephole");
+  EXPECT_EQ(lines[7], "    Attn  test.Attention  layers.0.attn");
+  EXPECT_EQ(lines[13], "      rewritten: removed with /Net/Layer.0 by _jit_pass_onnx_peephole");
+  std::vector<JsonModule> modules = TreeJson(model);
+  EXPECT_EQ(Get(modules, "/Net/Layer.0").rewrites,
+            std::vector<std::string>{"removed with /Net/Layer.1 by _jit_pass_onnx_peephole in ''"});
+  EXPECT_TRUE(Get(modules, "/Net/Layer.0/Attn").rewrites.empty());
+  EXPECT_TRUE(Get(modules, "/Net").rewrites.empty());
+}
+
+// Check that a node's spans count as a fused rewrite once, whether or not hiertag.rewrites names the node too.
+TEST_F(TreeTest, SpansAreOneFusedRewrite) {
+  ModelSpec model = LayeredModel();
+  model.graph.Find("n1").Spans({"/Net/Layer.0/Attn", "/Net/Layer.0"}, "_jit_pass_onnx_eval_peephole");
+  std::vector<std::string> expected{"fused with /Net/Layer.0 by _jit_pass_onnx_eval_peephole in 'n1'"};
+  EXPECT_EQ(Get(TreeJson(model), "/Net/Layer.0/Attn").rewrites, expected);
+  model.Rewrite("_jit_pass_onnx_eval_peephole", "fused", {"/Net/Layer.0/Attn", "/Net/Layer.0"}, "n1");
+  EXPECT_EQ(Get(TreeJson(model), "/Net/Layer.0/Attn").rewrites, expected);
+  std::string path = WriteModel(model);
+  EXPECT_NE(Tree(path).out.find("        rewritten: fused with /Net/Layer.0 by _jit_pass_onnx_eval_peephole\n"),
+            std::string::npos);
 }
 
 }  // namespace

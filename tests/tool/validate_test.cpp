@@ -209,25 +209,31 @@ TEST_F(ValidateTest, ChildPathDeepInsideParentIsValid) {
   ExpectValid(model, 7, 4);
 }
 
-// Check that a child whose path is not inside its parent's path is reported.
+// Check that in format 1 (the tag tree is the module tree) a child whose path is not inside its
+// parent's path is reported.
 TEST_F(ValidateTest, ChildPathOutsideParentIsReported) {
   ModelSpec model = LayeredModel();
+  model.format_version = "1";
   model.FindModule("/Net/Layer.0/Attn").path = "layers.1.attn";
   ExpectProblems(model, {"module table: tag '/Net/Layer.0/Attn' names path 'layers.1.attn', which is not "
                          "inside its parent's 'layers.0'"});
 }
 
-// Check that a path sharing only a string prefix with its parent's ("layers.00" vs "layers.0") is not inside it.
+// Check that in format 1 a path sharing only a string prefix with its parent's ("layers.00" vs
+// "layers.0") is not inside it.
 TEST_F(ValidateTest, ChildPathWithParentAsStringPrefixIsReported) {
   ModelSpec model = LayeredModel();
+  model.format_version = "1";
   model.FindModule("/Net/Layer.0/Attn").path = "layers.00.attn";
   ExpectProblems(model, {"module table: tag '/Net/Layer.0/Attn' names path 'layers.00.attn', which is not "
                          "inside its parent's 'layers.0'"});
 }
 
-// Check that a root tag naming a path other than the root's "" is reported.
+// Check that in format 1 a root tag naming a path other than the root's "" is reported (and its
+// children's paths as outside it).
 TEST_F(ValidateTest, RootWithNonEmptyPathIsReported) {
   ModelSpec model = LayeredModel();
+  model.format_version = "1";
   model.FindModule("/Net").path = "net";
   ExpectProblems(model, {"module table: root tag '/Net' names path 'net', not the root ''",
                          "module table: tag '/Net/Layer.0' names path 'layers.0', which is not inside its parent's 'net'",
@@ -345,6 +351,241 @@ TEST_F(ValidateTest, JsonQuotesFileName) {
   ASSERT_TRUE(json) << error << "\n" << result.out;
   ASSERT_NE(json->Find("file"), nullptr);
   EXPECT_EQ(json->Find("file")->text, path);
+}
+
+// Check that a format-1 file (no format-2 field at all) is still valid.
+TEST_F(ValidateTest, Format1FileIsValid) {
+  ModelSpec model = LayeredModel();
+  model.format_version = "1";
+  ExpectValid(model, 7, 4);
+}
+
+// Check that in format 2 (the call tree) a module under the caller that does not own it is valid.
+TEST_F(ValidateTest, CalleeOutsideCallersPathIsValidInFormat2) {
+  ExpectValid(CallTreeModel(), 3, 4);
+}
+
+// Check that the same table in format 1 (the module tree) is reported: the path is not inside the parent's.
+TEST_F(ValidateTest, CalleeOutsideCallersPathIsReportedInFormat1) {
+  ModelSpec model = CallTreeModel();
+  model.format_version = "1";
+  ExpectProblems(model, {"module table: tag '/Net/Layer.0/Sublayer.0/Attn' names path 'layers.0.attn', which is "
+                         "not inside its parent's 'layers.0.sublayer.0'"});
+}
+
+// Check that in format 2 a module called by two callers has two tags naming its path.
+TEST_F(ValidateTest, TwoCallersOfOneModuleAreValidInFormat2) {
+  ModelSpec model = LayeredModel();
+  model.Module("/Net/Layer.0/Norm", "norm", "test.Norm").Module("/Net/Layer.1/Norm", "norm", "test.Norm");
+  model.graph.Find("n2").metadata.clear();
+  model.graph.Find("n2").Tag("/Net/Layer.0/Norm");
+  model.graph.Find("n5").metadata.clear();
+  model.graph.Find("n5").Tag("/Net/Layer.1/Norm");
+  ExpectValid(model, 7, 6);
+}
+
+// Check that in format 1 two tags naming one path under different parents are reported.
+TEST_F(ValidateTest, TwoCallersOfOneModuleAreReportedInFormat1) {
+  ModelSpec model = LayeredModel();
+  model.format_version = "1";
+  model.Module("/Net/Layer.0/Norm", "layers.0.norm", "test.Norm").Module("/Net/Layer.1/Norm", "layers.0.norm",
+                                                                          "test.Norm");
+  ExpectProblems(model, {"module table: tags '/Net/Layer.0/Norm' and '/Net/Layer.1/Norm' both name module path "
+                         "'layers.0.norm'",
+                         "module table: tag '/Net/Layer.1/Norm' names path 'layers.0.norm', which is not inside its "
+                         "parent's 'layers.1'"});
+}
+
+// Check that an absolute qualifier naming the entry's path, and a relative one naming it from the
+// parent's path, are valid.
+TEST_F(ValidateTest, QualifierNamingEntrysPathIsValid) {
+  ModelSpec model = CallTreeModel();
+  model.Module("/Net/Layer.0/Sublayer.0/Norm[~layers.0.norm]", "layers.0.norm", "test.Norm")
+      .Module("/Net/Layer.0/Sublayer.0/Norm[norm]", "layers.0.sublayer.0.norm", "test.Norm");
+  ExpectValid(model, 3, 6);
+}
+
+// Check that a qualifier naming another path than the entry's is reported, absolute or relative.
+TEST_F(ValidateTest, QualifierNamingAnotherPathIsReported) {
+  ModelSpec model = CallTreeModel();
+  model.Module("/Net/Layer.0/Sublayer.0/Norm[~layers.0.norm]", "layers.1.norm", "test.Norm")
+      .Module("/Net/Layer.0/Sublayer.0/Norm[norm]", "layers.0.norm", "test.Norm");
+  ExpectProblems(model, {"module table: tag '/Net/Layer.0/Sublayer.0/Norm[~layers.0.norm]' names path "
+                         "'layers.1.norm', but its qualifier names 'layers.0.norm'",
+                         "module table: tag '/Net/Layer.0/Sublayer.0/Norm[norm]' names path 'layers.0.norm', but its "
+                         "qualifier names 'layers.0.sublayer.0.norm'"});
+}
+
+// Check that hiertag.call below its tag's call count is valid, and 0 on a tag of one call too.
+TEST_F(ValidateTest, NodeCallBelowCallCountIsValid) {
+  ModelSpec model = LayeredModel();
+  model.FindModule("/Net/Layer.1").Calls({1, 4});
+  model.graph.Find("n4").Call(0);
+  model.graph.Find("n5").Call(1);
+  model.graph.Find("n6").Call(0);
+  ExpectValid(model, 7, 4);
+}
+
+// Check that hiertag.call at or above its tag's call count (absent "calls": one call) is reported.
+TEST_F(ValidateTest, NodeCallOutOfRangeIsReported) {
+  ModelSpec model = LayeredModel();
+  model.FindModule("/Net/Layer.1").Calls({1, 4});
+  model.graph.Find("n5").Call(2);
+  model.graph.Find("n6").Call(1);
+  ExpectProblems(model, {"node 'n5' (MatMul): hiertag.call 2 is out of range: tag '/Net/Layer.1' has 2 calls",
+                         "node 'n6' (Add): hiertag.call 1 is out of range: tag '/Net' has 1 calls"});
+}
+
+// Check that hiertag.call that is not a decimal is reported.
+TEST_F(ValidateTest, NodeCallNotDecimalIsReported) {
+  ModelSpec model = LayeredModel();
+  model.FindModule("/Net/Layer.1").Calls({0, 1});
+  model.graph.Find("n4").Meta(std::string(kCallKey), "-1");
+  model.graph.Find("n5").Meta(std::string(kCallKey), "one");
+  ExpectProblems(model, {"node 'n4' (Mul): hiertag.call '-1' is not a decimal call ordinal",
+                         "node 'n5' (MatMul): hiertag.call 'one' is not a decimal call ordinal"});
+}
+
+// Check that "calls" and "parent_calls" of one length, each parent call within the parent's calls, are valid.
+TEST_F(ValidateTest, CallsAndParentCallsAreValid) {
+  ModelSpec model = LayeredModel();
+  model.FindModule("/Net/Layer.0").Calls({0, 1});
+  model.FindModule("/Net/Layer.0/Attn").Calls({0, 1, 2}).ParentCalls({0, 1, 1});
+  ExpectValid(model, 7, 4);
+}
+
+// Check that "calls" that is no non-empty array of whole numbers >= 0, or not increasing, is reported.
+TEST_F(ValidateTest, MalformedCallsAreReported) {
+  ModelSpec model = LayeredModel();
+  model.FindModule("/Net/Layer.0").Field("calls", "[]");
+  model.FindModule("/Net/Layer.0/Attn").Field("calls", "[0,-1]");
+  model.FindModule("/Net/Layer.1").Field("calls", "[0,1.5]");
+  model.FindModule("/Net").Calls({2, 1});
+  const std::string malformed = "\"calls\" is not a non-empty array of whole numbers >= 0";
+  ExpectProblems(model, {"module table: tag '/Net/Layer.0': " + malformed,
+                         "module table: tag '/Net/Layer.0/Attn': " + malformed,
+                         "module table: tag '/Net/Layer.1': " + malformed,
+                         "module table: tag '/Net': \"calls\" is not increasing (the calls in the order they ran)"});
+}
+
+// Check that "parent_calls" of another length than the calls, or naming a call the parent does not
+// have, or not an array, or on the root, is reported.
+TEST_F(ValidateTest, MalformedParentCallsAreReported) {
+  ModelSpec model = LayeredModel();
+  model.FindModule("/Net/Layer.0").Calls({0, 1}).ParentCalls({0});
+  model.FindModule("/Net/Layer.0/Attn").Calls({0, 1}).ParentCalls({1, 2});
+  model.FindModule("/Net/Layer.1").Field("parent_calls", "\"0\"");
+  model.FindModule("/Net").ParentCalls({0});
+  ExpectProblems(model, {"module table: tag '/Net/Layer.0': \"parent_calls\" has 1 elements for 2 calls",
+                         "module table: tag '/Net/Layer.0/Attn': \"parent_calls\" puts call 1 in call 2 of "
+                         "'/Net/Layer.0', which has 2 calls",
+                         "module table: tag '/Net/Layer.1': \"parent_calls\" is not an array of whole numbers >= 0",
+                         "module table: root tag '/Net' has \"parent_calls\", but no parent"});
+}
+
+// Check that a module without nodes whose computation was folded into initializers, or into a
+// Constant node, of the main graph is valid.
+TEST_F(ValidateTest, FoldedModuleWithoutNodesIsValid) {
+  ModelSpec model = LayeredModel();
+  model.graph.Add(Node("k", "Constant").Out({"folded"}).TensorAttribute("value", {"", {2}}).Tag("/Net"));
+  model.Module("/Net/Layer.0/Norm", "layers.0.norm", "test.Norm");
+  model.FindModule("/Net/Layer.0/Norm").FoldedInto({"b0", "scale", "folded"});
+  ExpectValid(model, 8, 5);
+}
+
+// Check that "folded_into" naming no initializer or Constant of the main graph (a computed value, a
+// Loop body's Constant, nothing), or that is not an array of names, is reported.
+TEST_F(ValidateTest, FoldedIntoUnknownInitializerIsReported) {
+  ModelSpec model = LayeredModel();
+  GraphSpec body;
+  body.Add(Node("body_k", "Constant").Out({"body_folded"}).Tag("/Net/Layer.1"));
+  model.graph.Add(Node("loop", "Loop").In({"", "", "y"}).Out({"z"}).Tag("/Net/Layer.1").Body(body));
+  model.Module("/Net/Layer.0/Norm", "layers.0.norm", "test.Norm");
+  model.FindModule("/Net/Layer.0/Norm").FoldedInto({"b0", "b9", "q", "body_folded"});
+  model.FindModule("/Net/Layer.1").Field("folded_into", "\"w1\"");
+  const std::string neither = "', which is neither an initializer nor a Constant of the main graph";
+  ExpectProblems(model, {"module table: tag '/Net/Layer.0/Norm': \"folded_into\" names 'b9" + neither,
+                         "module table: tag '/Net/Layer.0/Norm': \"folded_into\" names 'q" + neither,
+                         "module table: tag '/Net/Layer.0/Norm': \"folded_into\" names 'body_folded" + neither,
+                         "module table: tag '/Net/Layer.1': \"folded_into\" is not an array of initializer names"});
+}
+
+// Check that a node whose spans are listed tags under its own tag, with the pass named, is valid.
+TEST_F(ValidateTest, SpansUnderNodesTagAreValid) {
+  ModelSpec model = LayeredModel();
+  model.graph.Find("n1").Spans({"/Net/Layer.0/Attn", "/Net/Layer.0"}, "_jit_pass_onnx_eval_peephole");
+  ExpectValid(model, 7, 4);
+}
+
+// Check that a span outside the node's tag, or not in the table, is reported.
+TEST_F(ValidateTest, SpanOutsideNodesTagIsReported) {
+  ModelSpec model = LayeredModel();
+  model.graph.Find("n1").Spans({"/Net/Layer.0/Attn", "/Net/Layer.1"}, "_jit_pass_onnx_eval_peephole");
+  model.graph.Find("n2").Spans({"/Net/Layer.0/Missing"}, "_jit_pass_onnx_eval_peephole");
+  ExpectProblems(model, {"node 'n1' (Relu): tag '/Net/Layer.0' is not an ancestor of its spanned tag '/Net/Layer.1'",
+                         "node 'n2' (Add): spanned tag '/Net/Layer.0/Missing' is not in the module table"});
+}
+
+// Check that spans without the pass, the pass without spans, and spans that are no JSON array are reported.
+TEST_F(ValidateTest, SpansAndRewriteWithoutEachOtherAreReported) {
+  ModelSpec model = LayeredModel();
+  model.graph.Find("n1").Meta(std::string(kSpansKey), JsonArray({"/Net/Layer.0/Attn"}));
+  model.graph.Find("n2").Meta(std::string(kRewriteKey), "_jit_pass_onnx_eval_peephole");
+  model.graph.Find("n3").Meta(std::string(kSpansKey), "/Net/Layer.0").Meta(std::string(kRewriteKey), "p");
+  ExpectProblems(model, {"node 'n1' (Relu): has hiertag.spans but no hiertag.rewrite",
+                         "node 'n2' (Add): has hiertag.rewrite but no hiertag.spans",
+                         "node 'n3' (Mul): hiertag.spans is not a JSON array of tags"});
+}
+
+// Check that hiertag.rewrites of well-formed records of listed tags and existing nodes is valid.
+TEST_F(ValidateTest, WellFormedRewritesAreValid) {
+  ModelSpec model = LayeredModel();
+  model.graph.Find("n1").Spans({"/Net/Layer.0/Attn", "/Net/Layer.0"}, "_jit_pass_onnx_eval_peephole");
+  model.Rewrite("_jit_pass_onnx_eval_peephole", "fused", {"/Net/Layer.0/Attn", "/Net/Layer.0"}, "n1")
+      .Rewrite("_jit_pass_onnx_peephole", "removed", {"/Net/Layer.0", "/Net/Layer.1"})
+      .Rewrite("_jit_pass_onnx_constant_fold", "folded", {"/Net/Layer.1"});
+  ExpectValid(model, 7, 4);
+}
+
+// Check that records with a bad kind, no pass, an unlisted tag, no modules or an unknown node are reported.
+TEST_F(ValidateTest, MalformedRewriteRecordsAreReported) {
+  ModelSpec model = LayeredModel();
+  model.Rewrite("_jit_pass_onnx_peephole", "merged", {"/Net/Layer.0"})
+      .Rewrite("", "removed", {"/Net/Layer.0", "/Net/Layer.9"})
+      .Rewrite("_jit_pass_onnx_peephole", "fused", {}, "n9");
+  ExpectProblems(model, {"hiertag.rewrites: record 0 has no \"kind\" fused, removed or folded",
+                         "hiertag.rewrites: record 1 has no \"pass\" name",
+                         "hiertag.rewrites: record 1 tag '/Net/Layer.9' is not in the module table",
+                         "hiertag.rewrites: record 2 names node 'n9', which is not in the model",
+                         "hiertag.rewrites: record 2 has no \"modules\" array of tags"});
+}
+
+// Check that hiertag.rewrites that is no JSON array, or holds a non-object, is reported.
+TEST_F(ValidateTest, RewritesNotAnArrayOfRecordsIsReported) {
+  ModelSpec model = LayeredModel();
+  model.rewrites_text = "{\"pass\":\"p\"}";
+  ExpectProblems(model, {"hiertag.rewrites: is not a JSON array of records"});
+  model.rewrites_text = "[\"p\"]";
+  ExpectProblems(model, {"hiertag.rewrites: record 0 is not a JSON object"});
+}
+
+// Check that --json names the subject of a problem that is no node's.
+TEST_F(ValidateTest, JsonNamesSubjectOfRewriteProblem) {
+  ModelSpec model = LayeredModel();
+  model.Rewrite("_jit_pass_onnx_peephole", "merged", {"/Net/Layer.0"});
+  std::string path = WriteModel(model);
+  RunResult result = Validate(path, /*json=*/true);
+  EXPECT_EQ(result.code, 1);
+  std::string error;
+  std::optional<Json> json = ParseJson(result.out, &error);
+  ASSERT_TRUE(json) << error << "\n" << result.out;
+  const Json* problems = json->Find("problems");
+  ASSERT_TRUE(problems != nullptr && problems->items.size() == 1u) << result.out;
+  const Json& problem = problems->items[0];
+  EXPECT_EQ(problem.Find("node"), nullptr);
+  ASSERT_NE(problem.Find("subject"), nullptr) << result.out;
+  EXPECT_EQ(problem.Find("subject")->text, "hiertag.rewrites");
+  EXPECT_EQ(problem.Find("problem")->text, "record 0 has no \"kind\" fused, removed or folded");
 }
 
 }  // namespace
