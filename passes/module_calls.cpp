@@ -9,6 +9,30 @@ namespace hiertag {
 
 using torch::jit::ScopePtr;
 
+namespace {
+
+// The value the tracer holds for `tensor`, or nullptr. TracingState::getValue
+// also names a value it returns from the Python frame active at that moment;
+// torch names each value at its first use by torch's own code, and a look-up
+// from here would give the graph other names than an untagged export's. So the
+// naming function is switched off around the look-up.
+torch::jit::Value* TracedValue(torch::jit::tracer::TracingState& state, const at::Tensor& tensor) {
+  c10::IValue value(tensor);
+  if (!tensor.defined() || !state.hasValue(value)) return nullptr;
+  struct NamingOff {
+    explicit NamingOff(torch::jit::tracer::TracingState& state)
+        : state(state), lookup(std::move(state.lookup_var_name_fn)) {
+      state.lookup_var_name_fn = [](const at::Tensor&) { return std::string(); };
+    }
+    ~NamingOff() { state.lookup_var_name_fn = std::move(lookup); }
+    torch::jit::tracer::TracingState& state;
+    std::function<std::string(const at::Tensor&)> lookup;
+  } naming_off(state);
+  return state.getValue(value);
+}
+
+}  // namespace
+
 ModuleCalls::Entered ModuleCalls::Enter(int module, const std::string& scope_name,
                                         std::vector<at::Tensor> inputs) {
   Entered entered;
@@ -25,10 +49,10 @@ ModuleCalls::Entered ModuleCalls::Enter(int module, const std::string& scope_nam
   }
   calls_.push_back({module, graph.current_scope()});
   for (at::Tensor& input : inputs) {
-    c10::IValue value(input);
-    if (!input.defined() || !state->hasValue(value)) continue;
+    torch::jit::Value* traced = TracedValue(*state, input);
+    if (traced == nullptr) continue;
     entered.versions.push_back(input._version());
-    entered.inputs.emplace_back(std::move(input), state->getValue(value));
+    entered.inputs.emplace_back(std::move(input), traced);
   }
   return entered;
 }
@@ -42,10 +66,8 @@ void ModuleCalls::Exit(Entered& entered, bool completed, BorrowedScopes& borrowe
   if (completed) {
     for (size_t i = 0; i < entered.inputs.size(); ++i) {
       const auto& [tensor, before] = entered.inputs[i];
-      c10::IValue value(tensor);
-      if (!state->hasValue(value)) continue;
-      torch::jit::Value* after = state->getValue(value);
-      if (after == before || tensor._version() != entered.versions[i]) continue;
+      torch::jit::Value* after = TracedValue(*state, tensor);
+      if (after == nullptr || after == before || tensor._version() != entered.versions[i]) continue;
       GRAPH_UPDATE("hiertag: ", *after->node(), " aliases an input of the call: shared with its caller");
       borrowed.ShareWith(after->node(), caller);
       ++aliases_;

@@ -14,7 +14,9 @@ Prints a table, one call a line, and a summary; exits 0 only when every call
 passes both checks. The one exception is a module whose boundary the file
 itself records as removed by an export pass (a fused node's hiertag.spans, or
 hiertag.rewrites): extract must refuse it naming that pass, and it passes as
-"refused" with that reason.
+"refused" with that reason. A module that ran but left no node (folded into
+a constant, or computing nothing) has nothing to extract: "no nodes", with
+what the table says it became.
 
 usage: .venv/bin/python scripts/verify_modules.py MODEL [--config JSON] [--input NAME=SPEC ...]
 MODEL is one of
@@ -148,6 +150,11 @@ def main():
             if rewritten is not None:
                 refused_right = path is None and rewritten.split(":")[0] in info
                 extract_result = "refused (rewrite)" if refused_right else f"FAIL (not refused: {rewritten})"
+            elif path is None and "has no nodes" in info:
+                # It ran and left no node: nothing to cut out; the table says
+                # what its computation became, if anything.
+                folded = table[checks.key_tag(table, key)].get("folded_into")
+                extract_result = "no nodes" + (f" (folded into {', '.join(folded)})" if folded else "")
             elif path is None:
                 extract_result = f"FAIL ({info})"
             else:
@@ -160,7 +167,7 @@ def main():
             problems = [f for f in boundary_failures if f.startswith(key + ":")]
             boundary_result = (f"no boundary ({rewritten})" if rewritten is not None
                                else "ok" if not problems else f"FAIL ({len(problems)} values)")
-            good = extract_result.startswith(("ok", "refused")) and not problems
+            good = extract_result.startswith(("ok", "refused", "no nodes")) and not problems
             passed += good
             rows.append((key, info["nodes"] if path else "-", extract_result, boundary_result))
         width = max(len(r[0]) for r in rows)

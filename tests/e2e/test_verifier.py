@@ -24,11 +24,15 @@ def test_verifier_passes_every_module(name):
     assert refused == REFUSED.get(name, [])
     calls = [line.split()[0] for line in result.stdout.splitlines() if "#" in line.split()[0]]
     assert calls == CALLS.get(name, [])
+    empty = [line.split()[0] for line in result.stdout.splitlines() if " no nodes" in line]
+    assert empty == NO_NODES.get(name, [])
 
 
 # The modules whose boundary an export pass removed (the file records it).
 REFUSED = {"cross_module_rewrites": ["/CrossModuleRewrites/ChannelsFirst", "/CrossModuleRewrites/ChannelsLast",
                                      "/CrossModuleRewrites/ConvBatchNorm/CustomConv"]}
+# Modules that ran but left no node: the exporter folded their computation.
+NO_NODES = {"folded_module": ["/FoldedModule/SinusoidalPositions"]}
 # Modules called more than once, checked call by call.
 CALLS = {
     "called_twice": ["/CalledTwice/Expert#0", "/CalledTwice/Expert#1"],
