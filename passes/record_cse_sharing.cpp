@@ -9,6 +9,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "hiertag/graph_walk.h"
+
 namespace hiertag {
 namespace {
 
@@ -26,17 +28,6 @@ struct NodeBefore {
   std::vector<InputSlot> uses;  // every use of any output
 };
 
-// Every node, nested blocks included, and every block's return node (a use by
-// a graph or body output is a use too).
-void Collect(Block* block, std::vector<Node*>* nodes) {
-  for (Node* node : block->nodes()) {
-    nodes->push_back(node);
-    for (Block* nested : node->blocks()) Collect(nested, nodes);
-  }
-  nodes->push_back(block->return_node());
-}
-
-bool IsBlank(const ScopePtr& scope) { return !scope || scope->isRoot() || scope->isBlank(); }
 
 class ReplacementFinder {
  public:
@@ -75,7 +66,7 @@ class ReplacementFinder {
 int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed,
                      const std::function<void()>& run_cse) {
   std::vector<Node*> nodes_before;
-  Collect(graph.block(), &nodes_before);
+  CollectNodesAndReturns(graph.block(), &nodes_before);
   std::unordered_map<Node*, NodeBefore> before;
   for (Node* node : nodes_before) {
     NodeBefore& entry = before[node];
@@ -88,7 +79,7 @@ int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed,
   run_cse();
 
   std::vector<Node*> nodes_after;
-  Collect(graph.block(), &nodes_after);
+  CollectNodesAndReturns(graph.block(), &nodes_after);
   std::unordered_set<Node*> alive(nodes_after.begin(), nodes_after.end());
   ReplacementFinder finder(before, alive);
   // Kept node -> scopes of the duplicates merged into it, in graph order.
@@ -107,7 +98,7 @@ int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed,
       merged.push_back(before.at(node).scope);
     }
     for (const ScopePtr& scope : merged) {
-      if (!IsBlank(scope) && scope != kept->scope()) shared_by_position[position[kept]].push_back(scope);
+      if (!IsBlankScope(scope) && scope != kept->scope()) shared_by_position[position[kept]].push_back(scope);
     }
   }
   int lent = 0;
@@ -115,7 +106,7 @@ int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed,
     Node* kept = nodes_after[index];
     BorrowedScopes::Loan loan{kept->scope(), kept->scope(), {}, {}, {}, {}};
     if (const BorrowedScopes::Loan* existing = borrowed.Find(kept->scope())) loan = *existing;
-    if (IsBlank(loan.recorded)) continue;
+    if (IsBlankScope(loan.recorded)) continue;
     for (const ScopePtr& scope : scopes) {
       if (scope != loan.recorded &&
           std::find(loan.shared_with.begin(), loan.shared_with.end(), scope) == loan.shared_with.end()) {

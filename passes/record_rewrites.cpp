@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "hiertag/graph_walk.h"
+
 namespace hiertag {
 namespace {
 
@@ -51,15 +53,6 @@ size_t HashAttributes(Node* node) {
   return hash;
 }
 
-void Collect(Block* block, std::vector<Node*>* nodes) {
-  for (Node* node : block->nodes()) {
-    nodes->push_back(node);
-    for (Block* nested : node->blocks()) Collect(nested, nodes);
-  }
-  nodes->push_back(block->return_node());
-}
-
-bool IsBlank(const ScopePtr& scope) { return !scope || scope->isRoot() || scope->isBlank(); }
 
 class Observer {
  public:
@@ -68,7 +61,7 @@ class Observer {
 
   void Before() {
     std::vector<Node*> nodes;
-    Collect(graph_.block(), &nodes);
+    CollectNodesAndReturns(graph_.block(), &nodes);
     for (Node* node : nodes) {
       NodeBefore& entry = before_[node];
       entry.kind = node->kind();
@@ -84,7 +77,7 @@ class Observer {
 
   void After() {
     std::vector<Node*> nodes;
-    Collect(graph_.block(), &nodes);
+    CollectNodesAndReturns(graph_.block(), &nodes);
     for (Node* node : nodes) {
       auto found = before_.find(node);
       // The same address with another kind or scope is a new node in a freed slot.
@@ -154,7 +147,7 @@ class Observer {
     std::vector<ScopePtr> scopes;
     for (Node* node : group) {
       const ScopePtr& scope = before_.at(node).scope;
-      if (!IsBlank(scope) && std::find(scopes.begin(), scopes.end(), scope) == scopes.end()) {
+      if (!IsBlankScope(scope) && std::find(scopes.begin(), scopes.end(), scope) == scopes.end()) {
         scopes.push_back(scope);
       }
     }
@@ -201,7 +194,7 @@ class Observer {
   void FoldInto(Node* constant, const std::vector<ScopePtr>& scopes) {
     BorrowedScopes::Loan loan{constant->scope(), constant->scope(), {}, {}, {}, {}};
     if (const BorrowedScopes::Loan* existing = borrowed_.Find(constant->scope())) loan = *existing;
-    if (IsBlank(loan.recorded)) loan.recorded = scopes.front();
+    if (IsBlankScope(loan.recorded)) loan.recorded = scopes.front();
     size_t before = loan.folded_from.size();
     for (const ScopePtr& scope : scopes) {
       if (std::find(loan.folded_from.begin(), loan.folded_from.end(), scope) == loan.folded_from.end()) {
@@ -216,7 +209,7 @@ class Observer {
     if (absorbed_.insert(absorber).second) ++log_.fused;
     BorrowedScopes::Loan loan{absorber->scope(), absorber->scope(), {}, {}, pass_, {}};
     if (const BorrowedScopes::Loan* existing = borrowed_.Find(absorber->scope())) loan = *existing;
-    if (IsBlank(loan.recorded)) loan.recorded = scopes.front();
+    if (IsBlankScope(loan.recorded)) loan.recorded = scopes.front();
     for (const ScopePtr& scope : scopes) {
       if (scope != loan.recorded && std::find(loan.spans.begin(), loan.spans.end(), scope) == loan.spans.end()) {
         loan.spans.push_back(scope);
