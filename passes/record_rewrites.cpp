@@ -89,6 +89,7 @@ class Observer {
         }
       } else {
         created_.insert(node);
+        created_scope_[node] = node->scope();
       }
     }
     for (Value* input : graph_.inputs()) {
@@ -180,7 +181,15 @@ class Observer {
         }
       }
     }
-    for (Node* absorber : absorbers) Absorb(absorber, scopes);
+    std::unordered_map<Node*, std::vector<Node*>> anchors;
+    for (Node* absorber : absorbers) {
+      if (!created_.count(absorber) || anchors.count(absorber)) continue;
+      std::vector<Node*>& made_from = anchors[absorber];
+      for (Node* node : group) {
+        if (before_.at(node).scope == created_scope_.at(absorber)) made_from.push_back(node);
+      }
+    }
+    for (Node* absorber : absorbers) Absorb(absorber, ScopesOf(Absorbed(absorber, group, anchors)));
     for (Node* merger : mergers) {
       for (const ScopePtr& scope : scopes) borrowed_.ShareWith(merger, scope);
       ++log_.merged;
@@ -189,6 +198,66 @@ class Observer {
       GRAPH_UPDATE("hiertag: ", pass_, " removed ", group.size(), " nodes of ", scopes.size(), " module calls");
       log_.records.push_back({RewriteRecord::Kind::kRemoved, pass_, scopes, 0});
     }
+  }
+
+  std::vector<ScopePtr> ScopesOf(const std::vector<Node*>& nodes) const {
+    std::vector<ScopePtr> scopes;
+    for (Node* node : nodes) {
+      const ScopePtr& scope = before_.at(node).scope;
+      if (!IsBlankScope(scope) && std::find(scopes.begin(), scopes.end(), scope) == scopes.end()) {
+        scopes.push_back(scope);
+      }
+    }
+    return scopes;
+  }
+
+  // The removed nodes of `group` that `absorber` took over. A node the pass
+  // made was made from the removed nodes whose scope it copied (torch copies a
+  // replaced node's metadata) and took over those downstream of them; a node
+  // the pass changed took over its removed neighbours, upstream and downstream.
+  // Either walk stops at the nodes another made node was made from, so two
+  // fusions side by side (Conv+BN, then the next layer's Conv+BN) stay apart.
+  // The whole group when nothing anchors the walk.
+  std::vector<Node*> Absorbed(Node* absorber, const std::vector<Node*>& group,
+                              const std::unordered_map<Node*, std::vector<Node*>>& anchors) {
+    std::unordered_set<Node*> members(group.begin(), group.end());
+    std::unordered_set<Node*> others;
+    for (const auto& [made, from] : anchors) {
+      if (made != absorber) others.insert(from.begin(), from.end());
+    }
+    std::vector<std::pair<Node*, bool>> work;  // node, walking downstream
+    if (created_.count(absorber)) {
+      for (Node* node : anchors.at(absorber)) work.emplace_back(node, true);
+    } else {
+      for (Value* input : before_.at(absorber).inputs) {
+        for (Node* producer : ProducersOf(input)) {
+          if (members.count(producer)) work.emplace_back(producer, false);
+        }
+      }
+      for (const Use& use : before_.at(absorber).uses) {
+        if (members.count(use.user)) work.emplace_back(use.user, true);
+      }
+    }
+    if (work.empty()) return group;
+    std::unordered_set<Node*> taken;
+    while (!work.empty()) {
+      auto [node, downstream] = work.back();
+      work.pop_back();
+      if (others.count(node) || !taken.insert(node).second) continue;
+      const NodeBefore& entry = before_.at(node);
+      if (downstream) {
+        for (const Use& use : entry.uses) {
+          if (members.count(use.user)) work.emplace_back(use.user, true);
+        }
+      } else {
+        for (Value* input : entry.inputs) {
+          for (Node* producer : ProducersOf(input)) {
+            if (members.count(producer)) work.emplace_back(producer, false);
+          }
+        }
+      }
+    }
+    return std::vector<Node*>(taken.begin(), taken.end());
   }
 
   void FoldInto(Node* constant, const std::vector<ScopePtr>& scopes) {
@@ -206,6 +275,7 @@ class Observer {
   }
 
   void Absorb(Node* absorber, const std::vector<ScopePtr>& scopes) {
+    if (scopes.empty()) return;
     if (absorbed_.insert(absorber).second) ++log_.fused;
     BorrowedScopes::Loan loan{absorber->scope(), absorber->scope(), {}, {}, pass_, {}};
     if (const BorrowedScopes::Loan* existing = borrowed_.Find(absorber->scope())) loan = *existing;
@@ -229,6 +299,7 @@ class Observer {
   std::unordered_set<Value*> inputs_before_;
   std::unordered_set<Node*> alive_, changed_, created_, grouped_, absorbed_;
   std::unordered_set<Value*> new_inputs_;
+  std::unordered_map<Node*, ScopePtr> created_scope_;  // a made node's scope before any loan
   std::unordered_map<Value*, Node*> producers_;
 };
 

@@ -200,6 +200,18 @@ def node_tags(node):
     return [props[TAG_KEY]] + json.loads(props.get(SHARED_KEY, "[]"))
 
 
+def weights(graph):
+    """Initializers, Constant outputs, and values computed from those alone
+    (the Identity torch writes for a deduplicated parameter, a folded-late
+    Transpose of a weight): the same for every call, data of none."""
+    found = {i.name for i in graph.initializer}
+    for node in graph.node:
+        reads = _implicit_inputs(node)
+        if node.op_type == "Constant" or (reads and all(name in found for name in reads)):
+            found.update(node.output)
+    return found
+
+
 def node_call(node):
     return int(node_props(node).get(CALL_KEY, "0"))
 
@@ -213,12 +225,11 @@ def module_boundaries(model):
     within M (a shared node belongs to every call). A use of a member's output
     is outside M unless the user lies within another module the node was kept
     for, outside M (that module's own copy of the computation; for a tracer
-    alias, the caller whose variable it is). Initializers and Constant outputs
-    are weights, not data a module receives."""
+    alias, the caller whose variable it is). Weights (`weights`) are not data
+    a module receives or returns."""
     graph = model.graph
     table = module_table(model)
-    constants = {i.name for i in graph.initializer}
-    constants.update(o for n in graph.node if n.op_type == "Constant" for o in n.output)
+    constants = weights(graph)
     graph_outputs = {o.name for o in graph.output}
     consumers = {}
     for node in graph.node:

@@ -2,7 +2,10 @@
 //
 // Selection: the main graph's nodes whose tag, or one of whose
 // hiertag.shared_with tags, lies within the module (a node's If/Loop bodies come
-// with it), plus every Constant node outside that the selection reads. A use of
+// with it), weights aside; plus every weight node the selection reads. Weight
+// nodes are Constants and nodes that compute from weights alone (the Identity
+// torch writes for a deduplicated parameter): the same for every module and
+// call that reads them, data of none, so they are copied, never cut. A use of
 // a shared node by another module it was kept for is that module's own copy of
 // the computation: it neither makes an output nor breaks convexity.
 // Inputs: the values the selection reads and does not make, initializers aside
@@ -105,6 +108,17 @@ class Extractor {
       for (const std::string& input : reads_[index]) consumers_[input].push_back(index);
     }
     for (int index : main.nodes) {
+      const std::vector<std::string>& reads = reads_.at(index);
+      bool weight = (file_.model.nodes[index].op_type == "Constant" && reads.empty()) ||
+                    (!reads.empty() && std::all_of(reads.begin(), reads.end(), [&](const std::string& name) {
+                      auto producer = producer_.find(name);
+                      return initializers_.count(name) ||
+                             (producer != producer_.end() && weight_nodes_.count(producer->second));
+                    }));
+      if (weight) weight_nodes_.insert(index);
+    }
+    for (int index : main.nodes) {
+      if (weight_nodes_.count(index)) continue;  // copied in where needed
       const std::vector<std::string>& tags = tags_.at(index);
       auto within =
           std::find_if(tags.begin(), tags.end(), [&](const std::string& t) { return IsTagAncestorOrSelf(tag_, t); });
@@ -292,20 +306,25 @@ class Extractor {
 
   // Copies in the Constant nodes outside that the selection reads: weights it
   // needs, not values it makes (they give no outputs).
+  // Copies in the weight nodes the selection reads (Constants, and nodes that
+  // compute from weights alone: the Identity of a deduplicated parameter), with
+  // the weight nodes they read: weights the module needs, not values it makes.
   void AddNeededConstants() {
-    std::vector<int> constants;
-    for (int index : selected_) {
+    std::vector<int> work(selected_.begin(), selected_.end());
+    while (!work.empty()) {
+      int index = work.back();
+      work.pop_back();
       for (const std::string& input : Reads(index)) {
         auto producer = producer_.find(input);
-        if (producer != producer_.end() && !selected_.count(producer->second) &&
-            file_.model.nodes[producer->second].op_type == "Constant" &&
-            file_.model.nodes[producer->second].inputs.empty()) {
-          constants.push_back(producer->second);
+        if (producer == producer_.end() || selected_.count(producer->second) ||
+            !weight_nodes_.count(producer->second)) {
+          continue;
         }
+        selected_.insert(producer->second);
+        copied_constants_.insert(producer->second);
+        work.push_back(producer->second);
       }
     }
-    selected_.insert(constants.begin(), constants.end());
-    copied_constants_.insert(constants.begin(), constants.end());
   }
 
   bool Assemble(std::string* bytes, std::string* error) {
@@ -445,6 +464,7 @@ class Extractor {
   std::map<std::string, std::vector<int>> consumers_;
   std::set<int> selected_;  // ordered: node indices are the source's order
   std::set<int> copied_constants_;
+  std::set<int> weight_nodes_;  // Constants and nodes computing from weights alone
   std::vector<std::string> inputs_;
   std::vector<std::string> outputs_;
   std::vector<std::string> needed_initializers_;
