@@ -28,7 +28,14 @@ struct NodeBefore {
   std::vector<Value*> inputs;
   size_t attributes = 0;     // hash of the attribute values
   std::vector<Use> uses;     // every use of any output
+  bool scalar_outputs = true;  // every output a number or a 0-d tensor
 };
+
+// A number, or a tensor of rank 0: every layout op is the identity on it.
+bool IsScalarLike(const Value* value) {
+  auto tensor = value->type()->cast<c10::TensorType>();
+  return !tensor || tensor->dim() == 0;
+}
 
 size_t HashAttributes(Node* node) {
   size_t hash = 0;
@@ -69,6 +76,7 @@ class Observer {
       entry.inputs.assign(node->inputs().begin(), node->inputs().end());
       entry.attributes = HashAttributes(node);
       for (Value* output : node->outputs()) {
+        entry.scalar_outputs &= IsScalarLike(output);
         for (const torch::jit::Use& use : output->uses()) entry.uses.push_back({use.user, use.offset});
       }
     }
@@ -194,10 +202,27 @@ class Observer {
       for (const ScopePtr& scope : scopes) borrowed_.ShareWith(merger, scope);
       ++log_.merged;
     }
-    if (bypassed && scopes.size() > 1) {
+    if (bypassed && scopes.size() > 1 && CrossesWithTensor(group)) {
       GRAPH_UPDATE("hiertag: ", pass_, " removed ", group.size(), " nodes of ", scopes.size(), " module calls");
       log_.records.push_back({RewriteRecord::Kind::kRemoved, pass_, scopes, 0});
     }
+  }
+
+  // Whether a value of rank > 0 passed between two module calls inside the
+  // group. A removed group as a whole computes its input again; a number
+  // handed from one call to the next (NumToTensor in one, Int in the other, a
+  // pair the peephole drops) is still the same number, while a tensor between
+  // them (a permute and its inverse) had another layout than what is read now.
+  bool CrossesWithTensor(const std::vector<Node*>& group) const {
+    std::unordered_set<Node*> members(group.begin(), group.end());
+    for (Node* node : group) {
+      const NodeBefore& entry = before_.at(node);
+      if (entry.scalar_outputs) continue;
+      for (const Use& use : entry.uses) {
+        if (members.count(use.user) && before_.at(use.user).scope != entry.scope) return true;
+      }
+    }
+    return false;
   }
 
   std::vector<ScopePtr> ScopesOf(const std::vector<Node*>& nodes) const {
