@@ -76,8 +76,19 @@ class Tagger {
     ResolveRewrites();
     CollectPreOrder(graph_.block(), nullptr);
     for (size_t i = 0; i < result_.nodes.size(); ++i) TagFromRecord(i);
+    // After every record, so the owners' call tags are all known.
+    for (size_t i = 0; i < result_.nodes.size(); ++i) {
+      if (result_.nodes[i].tag != kUnsettled) continue;
+      int owner = DeduplicatedParameterOwner(result_.nodes[i].node);
+      if (owner >= 0) Settle(i, owner, TagRule::kParameterOwner);
+    }
     SettleByRules();
     InheritCalls();
+    if (calls_ != nullptr) {
+      for (int tag = 0; tag < call_tags_.size(); ++tag) {
+        if (!call_tags_.Ran(call_tags_.Module(tag))) result_.never_ran.insert(tag);
+      }
+    }
     for (TaggedNode& tagged : result_.nodes) {
       tagged.tag_module = call_tags_.Module(tagged.tag);
       ++result_.rule_counts[static_cast<int>(tagged.rule)];
@@ -161,10 +172,7 @@ class Tagger {
       auto ordinal = resolved.call_scope ? call_ordinal_.find(resolved.call_scope) : call_ordinal_.end();
       if (ordinal != call_ordinal_.end()) tagged.call = ordinal->second;
       if (loan) TakeLoan(*loan, tagged);
-      return;
     }
-    int owner = DeduplicatedParameterOwner(tagged.node);
-    if (owner >= 0) Settle(i, owner, TagRule::kParameterOwner);
   }
 
   // shared_with and spans from a loan; a fused node moves to the common

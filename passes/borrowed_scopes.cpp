@@ -16,15 +16,16 @@ torch::jit::ScopePtr BorrowedScopes::Lend(Loan loan) {
   return recorded->push(c10::Symbol::scope(BorrowedScopeName(id)));
 }
 
-void BorrowedScopes::ShareWith(torch::jit::Node* node, const ScopePtr& other) {
+bool BorrowedScopes::ShareWith(torch::jit::Node* node, const ScopePtr& other) {
   Loan loan{node->scope(), node->scope(), {}, {}, {}, {}};
   if (const Loan* existing = Find(node->scope())) loan = *existing;
   if (!loan.recorded || loan.recorded->isRoot() || loan.recorded->isBlank() || other == loan.recorded ||
       std::find(loan.shared_with.begin(), loan.shared_with.end(), other) != loan.shared_with.end()) {
-    return;
+    return false;
   }
   loan.shared_with.push_back(other);
   node->setScope(Lend(std::move(loan)));
+  return true;
 }
 
 const BorrowedScopes::Loan* BorrowedScopes::Find(const ScopePtr& scope) const {

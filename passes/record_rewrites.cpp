@@ -70,6 +70,8 @@ class Observer {
     std::vector<Node*> nodes;
     CollectNodesAndReturns(graph_.block(), &nodes);
     for (Node* node : nodes) {
+      position_[node] = order_.size();
+      order_.push_back(node);
       NodeBefore& entry = before_[node];
       entry.kind = node->kind();
       entry.scope = node->scope();
@@ -97,13 +99,14 @@ class Observer {
         }
       } else {
         created_.insert(node);
+        created_order_.push_back(node);
         created_scope_[node] = node->scope();
       }
     }
     for (Value* input : graph_.inputs()) {
       if (!inputs_before_.count(input)) new_inputs_.insert(input);
     }
-    for (auto& [node, entry] : before_) {
+    for (Node* node : order_) {
       if (!alive_.count(node) && !grouped_.count(node)) Classify(Group(node));
     }
   }
@@ -127,6 +130,7 @@ class Observer {
         for (Node* producer : ProducersOf(input)) visit(producer);
       }
     }
+    std::sort(group.begin(), group.end(), [&](Node* a, Node* b) { return position_.at(a) < position_.at(b); });
     return group;
   }
 
@@ -176,7 +180,7 @@ class Observer {
         Node* producer = now->node();
         if (new_inputs_.count(now)) {
           log_.records.push_back({RewriteRecord::Kind::kFolded, pass_, scopes, now->unique()});
-        } else if (created_.count(producer) || changed_.count(producer)) {
+        } else if (Absorbing(producer)) {
           if (producer->inputs().empty()) {
             FoldInto(producer, scopes);
           } else {
@@ -189,18 +193,29 @@ class Observer {
         }
       }
     }
+    // Every node the pass made from the group's nodes took them over too, also
+    // one only another made node reads (conv1+bn1 fused before conv2+bn2).
     std::unordered_map<Node*, std::vector<Node*>> anchors;
-    for (Node* absorber : absorbers) {
-      if (!created_.count(absorber) || anchors.count(absorber)) continue;
-      std::vector<Node*>& made_from = anchors[absorber];
+    for (Node* made : created_order_) {
+      if (made->inputs().empty()) continue;
+      // What it was made from: torch copies the replaced node's metadata, and
+      // the replacement is mostly of the same kind (a Conv for a Conv).
+      std::vector<Node*> made_from, same_scope;
       for (Node* node : group) {
-        if (before_.at(node).scope == created_scope_.at(absorber)) made_from.push_back(node);
+        if (before_.at(node).scope != created_scope_.at(made)) continue;
+        same_scope.push_back(node);
+        if (before_.at(node).kind == made->kind()) made_from.push_back(node);
       }
+      if (made_from.empty()) made_from = std::move(same_scope);
+      if (made_from.empty()) continue;
+      anchors[made] = std::move(made_from);
+      if (std::find(absorbers.begin(), absorbers.end(), made) == absorbers.end()) absorbers.push_back(made);
     }
     for (Node* absorber : absorbers) Absorb(absorber, ScopesOf(Absorbed(absorber, group, anchors)));
     for (Node* merger : mergers) {
-      for (const ScopePtr& scope : scopes) borrowed_.ShareWith(merger, scope);
-      ++log_.merged;
+      bool lent = false;
+      for (const ScopePtr& scope : scopes) lent |= borrowed_.ShareWith(merger, scope);
+      log_.merged += lent;
     }
     if (bypassed && scopes.size() > 1 && CrossesWithTensor(group)) {
       GRAPH_UPDATE("hiertag: ", pass_, " removed ", group.size(), " nodes of ", scopes.size(), " module calls");
@@ -237,8 +252,8 @@ class Observer {
   }
 
   // The removed nodes of `group` that `absorber` took over. A node the pass
-  // made was made from the removed nodes whose scope it copied (torch copies a
-  // replaced node's metadata) and took over those downstream of them; a node
+  // made was made from the removed nodes whose scope (and kind) it copied and
+  // took over those downstream of them; a node
   // the pass changed took over its removed neighbours, upstream and downstream.
   // Either walk stops at the nodes another made node was made from, so two
   // fusions side by side (Conv+BN, then the next layer's Conv+BN) stay apart.
@@ -252,7 +267,9 @@ class Observer {
     }
     std::vector<std::pair<Node*, bool>> work;  // node, walking downstream
     if (created_.count(absorber)) {
-      for (Node* node : anchors.at(absorber)) work.emplace_back(node, true);
+      auto made_from = anchors.find(absorber);
+      if (made_from == anchors.end()) return group;
+      for (Node* node : made_from->second) work.emplace_back(node, true);
     } else {
       for (Value* input : before_.at(absorber).inputs) {
         for (Node* producer : ProducersOf(input)) {
@@ -282,7 +299,20 @@ class Observer {
         }
       }
     }
-    return std::vector<Node*>(taken.begin(), taken.end());
+    std::vector<Node*> absorbed(taken.begin(), taken.end());
+    std::sort(absorbed.begin(), absorbed.end(), [&](Node* a, Node* b) { return position_.at(a) < position_.at(b); });
+    return absorbed;
+  }
+
+  // Whether the pass made `node`, or changed it beyond rewiring it to older
+  // values: other attributes, or a value the pass made among its inputs.
+  bool Absorbing(Node* node) const {
+    if (created_.count(node)) return true;
+    if (!changed_.count(node)) return false;
+    if (before_.at(node).attributes != HashAttributes(node)) return true;
+    return std::any_of(node->inputs().begin(), node->inputs().end(), [&](Value* input) {
+      return new_inputs_.count(input) || created_.count(input->node());
+    });
   }
 
   void FoldInto(Node* constant, const std::vector<ScopePtr>& scopes) {
@@ -301,7 +331,6 @@ class Observer {
 
   void Absorb(Node* absorber, const std::vector<ScopePtr>& scopes) {
     if (scopes.empty()) return;
-    if (absorbed_.insert(absorber).second) ++log_.fused;
     BorrowedScopes::Loan loan{absorber->scope(), absorber->scope(), {}, {}, pass_, {}};
     if (const BorrowedScopes::Loan* existing = borrowed_.Find(absorber->scope())) loan = *existing;
     if (IsBlankScope(loan.recorded)) loan.recorded = scopes.front();
@@ -311,6 +340,7 @@ class Observer {
       }
     }
     if (loan.spans.empty()) return;
+    if (absorbed_.insert(absorber).second) ++log_.fused;
     if (loan.rewrite.empty()) loan.rewrite = pass_;
     GRAPH_UPDATE("hiertag: ", pass_, " fused ", loan.spans.size(), " other scopes into ", *absorber);
     absorber->setScope(borrowed_.Lend(std::move(loan)));
@@ -325,6 +355,9 @@ class Observer {
   std::unordered_set<Node*> alive_, changed_, created_, grouped_, absorbed_;
   std::unordered_set<Value*> new_inputs_;
   std::unordered_map<Node*, ScopePtr> created_scope_;  // a made node's scope before any loan
+  std::vector<Node*> created_order_;                  // made nodes, in graph order
+  std::vector<Node*> order_;                          // nodes before the pass, in graph order
+  std::unordered_map<Node*, size_t> position_;
   std::unordered_map<Value*, Node*> producers_;
 };
 

@@ -112,6 +112,7 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
         table += ",\"parent_calls\":" + JsonList(tag_calls.parent_calls);
       }
     }
+    if (tagging.never_ran.count(id)) table += ",\"ran\":false";
     auto folded = folded_into.find(id);
     if (folded != folded_into.end()) table += ",\"folded_into\":" + JsonList(folded->second);
     table += "}";

@@ -314,6 +314,9 @@ def boundary_key(table, tag, call):
     return tag if call_count(table, tag) == 1 else f"{tag}#{call}"
 
 
+NEVER_RAN = "its forward never ran: a container a caller reached past"
+
+
 def key_tag(table, key):
     """The tag of a boundary key."""
     return key if key in table else key.rsplit("#", 1)[0]
@@ -324,7 +327,8 @@ def module_boundary_results(model, torch_model, args, feeds):
     consume from outside equals a tensor that call received in eager PyTorch,
     and each value they produce for outside equals a tensor it returned. The
     only modules not checked are those whose boundary the file itself records
-    as removed by an export pass (rewritten_boundaries). Returns ({key: failures
+    as removed by an export pass (rewritten_boundaries) and containers whose
+    forward never ran ("ran": false in the table). Returns ({key: failures
     of that call, empty when it passes}, {key: why it was not checked}); keys
     as boundary_key gives them."""
     table = module_table(model)
@@ -334,12 +338,17 @@ def module_boundary_results(model, torch_model, args, feeds):
     names = sorted({n for ins, outs in boundaries.values() for n in ins + outs})
     values = intermediate_values(model, feeds, names)
     results, skipped = {}, {}
+    # Not checked: modules whose boundary an export pass removed, and
+    # containers that never ran (file's "ran": false); both are in the file.
     for (tag, call), (inputs, outputs) in sorted(boundaries.items()):
         key = boundary_key(table, tag, call)
+        entry = table[tag]
         if tag in rewritten:
             skipped[key] = rewritten[tag]
             continue
-        entry = table[tag]
+        if entry.get("ran", True) is False:
+            skipped[key] = NEVER_RAN
+            continue
         instance_call = entry.get("calls", [0])[call]
         recorded = calls.get(entry["path"], [])
         failures = results.setdefault(key, [])

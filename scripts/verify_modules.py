@@ -103,20 +103,62 @@ def build(options):
     fail(f"MODEL must be zoo:NAME, transformers:CLASS or FILE.py:FUNCTION, not '{options.model}'")
 
 
-def extract_all(source, table, out_dir):
+def extract_all(source, table, out_dir, tool=TOOL):
     """{boundary key: (path, extract's JSON) or (None, its error line)}, one per call."""
     extracted = {}
     for index, tag in enumerate(table):
         for call in range(checks.call_count(table, tag)):
             key = checks.boundary_key(table, tag, call)
             out = Path(out_dir) / f"module{index}_{call}.onnx"
-            command = [str(TOOL), "extract", str(source), "--module", tag, "-o", str(out), "--json"]
+            command = [str(tool), "extract", str(source), "--module", tag, "-o", str(out), "--json"]
             if key != tag:
                 command += ["--call", str(call)]
             result = subprocess.run(command, capture_output=True, text=True)
             extracted[key] = ((out, json.loads(result.stdout)) if result.returncode == 0
                               else (None, result.stderr.strip()))
     return extracted
+
+
+def verify_file(source, torch_model, args, out_dir, tool=TOOL):
+    """Checks every call of every module of the tagged file `source` exported
+    from `torch_model` on `args`. Returns (rows, failure lines): a row
+    (key, nodes, extract result, boundary result, passed) per call."""
+    model = onnx.load(source)
+    table = checks.module_table(model)
+    reference = checks.eager_reference(torch_model)
+    feeds = checks.feeds_for(Path(source).read_bytes(), torch_model, args)
+    extracted = extract_all(source, table, out_dir, tool)
+    _, boundary_skipped, boundary_failures = checks.check_module_boundaries(model, reference, args, feeds)
+    wanted = sorted({n for path, info in extracted.values() if path for n in info["inputs"] + info["outputs"]})
+    values = checks.intermediate_values(model, feeds, wanted)
+    rows = []
+    rewritten_tags = checks.rewritten_boundaries(model)
+    for key, (path, info) in extracted.items():
+        rewritten = rewritten_tags.get(checks.key_tag(table, key))
+        not_checked = boundary_skipped.get(key)
+        if rewritten is not None:
+            refused_right = path is None and rewritten.split(":")[0] in info
+            extract_result = "refused (rewrite)" if refused_right else f"FAIL (not refused: {rewritten})"
+        elif path is None and "has no nodes" in info:
+            # It ran and left no node: nothing to cut out; the table says
+            # what its computation became, if anything.
+            folded = table[checks.key_tag(table, key)].get("folded_into")
+            extract_result = "no nodes" + (f" (folded into {', '.join(folded)})" if folded else "")
+        elif path is None:
+            extract_result = f"FAIL ({info})"
+        else:
+            session = onnxruntime.InferenceSession(str(path))
+            produced = session.run(info["outputs"], {n: values[n] for n in info["inputs"]})
+            worst = max(float(np.max(np.abs(p.astype(np.float64) - values[o].astype(np.float64))))
+                        if p.size else 0.0 for p, o in zip(produced, info["outputs"]))
+            ok = all(np.allclose(p, values[o], rtol=1e-4, atol=1e-5) for p, o in zip(produced, info["outputs"]))
+            extract_result = f"{'ok' if ok else 'FAIL'} (max diff {worst:.1e})"
+        problems = [f for f in boundary_failures if f.startswith(key + ":")]
+        boundary_result = (f"no boundary ({not_checked})" if not_checked is not None
+                           else "ok" if not problems else f"FAIL ({len(problems)} values)")
+        good = extract_result.startswith(("ok", "refused", "no nodes")) and not problems
+        rows.append((key, info["nodes"] if path else "-", extract_result, boundary_result, good))
+    return rows, boundary_failures
 
 
 def main():
@@ -129,55 +171,22 @@ def main():
     warnings.simplefilter("ignore")
     onnxruntime.set_default_logger_severity(3)
     torch_model, args = build(options)
-    reference = checks.eager_reference(torch_model)
 
     with tempfile.TemporaryDirectory() as out_dir:
         source = Path(out_dir) / "model.onnx"
         os.environ["HIERTAG"] = "1"
         torch.onnx.export(torch_model, args, str(source), dynamo=False, opset_version=OPSET)
-        model = onnx.load(source)
-        table = checks.module_table(model)
-        feeds = checks.feeds_for(source.read_bytes(), torch_model, args)
-        extracted = extract_all(source, table, out_dir)
-        boundary_checked, boundary_skipped, boundary_failures = checks.check_module_boundaries(
-            model, reference, args, feeds)
-        wanted = sorted({n for path, info in extracted.values() if path for n in info["inputs"] + info["outputs"]})
-        values = checks.intermediate_values(model, feeds, wanted)
-
-        rows, passed = [], 0
-        for key, (path, info) in extracted.items():
-            rewritten = boundary_skipped.get(key)
-            if rewritten is not None:
-                refused_right = path is None and rewritten.split(":")[0] in info
-                extract_result = "refused (rewrite)" if refused_right else f"FAIL (not refused: {rewritten})"
-            elif path is None and "has no nodes" in info:
-                # It ran and left no node: nothing to cut out; the table says
-                # what its computation became, if anything.
-                folded = table[checks.key_tag(table, key)].get("folded_into")
-                extract_result = "no nodes" + (f" (folded into {', '.join(folded)})" if folded else "")
-            elif path is None:
-                extract_result = f"FAIL ({info})"
-            else:
-                session = onnxruntime.InferenceSession(str(path))
-                produced = session.run(info["outputs"], {n: values[n] for n in info["inputs"]})
-                worst = max(float(np.max(np.abs(p.astype(np.float64) - values[o].astype(np.float64))))
-                            if p.size else 0.0 for p, o in zip(produced, info["outputs"]))
-                ok = all(np.allclose(p, values[o], rtol=1e-4, atol=1e-5) for p, o in zip(produced, info["outputs"]))
-                extract_result = f"{'ok' if ok else 'FAIL'} (max diff {worst:.1e})"
-            problems = [f for f in boundary_failures if f.startswith(key + ":")]
-            boundary_result = (f"no boundary ({rewritten})" if rewritten is not None
-                               else "ok" if not problems else f"FAIL ({len(problems)} values)")
-            good = extract_result.startswith(("ok", "refused", "no nodes")) and not problems
-            passed += good
-            rows.append((key, info["nodes"] if path else "-", extract_result, boundary_result))
-        width = max(len(r[0]) for r in rows)
-        print(f"{'module (#call)':<{width}}  {'nodes':>5}  {'extract':<24}  boundary")
-        for tag, nodes, extract_result, boundary_result in rows:
-            print(f"{tag:<{width}}  {nodes:>5}  {extract_result:<24}  {boundary_result}")
-        for failure in boundary_failures:
-            print(f"  boundary: {failure}")
-        print(f"{passed}/{len(rows)} module calls pass ({options.model}, {len(list(checks.walk_nodes(model.graph)))} nodes)")
-        return 0 if passed == len(rows) else 1
+        rows, boundary_failures = verify_file(source, torch_model, args, out_dir)
+        nodes = len(list(checks.walk_nodes(onnx.load(source).graph)))
+    width = max(len(r[0]) for r in rows)
+    print(f"{'module (#call)':<{width}}  {'nodes':>5}  {'extract':<24}  boundary")
+    for key, count, extract_result, boundary_result, _ in rows:
+        print(f"{key:<{width}}  {count:>5}  {extract_result:<24}  {boundary_result}")
+    for failure in boundary_failures:
+        print(f"  boundary: {failure}")
+    passed = sum(row[-1] for row in rows)
+    print(f"{passed}/{len(rows)} module calls pass ({options.model}, {nodes} nodes)")
+    return 0 if passed == len(rows) else 1
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -98,6 +99,7 @@ struct HierarchyTagging {
   std::vector<TaggedNode> nodes;        // serialization pre-order (see proto_tagging.h)
   std::map<int, TagCalls> calls;        // call tag -> its recorded calls
   std::vector<TagRewrite> rewrites;     // removed across tags, and every fold
+  std::set<int> never_ran;              // tags of containers whose forward never ran
   int rule_counts[kTagRuleCount] = {};
   int unresolved_scope_levels = 0;
 

@@ -46,7 +46,8 @@ class BorrowedScopes {
   // Lends `node` a scope that keeps what it records and also lists `other`
   // (merged into the node's existing loan, if any). No-op for a node without
   // a recorded scope, or when `other` is already its record or listed.
-  void ShareWith(torch::jit::Node* node, const torch::jit::ScopePtr& other);
+  // Returns whether it lent a scope.
+  bool ShareWith(torch::jit::Node* node, const torch::jit::ScopePtr& other);
 
   // The loan behind `scope`, or nullptr when `scope` is not a borrowed scope.
   const Loan* Find(const torch::jit::ScopePtr& scope) const;

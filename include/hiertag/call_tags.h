@@ -49,6 +49,7 @@ class CallTags {
   // Records that module `module`'s forward ran. Without any record, every
   // container counts as never run.
   void MarkRan(int module);
+  bool Ran(int module) const { return !ran_.empty() && ran_.at(module); }
 
   // Follows a chain of module instances from the root call inwards.
   int FromChain(const std::vector<int>& chain);

@@ -7,9 +7,11 @@
 // Per node (proto_tagging.h): hierarchy_tag, hiertag.shared_with, hiertag.call
 // (tags with several calls), hiertag.spans + hiertag.rewrite (fused nodes).
 // Per model: hiertag.modules, the table of every used tag and its ancestors:
-//   {tag: {"path", "class", "calls"?, "parent_calls"?, "folded_into"?}}
-// where folded_into (initializers and Constant outputs) is written only for a
-// module that ran but left no node.
+//   {tag: {"path", "class", "calls"?, "parent_calls"?, "ran"?, "folded_into"?}}
+// where "ran": false marks a container whose forward never ran (a caller
+// reached past it to a module it owns), and
+// folded_into (initializers and Constant outputs) is written only for a module
+// that ran but left no node.
 // hiertag.rewrites (when any), hiertag.format_version.
 #pragma once
 

@@ -1,11 +1,16 @@
 // Tests of AssignHierarchyTags: each tagging rule on small ONNX-level graphs.
 #include "hiertag/assign_hierarchy_tags.h"
 
+#include <algorithm>
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "graph_test_support.h"
+#include "hiertag/scope_resolution.h"
+#include "hiertag/tag_format.h"
+#include "hiertag/tagged_model_entries.h"
 
 namespace hiertag {
 namespace {
@@ -50,9 +55,11 @@ class AssignHierarchyTagsTest : public testing::GraphTest {
     ln1_ = testing::InstanceScope(attn1_, kLn1, std::string(kLayerNorm) + "::ln");
   }
 
-  Node* NodeOf(const std::string& value_name) { return vmap_.at(value_name)->node(); }
-
-  HierarchyTagging Tag() { return AssignHierarchyTags(*graph_, modules_, borrowed_, members_); }
+  // Tags the graph with fresh call tags (a CallTags settles on its first Tag()).
+  HierarchyTagging Tag() {
+    call_tags_ = std::make_unique<CallTags>(modules_);
+    return AssignHierarchyTags(*graph_, modules_, *call_tags_, borrowed_, members_);
+  }
 
   const TaggedNode& Tagged(const HierarchyTagging& tagging, const std::string& value_name) {
     Node* node = NodeOf(value_name);
@@ -67,18 +74,40 @@ class AssignHierarchyTagsTest : public testing::GraphTest {
   // "<tag> (<rule>)" of the node producing `value_name`, for one-line comparisons.
   std::string TagAndRule(const HierarchyTagging& tagging, const std::string& value_name) {
     const TaggedNode& tagged = Tagged(tagging, value_name);
-    if (tagged.tag_module < 0 || tagged.tag_module >= modules_.size()) return "<no tag module>";
-    return modules_.at(tagged.tag_module).tag + " (" + TagRuleName(tagged.rule) + ")";
+    if (tagged.tag < 0 || tagged.tag >= call_tags_->size()) return "<no tag>";
+    EXPECT_EQ(tagged.tag_module, call_tags_->Module(tagged.tag)) << value_name;
+    return call_tags_->Tag(tagged.tag) + " (" + TagRuleName(tagged.rule) + ")";
+  }
+
+  // The tag strings of call tag ids, sorted.
+  std::vector<std::string> TagsOf(const std::vector<int>& ids) {
+    std::vector<std::string> tags;
+    for (int id : ids) tags.push_back(call_tags_->Tag(id));
+    std::sort(tags.begin(), tags.end());
+    return tags;
+  }
+
+  TaggedModelEntries Describe(const HierarchyTagging& tagging) {
+    return DescribeTaggedModel(tagging, *call_tags_, modules_, *graph_);
   }
 
   static constexpr const char* kLayerNorm = "torch.nn.modules.normalization.LayerNorm";
 
   ModuleTable modules_;
+  std::unique_ptr<CallTags> call_tags_;
   std::unordered_set<std::string> members_ = {"layers.0.attn.ln.weight", "layers.0.attn.ln.bias",
                                               "layers.1.attn.ln.weight", "layers.1.attn.ln.bias"};
   ScopePtr root_ = c10::make_intrusive<Scope>();
   ScopePtr net_, layer0_, attn0_, ln0_, layer1_, attn1_, ln1_;
 };
+
+// The value of model entry `key`, or "" when there is none.
+std::string ModelEntry(const TaggedModelEntries& entries, std::string_view key) {
+  for (const ModelMetadataEntry& entry : entries.model) {
+    if (entry.key == key) return entry.value;
+  }
+  return "";
+}
 
 TEST_F(AssignHierarchyTagsTest, RecordedScopeGivesItsModuleTag) {
   // Check that a node recorded in a module call gets that module's tag by the recorded rule.
@@ -119,8 +148,8 @@ graph(%input : Tensor):
   EXPECT_EQ(Tagged(tagging, "m1").tag_module, kAttn1);
 }
 
-TEST_F(AssignHierarchyTagsTest, FilteredModuleCalledFromBypassedForwardStaysInOwner) {
-  // Check that layers.0's LayerNorm called directly from Layer.0 (Attn's forward bypassed) still goes to Attn.
+TEST_F(AssignHierarchyTagsTest, FilteredModuleCalledByItsOwnersCallerGoesToThatCaller) {
+  // Check that layers.0's LayerNorm called directly from Layer.0 (Attn's forward bypassed) goes to its caller Layer.0.
   Parse(R"IR(
 graph(%input : Tensor):
   %m0 : Tensor = onnx::Mul(%input, %input)
@@ -128,7 +157,8 @@ graph(%input : Tensor):
 )IR");
   SetScope("m0", testing::InstanceScope(layer0_, kLn0, std::string(kLayerNorm) + "::ln"));
   HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "m0"), "/Net/Layer.0/Attn (recorded)");
+  EXPECT_EQ(TagAndRule(tagging, "m0"), "/Net/Layer.0 (recorded)");
+  EXPECT_EQ(Tagged(tagging, "m0").tag_module, kLayer0);
 }
 
 TEST_F(AssignHierarchyTagsTest, FilteredModuleOwnedElsewhereGoesToCaller) {
@@ -156,6 +186,38 @@ graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
   EXPECT_EQ(Tagged(tagging, "layers.1.attn.ln.bias").tag_module, kAttn1);
   EXPECT_EQ(TagAndRule(tagging, "layers.1.attn.ln.bias"), "/Net/Layer.1/Attn (parameter-owner)");
   EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kParameterOwner)], 1);
+}
+
+TEST_F(AssignHierarchyTagsTest, ParameterIdentityAfterOwnersOnlyCallGoesToThatCall) {
+  // Check that a parameter Identity whose owner Attn of layers.1 was only called from Layer.0 gets that call's tag.
+  Parse(R"IR(
+graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
+  %y : Tensor = onnx::Add(%input, %input)
+  %layers.1.attn.ln.bias : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
+  %z : Tensor = onnx::Add(%y, %layers.1.attn.ln.bias)
+  return (%z)
+)IR");
+  SetScope("y", testing::InstanceScope(layer0_, kAttn1, "pkg.Attn::attn"));
+  SetScope("z", layer0_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "layers.1.attn.ln.bias"), "/Net/Layer.0/Attn[~layers.1.attn] (parameter-owner)");
+}
+
+TEST_F(AssignHierarchyTagsTest, ParameterIdentityBeforeOwnersOnlyCallGoesToThatCall) {
+  // Check that the same Identity placed before the owner's only call still gets that call's tag (no order dependence).
+  Parse(R"IR(
+graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
+  %layers.1.attn.ln.bias : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
+  %y : Tensor = onnx::Add(%input, %input)
+  %z : Tensor = onnx::Add(%y, %layers.1.attn.ln.bias)
+  return (%z)
+)IR");
+  SetScope("y", testing::InstanceScope(layer0_, kAttn1, "pkg.Attn::attn"));
+  SetScope("z", layer0_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "layers.1.attn.ln.bias"), "/Net/Layer.0/Attn[~layers.1.attn] (parameter-owner)");
+  EXPECT_EQ(TagsOf(tagging.UsedTags()),
+            (std::vector<std::string>{"/Net/Layer.0", "/Net/Layer.0/Attn[~layers.1.attn]"}));
 }
 
 TEST_F(AssignHierarchyTagsTest, IdentityOfNonParameterIsNotParameterOwner) {
@@ -472,14 +534,15 @@ TEST_F(AssignHierarchyTagsTest, RuleCountsCoverEveryNode) {
   EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kRoot)], 1);
 }
 
-TEST_F(AssignHierarchyTagsTest, ToSerializedListsOpTypesAndTagsInPreOrder) {
-  // Check that ToSerialized gives ONNX op types and tags in serialization pre-order.
+TEST_F(AssignHierarchyTagsTest, DescribedNodesListOpTypesAndTagsInPreOrder) {
+  // Check that DescribeTaggedModel gives ONNX op types and tags in serialization pre-order.
   Parse(kAllRulesGraph);
   SetScope("r0", layer0_);
   SetScope("m0", ln0_);
   SetScope("y", layer1_);
   SetScope("z", attn1_);
-  std::vector<SerializedNodeTag> serialized = Tag().ToSerialized(modules_);
+  HierarchyTagging tagging = Tag();
+  std::vector<SerializedNodeTag> serialized = Describe(tagging).nodes;
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"Constant", "/Net"},           {"Constant", "/Net"},
       {"Identity", "/Net/Layer.1/Attn"}, {"Add", "/Net/Layer.0"},
@@ -491,17 +554,40 @@ TEST_F(AssignHierarchyTagsTest, ToSerializedListsOpTypesAndTagsInPreOrder) {
     EXPECT_EQ(serialized[i].op_type, expected[i].first) << i;
     EXPECT_EQ(serialized[i].tag, expected[i].second) << i;
     EXPECT_TRUE(serialized[i].shared_with.empty()) << i;
+    EXPECT_TRUE(serialized[i].more.empty()) << i;
   }
 }
 
-TEST_F(AssignHierarchyTagsTest, UsedTagModulesAreSortedAndUnique) {
-  // Check that UsedTagModules lists each tag module once, ascending.
+TEST_F(AssignHierarchyTagsTest, DescribedModuleTableListsEveryUsedTag) {
+  // Check that the module table maps every used tag to its module's path and class, sorted by tag.
   Parse(kAllRulesGraph);
   SetScope("r0", layer0_);
   SetScope("m0", ln0_);
   SetScope("y", layer1_);
   SetScope("z", attn1_);
-  EXPECT_EQ(Tag().UsedTagModules(), (std::vector<int>{kNet, kLayer0, kAttn0, kLayer1, kAttn1}));
+  TaggedModelEntries entries = Describe(Tag());
+  EXPECT_EQ(ModelEntry(entries, kModuleTableKey),
+            "{\"/Net\":{\"path\":\"\",\"class\":\"pkg.Net\"},"
+            "\"/Net/Layer.0\":{\"path\":\"layers.0\",\"class\":\"pkg.Layer\"},"
+            "\"/Net/Layer.0/Attn\":{\"path\":\"layers.0.attn\",\"class\":\"pkg.Attn\"},"
+            "\"/Net/Layer.1\":{\"path\":\"layers.1\",\"class\":\"pkg.Layer\"},"
+            "\"/Net/Layer.1/Attn\":{\"path\":\"layers.1.attn\",\"class\":\"pkg.Attn\"}}");
+  EXPECT_EQ(ModelEntry(entries, kFormatVersionKey), kFormatVersion);
+  EXPECT_EQ(ModelEntry(entries, kRewritesKey), "");
+}
+
+TEST_F(AssignHierarchyTagsTest, UsedTagsAreSortedAndUnique) {
+  // Check that UsedTags lists each call tag once, ascending, and only the tags nodes carry.
+  Parse(kAllRulesGraph);
+  SetScope("r0", layer0_);
+  SetScope("m0", ln0_);
+  SetScope("y", layer1_);
+  SetScope("z", attn1_);
+  std::vector<int> used = Tag().UsedTags();
+  EXPECT_TRUE(std::is_sorted(used.begin(), used.end()));
+  EXPECT_EQ(std::adjacent_find(used.begin(), used.end()), used.end());
+  EXPECT_EQ(TagsOf(used), (std::vector<std::string>{"/Net", "/Net/Layer.0", "/Net/Layer.0/Attn", "/Net/Layer.1",
+                                                    "/Net/Layer.1/Attn"}));
 }
 
 TEST_F(AssignHierarchyTagsTest, TaggingLeavesGraphUnchangedAndIsDeterministic) {
@@ -513,19 +599,22 @@ TEST_F(AssignHierarchyTagsTest, TaggingLeavesGraphUnchangedAndIsDeterministic) {
   SetScope("z", attn1_);
   const std::string before = graph_->toString();
   HierarchyTagging first = Tag();
+  std::vector<std::string> first_tags;
+  for (const TaggedNode& tagged : first.nodes) first_tags.push_back(call_tags_->Tag(tagged.tag));
   HierarchyTagging second = Tag();
   EXPECT_EQ(graph_->toString(), before);
   EXPECT_EQ(NodeOf("r0")->scope(), layer0_);
   ASSERT_EQ(first.nodes.size(), second.nodes.size());
   for (size_t i = 0; i < first.nodes.size(); ++i) {
     EXPECT_EQ(first.nodes[i].node, second.nodes[i].node) << i;
+    EXPECT_EQ(first_tags[i], call_tags_->Tag(second.nodes[i].tag)) << i;
     EXPECT_EQ(first.nodes[i].tag_module, second.nodes[i].tag_module) << i;
     EXPECT_EQ(first.nodes[i].rule, second.nodes[i].rule) << i;
   }
 }
 
 TEST_F(AssignHierarchyTagsTest, SharedNodeListsOtherModules) {
-  // Check that a node lent a shared scope lists the merged duplicates' tag modules, minus its own, ascending.
+  // Check that a node lent a shared scope lists the merged duplicates' tags, minus its own.
   Parse(R"IR(
 graph(%input : Tensor):
   %s : Tensor = onnx::Shape(%input)
@@ -534,29 +623,31 @@ graph(%input : Tensor):
   return (%r1)
 )IR");
   ScopePtr other_layer0_call = testing::InstanceScope(net_, kLayer0, "pkg.Layer::layers.0");
-  SetScope("s", borrowed_.Lend({layer0_, layer0_, {attn1_, layer1_, other_layer0_call, ln1_}}));
+  SetScope("s", borrowed_.Lend({layer0_, layer0_, {attn1_, layer1_, other_layer0_call, ln1_}, {}, {}, {}}));
   SetScope("r0", layer0_);
   SetScope("r1", layer1_);
   HierarchyTagging tagging = Tag();
   const TaggedNode& shared = Tagged(tagging, "s");
   EXPECT_EQ(TagAndRule(tagging, "s"), "/Net/Layer.0 (recorded)");
-  EXPECT_EQ(shared.shared_with, (std::vector<int>{kLayer1, kAttn1}));
-  std::vector<SerializedNodeTag> serialized = tagging.ToSerialized(modules_);
+  EXPECT_TRUE(std::is_sorted(shared.shared_with.begin(), shared.shared_with.end()));
+  EXPECT_EQ(TagsOf(shared.shared_with), (std::vector<std::string>{"/Net/Layer.1", "/Net/Layer.1/Attn"}));
+  std::vector<SerializedNodeTag> serialized = Describe(tagging).nodes;
   ASSERT_EQ(serialized.size(), 3u);
   EXPECT_EQ(serialized[0].shared_with, (std::vector<std::string>{"/Net/Layer.1", "/Net/Layer.1/Attn"}));
   EXPECT_TRUE(serialized[1].shared_with.empty());
-  EXPECT_EQ(tagging.UsedTagModules(), (std::vector<int>{kLayer0, kLayer1, kAttn1}));
+  EXPECT_EQ(TagsOf(tagging.UsedTags()),
+            (std::vector<std::string>{"/Net/Layer.0", "/Net/Layer.1", "/Net/Layer.1/Attn"}));
 }
 
 TEST_F(AssignHierarchyTagsTest, NodeLentOnlyItsOwnModuleIsNotShared) {
-  // Check that a loan whose duplicates all resolve to the node's own module gives no shared_with.
+  // Check that a loan whose duplicates all resolve to the node's own tag gives no shared_with.
   Parse(R"IR(
 graph(%input : Tensor):
   %s : Tensor = onnx::Shape(%input)
   return (%s)
 )IR");
   ScopePtr other_layer0_call = testing::InstanceScope(net_, kLayer0, "pkg.Layer::layers.0");
-  SetScope("s", borrowed_.Lend({layer0_, layer0_, {other_layer0_call}}));
+  SetScope("s", borrowed_.Lend({layer0_, layer0_, {other_layer0_call}, {}, {}, {}}));
   HierarchyTagging tagging = Tag();
   EXPECT_EQ(TagAndRule(tagging, "s"), "/Net/Layer.0 (recorded)");
   EXPECT_TRUE(Tagged(tagging, "s").shared_with.empty());
@@ -569,7 +660,7 @@ graph(%input : Tensor):
   %r : Tensor = onnx::Relu(%input)
   return (%r)
 )IR");
-  SetScope("r", borrowed_.Lend({attn1_, root_, {}}));
+  SetScope("r", borrowed_.Lend({attn1_, root_, {}, {}, {}, {}}));
   HierarchyTagging tagging = Tag();
   EXPECT_EQ(TagAndRule(tagging, "r"), "/Net/Layer.1/Attn (recorded)");
   EXPECT_EQ(tagging.unresolved_scope_levels, 0);
@@ -611,7 +702,7 @@ graph(%input : Tensor):
 }
 
 TEST_F(AssignHierarchyTagsTest, LevelThroughUnscopedContainerMatchesUniqueDescendant) {
-  // Check that "ln" under Layer::layers.1 finds the unique descendant layers.1.attn.ln (goes to its Attn).
+  // Check that "ln" under Layer::layers.1 finds the unique descendant layers.1.attn.ln.
   Parse(R"IR(
 graph(%input : Tensor):
   %m1 : Tensor = onnx::Mul(%input, %input)
@@ -620,8 +711,11 @@ graph(%input : Tensor):
   ScopePtr layer1 = testing::PushScope(testing::PushScope(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Layer::layers.1");
   SetScope("m1", testing::PushScope(layer1, "__torch__.torch.nn.modules.normalization.LayerNorm::ln"));
   HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "m1"), "/Net/Layer.1/Attn (recorded)");
+  // The chain reads Layer.1 -> ln: the filtered LayerNorm adds no level to its caller's tag.
+  EXPECT_EQ(TagAndRule(tagging, "m1"), "/Net/Layer.1 (recorded)");
   EXPECT_EQ(tagging.unresolved_scope_levels, 0);
+  ScopeResolver resolver(modules_, *call_tags_);
+  EXPECT_EQ(resolver.Resolve(NodeOf("m1")->scope()).module, kLn1);
 }
 
 TEST_F(AssignHierarchyTagsTest, AmbiguousLevelIsNotGuessed) {
@@ -635,6 +729,181 @@ graph(%input : Tensor):
   HierarchyTagging tagging = Tag();
   EXPECT_EQ(TagAndRule(tagging, "a"), "/Net (recorded)");
   EXPECT_EQ(tagging.unresolved_scope_levels, 1);
+}
+
+TEST_F(AssignHierarchyTagsTest, NodeInDirectScopeIsTaggedWithItsModule) {
+  // Check that a node in a direct scope (Attn's forward entered without __call__) is tagged with that module.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %a : Tensor = onnx::Relu(%input)
+  return (%a)
+)IR");
+  SetScope("a", testing::PushScope(layer0_, MarkDirectScopeName(kAttn0, "pkg.Attn::attn")));
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "a"), "/Net/Layer.0/Attn (recorded)");
+  EXPECT_EQ(Tagged(tagging, "a").tag_module, kAttn0);
+  EXPECT_EQ(tagging.unresolved_scope_levels, 0);
+}
+
+TEST_F(AssignHierarchyTagsTest, NodeOutsideDirectScopeStaysInCaller) {
+  // Check that a node of the caller next to a direct scope keeps the caller's tag.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %a : Tensor = onnx::Relu(%input)
+  %r : Tensor = onnx::Neg(%a)
+  return (%r)
+)IR");
+  SetScope("a", testing::PushScope(layer0_, MarkDirectScopeName(kAttn0, "pkg.Attn::attn")));
+  SetScope("r", layer0_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "r"), "/Net/Layer.0 (recorded)");
+  EXPECT_EQ(Tagged(tagging, "r").tag_module, kLayer0);
+}
+
+TEST_F(AssignHierarchyTagsTest, ForeignCallGetsCallTreeTag) {
+  // Check that layers.0's Attn called from Layer.1 is tagged under Layer.1, disambiguated from Layer.1's own Attn.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %foreign : Tensor = onnx::Relu(%input)
+  %own : Tensor = onnx::Neg(%foreign)
+  return (%own)
+)IR");
+  SetScope("foreign", testing::InstanceScope(layer1_, kAttn0, "pkg.Attn::attn"));
+  SetScope("own", attn1_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "foreign"), "/Net/Layer.1/Attn[~layers.0.attn] (recorded)");
+  EXPECT_EQ(Tagged(tagging, "foreign").tag_module, kAttn0);
+  EXPECT_EQ(TagAndRule(tagging, "own"), "/Net/Layer.1/Attn (recorded)");
+  EXPECT_EQ(Tagged(tagging, "own").tag_module, kAttn1);
+}
+
+TEST_F(AssignHierarchyTagsTest, OwnedCallKeepsModuleTableTag) {
+  // Check that layers.0's Attn called by its owner Layer.0 keeps its module-table tag, undisambiguated.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %own : Tensor = onnx::Relu(%input)
+  return (%own)
+)IR");
+  SetScope("own", attn0_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "own"), modules_.at(kAttn0).tag + " (recorded)");
+}
+
+TEST_F(AssignHierarchyTagsTest, FusedNodeGoesToCommonAncestorAndListsSpans) {
+  // Check that a node an export pass fused Layer.1's nodes into gets the common ancestor and lists both tags.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %f : Tensor = onnx::Conv(%input, %input)
+  return (%f)
+)IR");
+  SetScope("f", borrowed_.Lend({attn0_, attn0_, {}, {layer1_}, "_jit_pass_onnx_eval_peephole", {}}));
+  HierarchyTagging tagging = Tag();
+  const TaggedNode& fused = Tagged(tagging, "f");
+  EXPECT_EQ(TagAndRule(tagging, "f"), "/Net (recorded)");
+  EXPECT_EQ(TagsOf(fused.spans), (std::vector<std::string>{"/Net/Layer.0/Attn", "/Net/Layer.1"}));
+  EXPECT_EQ(fused.rewrite, "_jit_pass_onnx_eval_peephole");
+  EXPECT_TRUE(fused.folded_from.empty());
+  TaggedModelEntries entries = Describe(tagging);
+  ASSERT_EQ(entries.nodes.size(), 1u);
+  EXPECT_EQ(entries.nodes[0].tag, "/Net");
+  EXPECT_EQ(entries.nodes[0].more,
+            (std::vector<std::pair<std::string, std::string>>{
+                {std::string(kSpansKey), "[\"/Net/Layer.0/Attn\",\"/Net/Layer.1\"]"},
+                {std::string(kRewriteKey), "_jit_pass_onnx_eval_peephole"}}));
+  EXPECT_EQ(ModelEntry(entries, kRewritesKey),
+            "[{\"pass\":\"_jit_pass_onnx_eval_peephole\",\"kind\":\"fused\","
+            "\"modules\":[\"/Net/Layer.0/Attn\",\"/Net/Layer.1\"],\"node\":\"\"}]");
+}
+
+TEST_F(AssignHierarchyTagsTest, FusedNodeWithinOneTagKeepsItsTag) {
+  // Check that spans resolving to the node's own tag (another call of Attn of layers.0) move nothing and list nothing.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %f : Tensor = onnx::Conv(%input, %input)
+  return (%f)
+)IR");
+  ScopePtr other_attn0_call = testing::InstanceScope(layer0_, kAttn0, "pkg.Attn::attn");
+  SetScope("f", borrowed_.Lend({attn0_, attn0_, {}, {other_attn0_call, ln0_}, "_jit_pass_onnx_eval_peephole", {}}));
+  HierarchyTagging tagging = Tag();
+  const TaggedNode& fused = Tagged(tagging, "f");
+  EXPECT_EQ(TagAndRule(tagging, "f"), "/Net/Layer.0/Attn (recorded)");
+  EXPECT_TRUE(fused.spans.empty());
+  EXPECT_TRUE(fused.rewrite.empty());
+  EXPECT_TRUE(Describe(tagging).nodes[0].more.empty());
+}
+
+TEST_F(AssignHierarchyTagsTest, FusedNodeWithoutInputsListsSpansAsFoldedFrom) {
+  // Check that a fused node later folded into a constant keeps its tag and lists the other tags as folded_from.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %c : Long(requires_grad=0, device=cpu) = onnx::Constant[value={1}]()
+  %r : Tensor = onnx::Add(%input, %c)
+  return (%r)
+)IR");
+  SetScope("c", borrowed_.Lend({attn0_, attn0_, {}, {layer1_}, "_jit_pass_onnx_eval_peephole", {}}));
+  SetScope("r", attn0_);
+  HierarchyTagging tagging = Tag();
+  const TaggedNode& folded = Tagged(tagging, "c");
+  EXPECT_EQ(TagAndRule(tagging, "c"), "/Net/Layer.0/Attn (recorded)");
+  EXPECT_TRUE(folded.spans.empty());
+  EXPECT_EQ(TagsOf(folded.folded_from), (std::vector<std::string>{"/Net/Layer.1"}));
+}
+
+TEST_F(AssignHierarchyTagsTest, FoldedConstantListsFoldedFromAndKeepsItsTag) {
+  // Check that a constant lent folded_from keeps its recorded tag, lists the folded tags, and names them in the table.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %c : Long(requires_grad=0, device=cpu) = onnx::Constant[value={1}]()
+  %r : Tensor = onnx::Add(%input, %c)
+  return (%r)
+)IR");
+  SetScope("c", borrowed_.Lend({layer0_, root_, {}, {}, {}, {attn1_, ln1_}}));
+  SetScope("r", layer0_);
+  HierarchyTagging tagging = Tag();
+  const TaggedNode& folded = Tagged(tagging, "c");
+  EXPECT_EQ(TagAndRule(tagging, "c"), "/Net/Layer.0 (recorded)");
+  EXPECT_EQ(TagsOf(folded.folded_from), (std::vector<std::string>{"/Net/Layer.1/Attn"}));
+  EXPECT_TRUE(folded.spans.empty());
+  EXPECT_EQ(TagsOf(tagging.UsedTags()),
+            (std::vector<std::string>{"/Net/Layer.0", "/Net/Layer.1/Attn"}));
+  std::string table = ModelEntry(Describe(tagging), kModuleTableKey);
+  EXPECT_NE(table.find("\"/Net/Layer.1/Attn\":{\"path\":\"layers.1.attn\",\"class\":\"pkg.Attn\","
+                       "\"folded_into\":[\"c\"]}"),
+            std::string::npos)
+      << table;
+  EXPECT_EQ(table.find("\"/Net/Layer.1\":{\"path\":\"layers.1\",\"class\":\"pkg.Layer\",\"folded_into\""),
+            std::string::npos)
+      << table;
+}
+
+TEST_F(AssignHierarchyTagsTest, ConstantWithoutLoanIsNotFoldedFrom) {
+  // Check that a constant no pass folded anything into lists no folded_from.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %c : Long(requires_grad=0, device=cpu) = onnx::Constant[value={1}]()
+  %r : Tensor = onnx::Add(%input, %c)
+  return (%r)
+)IR");
+  SetScope("c", layer0_);
+  SetScope("r", layer0_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_TRUE(Tagged(tagging, "c").folded_from.empty());
+  EXPECT_EQ(ModelEntry(Describe(tagging), kModuleTableKey).find("folded_into"), std::string::npos);
+}
+
+TEST_F(AssignHierarchyTagsTest, ResolverNamesTheScopeOfTheTaggedCall) {
+  // Check that a scope resolves to its innermost module, its call tag, and the scope of the tagged call.
+  call_tags_ = std::make_unique<CallTags>(modules_);
+  ScopeResolver resolver(modules_, *call_tags_);
+  ResolvedScope in_ln = resolver.Resolve(ln0_);
+  EXPECT_EQ(in_ln.module, kLn0);
+  EXPECT_EQ(call_tags_->Module(in_ln.tag), kAttn0);
+  EXPECT_EQ(in_ln.call_scope, attn0_.get());
+  ResolvedScope blank = resolver.Resolve(root_);
+  EXPECT_EQ(blank.module, -1);
+  EXPECT_EQ(blank.tag, -1);
+  EXPECT_EQ(blank.call_scope, nullptr);
+  EXPECT_EQ(call_tags_->Tag(in_ln.tag), "/Net/Layer.0/Attn");
 }
 
 }  // namespace

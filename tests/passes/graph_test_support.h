@@ -24,6 +24,16 @@ inline torch::jit::ScopePtr InstanceScope(const torch::jit::ScopePtr& parent, in
   return PushScope(parent, MarkInstanceScopeName(module_index, torch_name));
 }
 
+// How many nodes of `kind` a block holds, nested blocks included.
+inline int CountKind(torch::jit::Block* block, c10::Symbol kind) {
+  int count = 0;
+  for (torch::jit::Node* node : block->nodes()) {
+    if (node->kind() == kind) ++count;
+    for (torch::jit::Block* nested : node->blocks()) count += CountKind(nested, kind);
+  }
+  return count;
+}
+
 class GraphTest : public ::testing::Test {
  protected:
   // The IR parser reads no scopes (attach them with SetScope) and names only

@@ -17,19 +17,8 @@ using torch::jit::Value;
 const c10::Symbol kCallBegin = c10::Symbol::fromQualString("hiertag::call_begin");
 const c10::Symbol kCallEnd = c10::Symbol::fromQualString("hiertag::call_end");
 
-int CountKind(torch::jit::Block* block, c10::Symbol kind) {
-  int count = 0;
-  for (Node* node : block->nodes()) {
-    if (node->kind() == kind) ++count;
-    for (torch::jit::Block* nested : node->blocks()) count += CountKind(nested, kind);
-  }
-  return count;
-}
-
 class MarkInlinedCallsTest : public testing::GraphTest {
  protected:
-  Node* NodeOf(const std::string& value_name) { return vmap_.at(value_name)->node(); }
-
   // Inserts a marker right before the node producing `value_name`, created in `scope`.
   void InsertMarkerBefore(const std::string& value_name, CallMarker marker, const ScopePtr& scope) {
     torch::jit::WithInsertPoint insert_point(NodeOf(value_name));
@@ -73,7 +62,7 @@ TEST_F(MarkInlinedCallsTest, BlankNodesBetweenMarkersBorrowCallSiteScope) {
   NodeOf("a")->setScope(layer0_);
   InsertMarkerBefore("b", CallMarker::kBegin, layer1_);
   InsertMarkerBefore("d", CallMarker::kEnd, layer1_);
-  ASSERT_EQ(CountKind(graph_->block(), kCallBegin), 1);
+  ASSERT_EQ(testing::CountKind(graph_->block(), kCallBegin), 1);
 
   EXPECT_EQ(RunPass(), 2);
 
@@ -87,8 +76,8 @@ TEST_F(MarkInlinedCallsTest, BlankNodesBetweenMarkersBorrowCallSiteScope) {
         << name;
   }
   EXPECT_EQ(NodeOf("b")->scope(), NodeOf("c")->scope());
-  EXPECT_EQ(CountKind(graph_->block(), kCallBegin), 0);
-  EXPECT_EQ(CountKind(graph_->block(), kCallEnd), 0);
+  EXPECT_EQ(testing::CountKind(graph_->block(), kCallBegin), 0);
+  EXPECT_EQ(testing::CountKind(graph_->block(), kCallEnd), 0);
 }
 
 TEST_F(MarkInlinedCallsTest, NodesOutsideMarkersAreNotLent) {
@@ -162,8 +151,8 @@ TEST_F(MarkInlinedCallsTest, BlankMarkersLendNothing) {
 
   EXPECT_EQ(NodeOf("b")->scope(), blank);
   EXPECT_EQ(NodeOf("c")->scope(), blank);
-  EXPECT_EQ(CountKind(graph_->block(), kCallBegin), 0);
-  EXPECT_EQ(CountKind(graph_->block(), kCallEnd), 0);
+  EXPECT_EQ(testing::CountKind(graph_->block(), kCallBegin), 0);
+  EXPECT_EQ(testing::CountKind(graph_->block(), kCallEnd), 0);
 }
 
 TEST_F(MarkInlinedCallsTest, SecondRunChangesNothing) {

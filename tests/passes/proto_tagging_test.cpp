@@ -258,9 +258,9 @@ std::string LoopModel(const std::string& after_graph = "") {
 }
 
 std::vector<SerializedNodeTag> LoopModelTags() {
-  return {{"Relu", "/Net/Layer.0", {}},    {"Constant", "/Net", {}},
-          {"Loop", "/Net/Layer.1", {}},    {"Add", "/Net/Layer.1/Attn", {}},
-          {"Mul", "/Net/Layer.1", {}},     {"Identity", "/Net", {}}};
+  return {{"Relu", "/Net/Layer.0", {}, {}},    {"Constant", "/Net", {}, {}},
+          {"Loop", "/Net/Layer.1", {}, {}},    {"Add", "/Net/Layer.1/Attn", {}, {}},
+          {"Mul", "/Net/Layer.1", {}, {}},     {"Identity", "/Net", {}, {}}};
 }
 
 TEST(ProtoTaggingTest, EveryNodeGainsItsTag) {
@@ -268,7 +268,7 @@ TEST(ProtoTaggingTest, EveryNodeGainsItsTag) {
   std::string model = ModelProto(GraphProto({NodeProto("Relu", "/l0/Relu"), NodeProto("Sigmoid", "/l1/Sigmoid")}));
   std::string tagged, error;
   ASSERT_TRUE(AddTagsToSerializedModel(
-      model, {{"Relu", "/Net/Layer.0", {}}, {"Sigmoid", "/Net/Layer.1", {}}}, kModelEntries, &tagged,
+      model, {{"Relu", "/Net/Layer.0", {}, {}}, {"Sigmoid", "/Net/Layer.1", {}, {}}}, kModelEntries, &tagged,
       &error))
       << error;
   std::vector<SeenNode> nodes = NodesOf(tagged);
@@ -284,7 +284,7 @@ TEST(ProtoTaggingTest, NodeBytesArePreservedBeforeTheTag) {
   std::string node = NodeProto("Relu", "/l0/Relu");
   std::string model = ModelProto(GraphProto({node}));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Relu", "/Net", {}}}, {}, &tagged, &error)) << error;
+  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Relu", "/Net", {}, {}}}, {}, &tagged, &error)) << error;
   std::string tagged_node = Only(Only(tagged, kModelGraph), kGraphNode);
   ASSERT_GT(tagged_node.size(), node.size());
   EXPECT_EQ(tagged_node.substr(0, node.size()), node);
@@ -328,7 +328,7 @@ TEST(ProtoTaggingTest, SharedNodeGetsSharedWithEntry) {
   std::string tagged, error;
   ASSERT_TRUE(AddTagsToSerializedModel(
       model,
-      {{"Shape", "/Net/Layer.0", {"/Net/Layer.1", "/Net/Layer.2"}}, {"Relu", "/Net/Layer.1", {}}},
+      {{"Shape", "/Net/Layer.0", {"/Net/Layer.1", "/Net/Layer.2"}, {}}, {"Relu", "/Net/Layer.1", {}, {}}},
       {}, &tagged, &error))
       << error;
   std::vector<SeenNode> nodes = NodesOf(tagged);
@@ -343,7 +343,7 @@ TEST(ProtoTaggingTest, UnsharedNodeGetsNoSharedWithEntry) {
   // Check that an empty shared_with writes no hiertag.shared_with entry.
   std::string model = ModelProto(GraphProto({NodeProto("Shape", "/l0/Shape")}));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Shape", "/Net/Layer.0", {}}}, {}, &tagged, &error))
+  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Shape", "/Net/Layer.0", {}, {}}}, {}, &tagged, &error))
       << error;
   std::string node = Only(Only(tagged, kModelGraph), kGraphNode);
   EXPECT_EQ(Payloads(node, kNodeMetadataProps).size(), 1u);
@@ -354,7 +354,7 @@ TEST(ProtoTaggingTest, SharedWithTagsAreJsonQuoted) {
   // Check that a tag holding a '"' or '\' is JSON-escaped inside the shared_with array.
   std::string model = ModelProto(GraphProto({NodeProto("Shape", "/l0/Shape")}));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Shape", "/Net", {"/Net/Odd[a\"b\\c]"}}}, {},
+  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Shape", "/Net", {"/Net/Odd[a\"b\\c]"}, {}}}, {},
                                        &tagged, &error))
       << error;
   std::vector<SeenNode> nodes = NodesOf(tagged);
@@ -375,7 +375,7 @@ TEST(ProtoTaggingTest, ModelEntriesGoBeforeHigherFields) {
                                    kModelMetadataProps, kModelMetadataProps, kModelTrainingInfo}));
   EXPECT_EQ(MetadataEntries(tagged, kModelMetadataProps),
             (Entries{{"hiertag.modules", R"({"/Net":{"path":"","class":"pkg.Net"}})"},
-                     {"hiertag.format_version", "1"}}));
+                     {"hiertag.format_version", std::string(kFormatVersion)}}));
   EXPECT_EQ(Decode(tagged).back().raw, training_info);
 }
 
@@ -399,7 +399,7 @@ TEST(ProtoTaggingTest, ExistingModelMetadataIsKeptBeforeOurs) {
   EXPECT_EQ(MetadataEntries(tagged, kModelMetadataProps),
             (Entries{{"author", "me"},
                      {"hiertag.modules", R"({"/Net":{"path":"","class":"pkg.Net"}})"},
-                     {"hiertag.format_version", "1"}}));
+                     {"hiertag.format_version", std::string(kFormatVersion)}}));
   EXPECT_EQ(FieldNumbers(tagged).back(), kModelTrainingInfo);
 }
 
@@ -428,7 +428,7 @@ TEST(ProtoTaggingTest, OpTypeMismatchFailsNamingBoth) {
   std::string model = ModelProto(GraphProto({NodeProto("Relu", "/l0/Relu"), NodeProto("Sigmoid", "/l1/Sigmoid")}));
   std::string tagged = "untouched", error;
   EXPECT_FALSE(AddTagsToSerializedModel(
-      model, {{"Relu", "/Net/Layer.0", {}}, {"Tanh", "/Net/Layer.1", {}}}, kModelEntries, &tagged, &error));
+      model, {{"Relu", "/Net/Layer.0", {}, {}}, {"Tanh", "/Net/Layer.1", {}, {}}}, kModelEntries, &tagged, &error));
   EXPECT_EQ(tagged, "untouched");
   EXPECT_NE(error.find("Sigmoid"), std::string::npos) << error;
   EXPECT_NE(error.find("Tanh"), std::string::npos) << error;
@@ -459,7 +459,7 @@ TEST(ProtoTaggingTest, TooFewTagsFail) {
 TEST(ProtoTaggingTest, TooManyTagsFail) {
   // Check that a tag list longer than the model's nodes fails and leaves the output untouched.
   std::vector<SerializedNodeTag> tags = LoopModelTags();
-  tags.push_back({"Relu", "/Net", {}});
+  tags.push_back({"Relu", "/Net", {}, {}});
   std::string tagged = "untouched", error;
   EXPECT_FALSE(AddTagsToSerializedModel(LoopModel(), tags, kModelEntries, &tagged, &error));
   EXPECT_EQ(tagged, "untouched");
@@ -505,7 +505,7 @@ TEST(ProtoTaggingTest, NodeWithoutOpTypeFails) {
   // Check that a NodeProto without op_type is rejected rather than tagged blindly.
   std::string node = BytesField(kNodeInput, "x") + BytesField(kNodeName, "/n");
   std::string tagged = "untouched", error;
-  EXPECT_FALSE(AddTagsToSerializedModel(ModelProto(GraphProto({node})), {{"Relu", "/Net", {}}}, {},
+  EXPECT_FALSE(AddTagsToSerializedModel(ModelProto(GraphProto({node})), {{"Relu", "/Net", {}, {}}}, {},
                                         &tagged, &error));
   EXPECT_EQ(tagged, "untouched");
   EXPECT_FALSE(error.empty());

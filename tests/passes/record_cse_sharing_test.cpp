@@ -17,16 +17,8 @@ using torch::jit::Scope;
 using torch::jit::ScopePtr;
 using torch::jit::Value;
 
-int CountKind(const Graph& graph, c10::Symbol kind) {
-  int count = 0;
-  for (const Node* node : graph.nodes()) count += node->kind() == kind ? 1 : 0;
-  return count;
-}
-
 class RecordCseSharingTest : public testing::GraphTest {
  protected:
-  Node* NodeOf(const std::string& value_name) { return vmap_.at(value_name)->node(); }
-
   int RunPass() {
     int lent = RecordCseSharing(*graph_, borrowed_,
                                 [&] { torch::jit::EliminateCommonSubexpression(graph_); });
@@ -66,7 +58,7 @@ TEST_F(RecordCseSharingTest, DuplicateInOtherScopeIsShared) {
 
   EXPECT_EQ(RunPass(), 1);
 
-  EXPECT_EQ(CountKind(*graph_, kMul), 1);
+  EXPECT_EQ(testing::CountKind(graph_->block(), kMul), 1);
   EXPECT_EQ(sigmoid->input(0)->node(), kept);
   const BorrowedScopes::Loan* loan = borrowed_.Find(kept->scope());
   ASSERT_NE(loan, nullptr);
@@ -87,7 +79,7 @@ TEST_F(RecordCseSharingTest, DuplicateInSameScopeIsNotShared) {
 
   EXPECT_EQ(RunPass(), 0);
 
-  EXPECT_EQ(CountKind(*graph_, kMul), 1);
+  EXPECT_EQ(testing::CountKind(graph_->block(), kMul), 1);
   EXPECT_EQ(kept->scope(), layer0_);
   EXPECT_TRUE(borrowed_.empty());
 }
@@ -102,7 +94,7 @@ TEST_F(RecordCseSharingTest, BlankDuplicateIsNotShared) {
 
   EXPECT_EQ(RunPass(), 0);
 
-  EXPECT_EQ(CountKind(*graph_, kMul), 1);
+  EXPECT_EQ(testing::CountKind(graph_->block(), kMul), 1);
   EXPECT_EQ(kept->scope(), layer0_);
   EXPECT_TRUE(borrowed_.empty());
 }
@@ -122,7 +114,7 @@ graph(%x : Tensor, %y : Tensor):
 
   EXPECT_EQ(RunPass(), 0);
 
-  EXPECT_EQ(CountKind(*graph_, kMul), 2);
+  EXPECT_EQ(testing::CountKind(graph_->block(), kMul), 2);
   EXPECT_EQ(NodeOf("a")->scope(), layer0_);
   EXPECT_EQ(NodeOf("b")->scope(), layer1_);
 }
@@ -143,7 +135,7 @@ graph(%x : Tensor):
 
   EXPECT_EQ(RunPass(), 1);
 
-  ASSERT_EQ(CountKind(*graph_, kMul), 1);
+  ASSERT_EQ(testing::CountKind(graph_->block(), kMul), 1);
   ASSERT_EQ(graph_->outputs()[1]->node(), kept);
   const BorrowedScopes::Loan* loan = borrowed_.Find(kept->scope());
   ASSERT_NE(loan, nullptr) << "the merge of layers.1's aten::mul into layers.0's was not recorded";
@@ -197,8 +189,8 @@ graph(%x : Tensor):
 
   EXPECT_EQ(RunPass(), 2);
 
-  EXPECT_EQ(CountKind(*graph_, kMul), 1);
-  EXPECT_EQ(CountKind(*graph_, kNeg), 1);
+  EXPECT_EQ(testing::CountKind(graph_->block(), kMul), 1);
+  EXPECT_EQ(testing::CountKind(graph_->block(), kNeg), 1);
   EXPECT_EQ(sigmoid->input(0)->node(), NodeOf("e"));
   for (const char* name : {"a", "e"}) {
     const BorrowedScopes::Loan* loan = LoanOf(name);
@@ -231,7 +223,7 @@ graph(%x : Tensor):
 
   EXPECT_EQ(RunPass(), 1);
 
-  EXPECT_EQ(CountKind(*graph_, kMul), 1);
+  EXPECT_EQ(testing::CountKind(graph_->block(), kMul), 1);
   const BorrowedScopes::Loan* loan = borrowed_.Find(kept->scope());
   ASSERT_NE(loan, nullptr);
   EXPECT_EQ(loan->recorded, layer0_);
@@ -261,7 +253,7 @@ TEST_F(RecordCseSharingTest, KeptInlinedNodeKeepsItsOriginalForRestore) {
   Node* kept = NodeOf("a");
   ScopePtr blank = kept->scope();
   ASSERT_TRUE(blank->isBlank());
-  kept->setScope(borrowed_.Lend({layer0_, blank, {}}));
+  kept->setScope(borrowed_.Lend({layer0_, blank, {}, {}, {}, {}}));
   SetScope("c", layer0_);
   SetScope("b", layer1_);
   SetScope("d", layer1_);
@@ -283,7 +275,7 @@ TEST_F(RecordCseSharingTest, RemovedInlinedNodeContributesItsCallSite) {
   SetScope("a", layer0_);
   SetScope("c", layer0_);
   ScopePtr blank = NodeOf("b")->scope();
-  SetScope("b", borrowed_.Lend({layer1_, blank, {}}));
+  SetScope("b", borrowed_.Lend({layer1_, blank, {}, {}, {}, {}}));
   SetScope("d", layer1_);
   Node* kept = NodeOf("a");
 

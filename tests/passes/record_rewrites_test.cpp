@@ -1,0 +1,734 @@
+// Tests of RecordRewrites: groups of removed nodes classified by what replaced them.
+// Each pass is a lambda doing the graph surgery a torch pass does.
+#include "hiertag/record_rewrites.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/testing/file_check.h>
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph_test_support.h"
+#include "hiertag/assign_hierarchy_tags.h"
+#include "hiertag/call_tags.h"
+#include "hiertag/module_table.h"
+
+namespace hiertag {
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Scope;
+using torch::jit::ScopePtr;
+using torch::jit::Value;
+
+constexpr const char* kPass = "_jit_pass_test_surgery";
+
+// Module indices of the table the tagging cross-checks use.
+constexpr int kNet = 0;
+constexpr int kToLast = 1;
+constexpr int kToFirst = 2;
+constexpr int kHead = 3;
+
+class RecordRewritesTest : public testing::GraphTest {
+ protected:
+  void SetUp() override {
+    EXPECT_EQ(modules_.Add("", "pkg.Net", "Net", true), kNet);
+    EXPECT_EQ(modules_.Add("to_last", "pkg.ToLast", "ToLast", true), kToLast);
+    EXPECT_EQ(modules_.Add("to_first", "pkg.ToFirst", "ToFirst", true), kToFirst);
+    EXPECT_EQ(modules_.Add("head", "pkg.Head", "Head", true), kHead);
+    modules_.Finalize();
+  }
+
+  void RunPass(const std::function<void()>& surgery) {
+    RecordRewrites(*graph_, kPass, borrowed_, log_, surgery);
+    graph_->lint();
+  }
+
+  // Tags the graph with the rewrites recorded so far.
+  HierarchyTagging Tag() {
+    call_tags_ = std::make_unique<CallTags>(modules_);
+    return AssignHierarchyTags(*graph_, modules_, *call_tags_, borrowed_, {}, -1, nullptr, &log_);
+  }
+
+  // The tag strings of call tag ids, sorted.
+  std::vector<std::string> TagsOf(const std::vector<int>& ids) {
+    std::vector<std::string> tags;
+    for (int id : ids) tags.push_back(call_tags_->Tag(id));
+    std::sort(tags.begin(), tags.end());
+    return tags;
+  }
+
+  // Scopes in a fixed order, for comparing lists whose order the pass does not promise.
+  static std::vector<ScopePtr> Sorted(std::vector<ScopePtr> scopes) {
+    std::sort(scopes.begin(), scopes.end(), [](const ScopePtr& a, const ScopePtr& b) { return a.get() < b.get(); });
+    return scopes;
+  }
+
+  // The one top-level node of `kind`.
+  Node* Only(c10::Symbol kind) {
+    Node* found = nullptr;
+    for (Node* node : graph_->nodes()) {
+      if (node->kind() == kind) {
+        EXPECT_EQ(found, nullptr) << "more than one " << kind.toQualString();
+        found = node;
+      }
+    }
+    EXPECT_NE(found, nullptr) << "no " << kind.toQualString();
+    return found;
+  }
+
+  ModuleTable modules_;
+  std::unique_ptr<CallTags> call_tags_;
+  RewriteLog log_;
+  ScopePtr net_ = testing::InstanceScope(c10::make_intrusive<Scope>(), kNet, "pkg.Net::");
+  ScopePtr to_last_ = testing::InstanceScope(net_, kToLast, "pkg.ToLast::to_last");
+  ScopePtr to_first_ = testing::InstanceScope(net_, kToFirst, "pkg.ToFirst::to_first");
+  ScopePtr head_ = testing::InstanceScope(net_, kHead, "pkg.Head::head");
+};
+
+const c10::Symbol kConv = c10::Symbol::onnx("Conv");
+const c10::Symbol kConstant = c10::Symbol::onnx("Constant");
+
+// A permutation to channels-last and its inverse, then a consumer.
+constexpr const char* kTransposePair = R"IR(
+graph(%x : Tensor, %scale : Tensor):
+  %t1 : Tensor = onnx::Transpose[perm=[0, 2, 3, 1]](%x)
+  %t2 : Tensor = onnx::Transpose[perm=[0, 3, 1, 2]](%t1)
+  %y : Tensor = onnx::Mul(%t2, %scale)
+  return (%y)
+)IR";
+
+// What the ONNX peephole does with a Transpose and its inverse: both go, the consumer reads their input.
+std::function<void()> CancelTransposePair(std::unordered_map<std::string, Value*>& values) {
+  Node* t1 = values.at("t1")->node();
+  Node* t2 = values.at("t2")->node();
+  Value* x = values.at("x");
+  return [t1, t2, x] {
+    t2->output()->replaceAllUsesWith(x);
+    t2->destroy();
+    t1->destroy();
+  };
+}
+
+TEST_F(RecordRewritesTest, TransposePairAcrossModulesIsRecordedRemoved) {
+  // Check that a Transpose in to_last cancelled with its inverse in to_first gives one removed record with both scopes.
+  Parse(kTransposePair);
+  SetScope("t1", to_last_);
+  SetScope("t2", to_first_);
+  SetScope("y", to_first_);
+
+  RunPass(CancelTransposePair(vmap_));
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK-NOT: onnx::Transpose
+# CHECK: onnx::Mul(%x, %scale)
+)",
+                                       *graph_);
+  ASSERT_EQ(log_.records.size(), 1u);
+  const RewriteRecord& record = log_.records[0];
+  EXPECT_EQ(record.kind, RewriteRecord::Kind::kRemoved);
+  EXPECT_EQ(record.pass, kPass);
+  EXPECT_EQ(Sorted(record.scopes), Sorted({to_last_, to_first_}));
+  EXPECT_EQ(record.initializer, 0u);
+  EXPECT_EQ(log_.fused, 0);
+  EXPECT_EQ(log_.merged, 0);
+  EXPECT_TRUE(borrowed_.empty());
+}
+
+TEST_F(RecordRewritesTest, TransposePairInOneModuleIsNotRecorded) {
+  // Check that a Transpose and its inverse cancelled inside one module call record nothing.
+  Parse(kTransposePair);
+  SetScope("t1", to_last_);
+  SetScope("t2", to_last_);
+  SetScope("y", to_first_);
+
+  RunPass(CancelTransposePair(vmap_));
+
+  EXPECT_EQ(testing::CountKind(graph_->block(), c10::Symbol::onnx("Transpose")), 0);
+  EXPECT_TRUE(log_.records.empty());
+  EXPECT_TRUE(borrowed_.empty());
+}
+
+TEST_F(RecordRewritesTest, RemovedRecordResolvesToBothTagsWhenTagging) {
+  // Check that AssignHierarchyTags turns the removed record into a rewrite naming both call tags.
+  Parse(kTransposePair);
+  SetScope("t1", to_last_);
+  SetScope("t2", to_first_);
+  SetScope("y", to_first_);
+  RunPass(CancelTransposePair(vmap_));
+
+  HierarchyTagging tagging = Tag();
+
+  ASSERT_EQ(tagging.rewrites.size(), 1u);
+  EXPECT_EQ(tagging.rewrites[0].kind, RewriteRecord::Kind::kRemoved);
+  EXPECT_EQ(tagging.rewrites[0].pass, kPass);
+  EXPECT_TRUE(std::is_sorted(tagging.rewrites[0].tags.begin(), tagging.rewrites[0].tags.end()));
+  EXPECT_EQ(TagsOf(tagging.rewrites[0].tags), (std::vector<std::string>{"/Net/ToFirst", "/Net/ToLast"}));
+}
+
+// A Conv and the BatchNormalization after it, then a consumer.
+constexpr const char* kConvBatchNorm = R"IR(
+graph(%x : Tensor, %w : Tensor, %scale : Tensor, %bias : Tensor, %mean : Tensor, %var : Tensor):
+  %conv : Tensor = onnx::Conv(%x, %w)
+  %bn : Tensor = onnx::BatchNormalization(%conv, %scale, %bias, %mean, %var)
+  %y : Tensor = onnx::Relu(%bn)
+  return (%y)
+)IR";
+
+// What the eval peephole does: a new Conv with folded weights (new initializers) replaces both.
+std::function<void()> FuseConvBatchNorm(torch::jit::Graph& graph, std::unordered_map<std::string, Value*>& values) {
+  Node* conv = values.at("conv")->node();
+  Node* bn = values.at("bn")->node();
+  Value* x = values.at("x");
+  return [&graph, conv, bn, x] {
+    Value* fused_w = graph.addInput("fused_w");
+    Value* fused_b = graph.addInput("fused_b");
+    Node* fused = graph.create(kConv, {x, fused_w, fused_b}, 1);
+    fused->insertBefore(bn);
+    fused->copyMetadata(conv);
+    fused->output()->setDebugName("fused");
+    bn->output()->replaceAllUsesWith(fused->output());
+    bn->destroy();
+    conv->destroy();
+  };
+}
+
+TEST_F(RecordRewritesTest, ConvFusedWithOtherModulesBatchNormCarriesSpans) {
+  // Check that a new Conv taking over to_last's Conv and to_first's BatchNorm is lent a loan spanning to_first.
+  Parse(kConvBatchNorm);
+  SetScope("conv", to_last_);
+  SetScope("bn", to_first_);
+  SetScope("y", to_first_);
+
+  RunPass(FuseConvBatchNorm(*graph_, vmap_));
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK-NOT: onnx::BatchNormalization
+# CHECK: %fused : Tensor = onnx::Conv(%x, %fused_w, %fused_b)
+# CHECK: onnx::Relu(%fused)
+)",
+                                       *graph_);
+  Node* fused = Only(kConv);
+  const BorrowedScopes::Loan* loan = borrowed_.Find(fused->scope());
+  ASSERT_NE(loan, nullptr);
+  EXPECT_EQ(loan->recorded, to_last_);
+  EXPECT_EQ(loan->original, to_last_);
+  EXPECT_EQ(loan->spans, (std::vector<ScopePtr>{to_first_}));
+  EXPECT_EQ(loan->rewrite, kPass);
+  EXPECT_TRUE(loan->shared_with.empty());
+  EXPECT_TRUE(loan->folded_from.empty());
+  EXPECT_EQ(log_.fused, 1);
+  EXPECT_TRUE(log_.records.empty());
+}
+
+TEST_F(RecordRewritesTest, ConvFusedWithBatchNormOfSameModuleCarriesNoSpans) {
+  // Check that fusing a Conv and a BatchNorm of one module call lends nothing and counts no fused node.
+  Parse(kConvBatchNorm);
+  SetScope("conv", to_last_);
+  SetScope("bn", to_last_);
+  SetScope("y", to_first_);
+
+  RunPass(FuseConvBatchNorm(*graph_, vmap_));
+
+  Node* fused = Only(kConv);
+  EXPECT_EQ(fused->scope(), to_last_);
+  EXPECT_TRUE(borrowed_.empty());
+  EXPECT_EQ(log_.fused, 0);
+  EXPECT_TRUE(log_.records.empty());
+}
+
+// Two Conv+BatchNormalization pairs in a row, fused in one pass (the eval peephole on consecutive layers).
+constexpr const char* kTwoConvBatchNorms = R"IR(
+graph(%x : Tensor, %w1 : Tensor, %w2 : Tensor, %scale : Tensor, %bias : Tensor, %mean : Tensor, %var : Tensor):
+  %conv1 : Tensor = onnx::Conv(%x, %w1)
+  %bn1 : Tensor = onnx::BatchNormalization(%conv1, %scale, %bias, %mean, %var)
+  %conv2 : Tensor = onnx::Conv(%bn1, %w2)
+  %bn2 : Tensor = onnx::BatchNormalization(%conv2, %scale, %bias, %mean, %var)
+  %y : Tensor = onnx::Relu(%bn2)
+  return (%y)
+)IR";
+
+// Fuses both pairs; each new Conv copies its old Conv's metadata. Names the new Convs %fused1 and %fused2.
+std::function<void()> FuseTwoConvBatchNorms(torch::jit::Graph& graph, std::unordered_map<std::string, Value*>& values) {
+  Node* conv1 = values.at("conv1")->node();
+  Node* bn1 = values.at("bn1")->node();
+  Node* conv2 = values.at("conv2")->node();
+  Node* bn2 = values.at("bn2")->node();
+  Value* x = values.at("x");
+  return [&graph, conv1, bn1, conv2, bn2, x] {
+    Node* fused1 = graph.create(kConv, {x, graph.addInput("fused_w1"), graph.addInput("fused_b1")}, 1);
+    fused1->insertBefore(bn1)->copyMetadata(conv1)->output()->setDebugName("fused1");
+    bn1->output()->replaceAllUsesWith(fused1->output());
+    Node* fused2 = graph.create(kConv, {fused1->output(), graph.addInput("fused_w2"), graph.addInput("fused_b2")}, 1);
+    fused2->insertBefore(bn2)->copyMetadata(conv2)->output()->setDebugName("fused2");
+    bn2->output()->replaceAllUsesWith(fused2->output());
+    bn2->destroy();
+    conv2->destroy();
+    bn1->destroy();
+    conv1->destroy();
+  };
+}
+
+// The new Conv whose output is named `name`.
+Node* FusedConv(torch::jit::Graph& graph, const std::string& name) {
+  for (Node* node : graph.nodes()) {
+    if (node->kind() == kConv && node->output()->debugName() == name) return node;
+  }
+  ADD_FAILURE() << "no Conv %" << name;
+  return nullptr;
+}
+
+TEST_F(RecordRewritesTest, SideBySideFusionsInTheirOwnModulesCarryNoSpans) {
+  // Check that two Conv+BatchNorm fusions, each inside one module call, lend neither new Conv anything.
+  Parse(kTwoConvBatchNorms);
+  SetScope("conv1", to_last_);
+  SetScope("bn1", to_last_);
+  SetScope("conv2", to_first_);
+  SetScope("bn2", to_first_);
+  SetScope("y", head_);
+
+  RunPass(FuseTwoConvBatchNorms(*graph_, vmap_));
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK-NOT: onnx::BatchNormalization
+# CHECK: %fused1 : Tensor = onnx::Conv(%x, %fused_w1, %fused_b1)
+# CHECK: %fused2 : Tensor = onnx::Conv(%fused1, %fused_w2, %fused_b2)
+)",
+                                       *graph_);
+  EXPECT_EQ(FusedConv(*graph_, "fused1")->scope(), to_last_);
+  EXPECT_EQ(FusedConv(*graph_, "fused2")->scope(), to_first_);
+  EXPECT_TRUE(borrowed_.empty());
+  EXPECT_TRUE(log_.records.empty());
+}
+
+TEST_F(RecordRewritesTest, SideBySideFusionsAcrossModulesEachCarryTheirOwnSpans) {
+  // Check that with each BatchNorm in the next module, each new Conv spans exactly the module of the BatchNorm it took.
+  Parse(kTwoConvBatchNorms);
+  SetScope("conv1", to_last_);
+  SetScope("bn1", to_first_);
+  SetScope("conv2", to_first_);
+  SetScope("bn2", head_);
+  SetScope("y", head_);
+
+  RunPass(FuseTwoConvBatchNorms(*graph_, vmap_));
+
+  const BorrowedScopes::Loan* first = borrowed_.Find(FusedConv(*graph_, "fused1")->scope());
+  EXPECT_NE(first, nullptr) << "%fused1 took over to_first's BatchNormalization";
+  if (first != nullptr) {
+    EXPECT_EQ(first->recorded, to_last_);
+    EXPECT_EQ(first->spans, (std::vector<ScopePtr>{to_first_}));
+  }
+  const BorrowedScopes::Loan* second = borrowed_.Find(FusedConv(*graph_, "fused2")->scope());
+  EXPECT_NE(second, nullptr) << "%fused2 took over head's BatchNormalization";
+  if (second != nullptr) {
+    EXPECT_EQ(second->recorded, to_first_);
+    EXPECT_EQ(second->spans, (std::vector<ScopePtr>{head_}));
+  }
+  EXPECT_EQ(log_.fused, 2);
+}
+
+TEST_F(RecordRewritesTest, FusedConvGoesToCommonAncestorWhenTagging) {
+  // Check that the fused Conv is tagged with the common ancestor of both modules and lists both as spans.
+  Parse(kConvBatchNorm);
+  SetScope("conv", to_last_);
+  SetScope("bn", to_first_);
+  SetScope("y", to_first_);
+  RunPass(FuseConvBatchNorm(*graph_, vmap_));
+
+  HierarchyTagging tagging = Tag();
+
+  const TaggedNode* fused = nullptr;
+  for (const TaggedNode& tagged : tagging.nodes) {
+    if (tagged.node->kind() == kConv) fused = &tagged;
+  }
+  ASSERT_NE(fused, nullptr);
+  EXPECT_EQ(call_tags_->Tag(fused->tag), "/Net");
+  EXPECT_EQ(TagsOf(fused->spans), (std::vector<std::string>{"/Net/ToFirst", "/Net/ToLast"}));
+  EXPECT_EQ(fused->rewrite, kPass);
+}
+
+// to_last negates a weight and transposes it; head multiplies by the result.
+constexpr const char* kFoldableWeight = R"IR(
+graph(%x : Tensor, %w : Tensor, %other : Tensor):
+  %n : Tensor = onnx::Neg(%w)
+  %t : Tensor = onnx::Transpose[perm=[1, 0]](%n)
+  %y : Tensor = onnx::MatMul(%x, %t)
+  return (%y)
+)IR";
+
+// Removes n and t, and makes y read `replacement` (made by `make_replacement` inside the pass).
+std::function<void()> ReplaceWeightChain(std::unordered_map<std::string, Value*>& values,
+                                         std::function<Value*()> make_replacement) {
+  Node* n = values.at("n")->node();
+  Node* t = values.at("t")->node();
+  Node* y = values.at("y")->node();
+  return [n, t, y, make_replacement] {
+    y->replaceInput(1, make_replacement());
+    t->destroy();
+    n->destroy();
+  };
+}
+
+TEST_F(RecordRewritesTest, ConsumerReadingNewInitializerIsRecordedFolded) {
+  // Check that a group whose consumer now reads a new graph input (an initializer) gives a folded record naming it.
+  Parse(kFoldableWeight);
+  SetScope("n", to_last_);
+  SetScope("t", to_last_);
+  SetScope("y", head_);
+  Value* folded = nullptr;
+
+  RunPass(ReplaceWeightChain(vmap_, [&] { return folded = graph_->addInput("folded"); }));
+
+  ASSERT_NE(folded, nullptr);
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK-NOT: onnx::Neg
+# CHECK: onnx::MatMul(%x, %folded)
+)",
+                                       *graph_);
+  ASSERT_EQ(log_.records.size(), 1u);
+  const RewriteRecord& record = log_.records[0];
+  EXPECT_EQ(record.kind, RewriteRecord::Kind::kFolded);
+  EXPECT_EQ(record.pass, kPass);
+  EXPECT_EQ(record.scopes, (std::vector<ScopePtr>{to_last_}));
+  EXPECT_EQ(record.initializer, folded->unique());
+  EXPECT_TRUE(borrowed_.empty());
+}
+
+TEST_F(RecordRewritesTest, ConsumerReadingExistingInputIsNotRecordedFolded) {
+  // Check that a group whose consumer now reads a graph input that existed before the pass records no fold.
+  Parse(kFoldableWeight);
+  SetScope("n", to_last_);
+  SetScope("t", to_last_);
+  SetScope("y", head_);
+  Value* other = vmap_.at("other");
+
+  RunPass(ReplaceWeightChain(vmap_, [other] { return other; }));
+
+  EXPECT_TRUE(log_.records.empty());
+  EXPECT_TRUE(borrowed_.empty());
+}
+
+TEST_F(RecordRewritesTest, FoldedInitializerNamesTheModuleThatLeftNoNode) {
+  // Check that at tagging, the folded record resolves to to_last's tag with the initializer's id.
+  Parse(kFoldableWeight);
+  SetScope("n", to_last_);
+  SetScope("t", to_last_);
+  SetScope("y", head_);
+  Value* folded = nullptr;
+  RunPass(ReplaceWeightChain(vmap_, [&] { return folded = graph_->addInput("folded"); }));
+
+  HierarchyTagging tagging = Tag();
+
+  ASSERT_EQ(tagging.rewrites.size(), 1u);
+  EXPECT_EQ(tagging.rewrites[0].kind, RewriteRecord::Kind::kFolded);
+  EXPECT_EQ(TagsOf(tagging.rewrites[0].tags), (std::vector<std::string>{"/Net/ToLast"}));
+  EXPECT_EQ(tagging.rewrites[0].initializer, folded->unique());
+}
+
+// A new Constant (no inputs) made by the pass in the graph's current scope.
+Value* NewConstant(torch::jit::Graph& graph, Node* before) {
+  Node* constant = graph.create(kConstant, 1);
+  constant->t_(c10::Symbol::attr("value"), at::ones({2, 2}));
+  constant->insertBefore(before);
+  constant->output()->setDebugName("folded");
+  return constant->output();
+}
+
+TEST_F(RecordRewritesTest, GroupFoldedIntoNewConstantLendsFoldedFrom) {
+  // Check that a group replaced by a new Constant lends it a loan listing the group's scope as folded_from.
+  Parse(kFoldableWeight);
+  SetScope("n", to_last_);
+  SetScope("t", to_last_);
+  SetScope("y", head_);
+  Node* y = NodeOf("y");
+
+  RunPass(ReplaceWeightChain(vmap_, [&] { return NewConstant(*graph_, y); }));
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK-NOT: onnx::Neg
+# CHECK: %folded : Tensor = onnx::Constant
+# CHECK: onnx::MatMul(%x, %folded)
+)",
+                                       *graph_);
+  Node* constant = Only(kConstant);
+  const BorrowedScopes::Loan* loan = borrowed_.Find(constant->scope());
+  ASSERT_NE(loan, nullptr);
+  EXPECT_EQ(loan->folded_from, (std::vector<ScopePtr>{to_last_}));
+  EXPECT_EQ(loan->recorded, to_last_);
+  EXPECT_TRUE(loan->original->isBlank());
+  EXPECT_TRUE(loan->spans.empty());
+  EXPECT_TRUE(loan->shared_with.empty());
+  EXPECT_TRUE(log_.records.empty());
+  EXPECT_EQ(Restore(), 1);
+  EXPECT_TRUE(Only(kConstant)->scope()->isBlank());
+}
+
+TEST_F(RecordRewritesTest, GroupOfTwoModulesFoldedIntoScopedConstantListsBoth) {
+  // Check that a Constant the pass made in head's scope keeps head as its record and lists both folded modules.
+  Parse(kFoldableWeight);
+  SetScope("n", to_last_);
+  SetScope("t", to_first_);
+  SetScope("y", head_);
+  Node* y = NodeOf("y");
+
+  RunPass(ReplaceWeightChain(vmap_, [&] {
+    Value* constant = NewConstant(*graph_, y);
+    constant->node()->setScope(head_);
+    return constant;
+  }));
+
+  const BorrowedScopes::Loan* loan = borrowed_.Find(Only(kConstant)->scope());
+  ASSERT_NE(loan, nullptr);
+  EXPECT_EQ(loan->recorded, head_);
+  EXPECT_EQ(loan->original, head_);
+  EXPECT_EQ(Sorted(loan->folded_from), Sorted({to_last_, to_first_}));
+  EXPECT_TRUE(log_.records.empty());
+}
+
+TEST_F(RecordRewritesTest, UnscopedGroupFoldedIntoNewConstantLendsNothing) {
+  // Check that folding nodes no module call recorded lends the new Constant nothing.
+  Parse(kFoldableWeight);
+  SetScope("y", head_);
+  Node* y = NodeOf("y");
+
+  RunPass(ReplaceWeightChain(vmap_, [&] { return NewConstant(*graph_, y); }));
+
+  EXPECT_TRUE(Only(kConstant)->scope()->isBlank());
+  EXPECT_TRUE(borrowed_.empty());
+  EXPECT_TRUE(log_.records.empty());
+}
+
+// %a (to_last) and %b (to_first) compute the same value; each feeds its own consumer.
+constexpr const char* kTwoEqualNodes = R"IR(
+graph(%x : Tensor):
+  %a : Tensor = onnx::Mul(%x, %x)
+  %c : Tensor = onnx::Relu(%a)
+  %b : Tensor = onnx::Mul(%x, %x)
+  %d : Tensor = onnx::Sigmoid(%b)
+  return (%c, %d)
+)IR";
+
+// A CSE-like merge: b's users read the older, equal a, and b goes.
+std::function<void()> MergeIntoOlder(std::unordered_map<std::string, Value*>& values) {
+  Node* a = values.at("a")->node();
+  Node* b = values.at("b")->node();
+  return [a, b] {
+    b->output()->replaceAllUsesWith(a->output());
+    b->destroy();
+  };
+}
+
+TEST_F(RecordRewritesTest, NodeMergedIntoOlderEqualNodeIsShared) {
+  // Check that when to_first's Mul is replaced by to_last's equal Mul, the kept node is shared with to_first.
+  Parse(kTwoEqualNodes);
+  SetScope("a", to_last_);
+  SetScope("c", to_last_);
+  SetScope("b", to_first_);
+  SetScope("d", to_first_);
+
+  RunPass(MergeIntoOlder(vmap_));
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK: %a : Tensor = onnx::Mul(%x, %x)
+# CHECK-NOT: onnx::Mul
+# CHECK: onnx::Sigmoid(%a)
+)",
+                                       *graph_);
+  const BorrowedScopes::Loan* loan = LoanOf("a");
+  ASSERT_NE(loan, nullptr);
+  EXPECT_EQ(loan->recorded, to_last_);
+  EXPECT_EQ(loan->original, to_last_);
+  EXPECT_EQ(loan->shared_with, (std::vector<ScopePtr>{to_first_}));
+  EXPECT_TRUE(loan->spans.empty());
+  EXPECT_EQ(log_.merged, 1);
+  EXPECT_TRUE(log_.records.empty());
+  EXPECT_EQ(LoanOf("d"), nullptr);
+}
+
+TEST_F(RecordRewritesTest, NodeMergedInsideOneModuleIsNotShared) {
+  // Check that merging two equal nodes of one module call lends nothing and counts no merged node.
+  Parse(kTwoEqualNodes);
+  for (const char* name : {"a", "b", "c", "d"}) SetScope(name, to_last_);
+
+  RunPass(MergeIntoOlder(vmap_));
+
+  EXPECT_EQ(NodeOf("a")->scope(), to_last_);
+  EXPECT_TRUE(borrowed_.empty());
+  EXPECT_EQ(log_.merged, 0);
+  EXPECT_TRUE(log_.records.empty());
+}
+
+TEST_F(RecordRewritesTest, DeadNodesAcrossModulesAreNotRecorded) {
+  // Check that dead nodes of two modules removed without users (torch's dead code elimination) record nothing.
+  Parse(R"IR(
+graph(%x : Tensor):
+  %a : Tensor = aten::neg(%x)
+  %b : Tensor = aten::abs(%a)
+  %y : Tensor = aten::relu(%x)
+  return (%y)
+)IR");
+  SetScope("a", to_last_);
+  SetScope("b", to_first_);
+  SetScope("y", head_);
+
+  RunPass([&] { torch::jit::EliminateDeadCode(graph_); });
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK-NOT: aten::neg
+# CHECK-NOT: aten::abs
+# CHECK: aten::relu(%x)
+)",
+                                       *graph_);
+  EXPECT_TRUE(log_.records.empty());
+  EXPECT_TRUE(borrowed_.empty());
+  EXPECT_EQ(log_.fused, 0);
+  EXPECT_EQ(log_.merged, 0);
+}
+
+TEST_F(RecordRewritesTest, PassChangingNothingRecordsNothing) {
+  // Check that observing a pass that leaves the graph alone records nothing and changes no scope.
+  Parse(kTransposePair);
+  SetScope("t1", to_last_);
+  SetScope("t2", to_first_);
+  SetScope("y", to_first_);
+  const std::string before = graph_->toString();
+
+  RunPass([] {});
+
+  EXPECT_EQ(graph_->toString(), before);
+  EXPECT_TRUE(log_.records.empty());
+  EXPECT_TRUE(borrowed_.empty());
+}
+
+TEST_F(RecordRewritesTest, NumberHandedBetweenModulesIsNotRecordedRemoved) {
+  // Check that a NumToTensor in to_last and the Int reading it in to_first, both dropped, record nothing: a number crossed.
+  Parse(R"IR(
+graph(%n : int, %x : Tensor):
+  %t : Long(requires_grad=0, device=cpu) = prim::NumToTensor(%n)
+  %i : int = aten::Int(%t)
+  %y : Tensor = aten::add(%x, %i)
+  return (%y)
+)IR");
+  SetScope("t", to_last_);
+  SetScope("i", to_first_);
+  SetScope("y", to_first_);
+  Node* t = NodeOf("t");
+  Node* i = NodeOf("i");
+  Value* n = vmap_.at("n");
+
+  RunPass([&] {
+    i->output()->replaceAllUsesWith(n);
+    i->destroy();
+    t->destroy();
+  });
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK-NOT: prim::NumToTensor
+# CHECK: aten::add(%x, %n)
+)",
+                                       *graph_);
+  EXPECT_TRUE(log_.records.empty());
+  EXPECT_TRUE(borrowed_.empty());
+}
+
+// Two cancelled pairs in a row: to_last/to_first, then to_first/head reading the first pair's consumer.
+constexpr const char* kTwoTransposePairs = R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %t1 : Tensor = onnx::Transpose[perm=[0, 2, 3, 1]](%x)
+  %t2 : Tensor = onnx::Transpose[perm=[0, 3, 1, 2]](%t1)
+  %y : Tensor = onnx::Mul(%t2, %w)
+  %u1 : Tensor = onnx::Transpose[perm=[0, 2, 3, 1]](%y)
+  %u2 : Tensor = onnx::Transpose[perm=[0, 3, 1, 2]](%u1)
+  %z : Tensor = onnx::Mul(%u2, %w)
+  return (%z)
+)IR";
+
+TEST_F(RecordRewritesTest, TwoCancelledPairsInARowAreBothRecordedRemoved) {
+  // Check that a cancelled pair whose users now read %y, itself rewired by the pass, is removed, not fused into %y.
+  Parse(kTwoTransposePairs);
+  SetScope("t1", to_last_);
+  SetScope("t2", to_first_);
+  SetScope("y", to_first_);
+  SetScope("u1", to_first_);
+  SetScope("u2", head_);
+  SetScope("z", head_);
+  Node* t1 = NodeOf("t1");
+  Node* t2 = NodeOf("t2");
+  Node* u1 = NodeOf("u1");
+  Node* u2 = NodeOf("u2");
+  Value* x = vmap_.at("x");
+  Value* y = vmap_.at("y");
+
+  RunPass([&] {
+    t2->output()->replaceAllUsesWith(x);
+    t2->destroy();
+    t1->destroy();
+    u2->output()->replaceAllUsesWith(y);
+    u2->destroy();
+    u1->destroy();
+  });
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK-NOT: onnx::Transpose
+# CHECK: %y : Tensor = onnx::Mul(%x, %w)
+# CHECK: onnx::Mul(%y, %w)
+)",
+                                       *graph_);
+  EXPECT_EQ(LoanOf("y"), nullptr) << "%y read the second pair's input; it took nothing over";
+  EXPECT_EQ(log_.fused, 0);
+  ASSERT_EQ(log_.records.size(), 2u);
+  std::vector<std::vector<ScopePtr>> removed;
+  for (const RewriteRecord& record : log_.records) {
+    EXPECT_EQ(record.kind, RewriteRecord::Kind::kRemoved);
+    removed.push_back(Sorted(record.scopes));
+  }
+  std::sort(removed.begin(), removed.end());
+  std::vector<std::vector<ScopePtr>> expected = {Sorted({to_last_, to_first_}), Sorted({to_first_, head_})};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(removed, expected);
+}
+
+TEST_F(RecordRewritesTest, BlankConstantFoldedFromTwoModulesIsRecordedTheSameEveryTime) {
+  // Check that a new unscoped Constant replacing nodes of to_first and head gets the same record on every run.
+  std::vector<std::shared_ptr<torch::jit::Graph>> graphs;  // kept alive, so every run has other addresses
+  std::vector<std::string> recorded;
+  // Six nodes ahead of the folded pair, so the pass's node maps hold enough entries to depend on addresses.
+  for (int run = 0; run < 200; ++run) {
+    Parse(R"IR(
+graph(%x : Tensor, %w : Tensor, %other : Tensor):
+  %a1 : Tensor = onnx::Relu(%x)
+  %a2 : Tensor = onnx::Relu(%a1)
+  %a3 : Tensor = onnx::Relu(%a2)
+  %a4 : Tensor = onnx::Relu(%a3)
+  %a5 : Tensor = onnx::Relu(%a4)
+  %a6 : Tensor = onnx::Relu(%a5)
+  %n : Tensor = onnx::Neg(%w)
+  %t : Tensor = onnx::Transpose[perm=[1, 0]](%n)
+  %y : Tensor = onnx::MatMul(%a6, %t)
+  return (%y)
+)IR");
+    graphs.push_back(graph_);
+    SetScope("n", to_first_);
+    SetScope("t", head_);
+    SetScope("y", head_);
+    Node* y = NodeOf("y");
+    RunPass(ReplaceWeightChain(vmap_, [&] { return NewConstant(*graph_, y); }));
+    const BorrowedScopes::Loan* loan = borrowed_.Find(Only(kConstant)->scope());
+    ASSERT_NE(loan, nullptr) << "run " << run;
+    EXPECT_EQ(Sorted(loan->folded_from), Sorted({to_first_, head_})) << "run " << run;
+    recorded.push_back(loan->recorded->namesFromRoot());
+  }
+  std::set<std::string> distinct(recorded.begin(), recorded.end());
+  std::string listed;
+  for (const std::string& scope : distinct) listed += "\n  " + scope;
+  EXPECT_EQ(distinct.size(), 1u) << "records seen over " << recorded.size() << " runs:" << listed;
+}
+
+}  // namespace
+}  // namespace hiertag
