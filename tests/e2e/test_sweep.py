@@ -1,0 +1,61 @@
+"""The sweep's fast subset (the whole sweep is scripts/sweep.py, about 15 minutes):
+third-party architectures that exercise what HF-style models do not, each in a
+fresh process, with every check of the sweep."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# albert: one layer applied several times (calls); mistral: GQA, sliding window,
+# RMSNorm no-op casts (tracer aliases); swin: windowed attention, relative
+# position bias folded away; segformer: an int handed between modules; bart: an
+# encoder-decoder; convnext: a CNN; mixtral: torch cannot export it (histc).
+SUBSET = ["albert", "mistral", "swin", "segformer", "bart", "convnext", "mixtral"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep.py"), "--models", ",".join(SUBSET),
+                             "--out", str(out)], capture_output=True, text=True, cwd=ROOT)
+    report = json.loads((out / "sweep.json").read_text())
+    return result, {r["model"]: r for r in report["results"]}, (out / "sweep.md").read_text()
+
+
+@pytest.mark.parametrize("name", [n for n in SUBSET if n != "mixtral"])
+def test_model_passes_every_check(sweep, name):
+    _, results, _ = sweep
+    result = results[name]
+    assert result["exportable"], result.get("error")
+    assert result["passed"], json.dumps(result, indent=1)
+    assert result["calls"] > 0 and result["calls_passed"] == result["calls"]
+
+
+def test_repeated_layer_is_checked_call_by_call(sweep):
+    _, results, _ = sweep
+    assert results["albert"]["calls"] > results["albert"]["modules"]
+
+
+def test_folded_module_is_listed_and_said_to_have_no_nodes(sweep):
+    _, results, _ = sweep
+    assert any("SwinRelativePositionBias" in line and "folded into" in line for line in results["swin"]["no_nodes"])
+
+
+def test_model_torch_cannot_export_is_listed_with_its_error_and_not_counted(sweep):
+    result, results, report = sweep
+    assert not results["mixtral"]["exportable"] and "aten::histc" in results["mixtral"]["error"]
+    assert "mixtral: UnsupportedOperatorError" in report
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "6/6 exportable models pass (1 not exportable by torch)" in result.stdout
+
+
+def test_unknown_model_is_a_one_line_error():
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep.py"), "--models", "nonesuch"],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode != 0 and result.stderr.strip().startswith("sweep: unknown model nonesuch")
+    assert len(result.stderr.strip().splitlines()) == 1
