@@ -104,6 +104,13 @@ def test_tracer_alias_is_shared_with_the_caller_whose_variable_it_became():
     assert "/TracerAlias/AliasingBlock.0" in json.loads(tm.node_props(casts[0])[tm.SHARED_KEY])
 
 
+def test_container_a_caller_reached_past_keeps_its_level_and_says_it_never_ran():
+    table = tm.module_table(tagged("reached_past"))
+    assert table["/ReachedPast/Stack"] == {"path": "stack", "class": "tests.models.corner_cases.Stack", "ran": False}
+    assert table["/ReachedPast/Stack/Expert.0"]["path"] == "stack.blocks.0"
+    assert "ran" not in table["/ReachedPast/Stack/Expert.0"]
+
+
 def test_module_folded_away_is_listed_with_what_it_became():
     model = tagged("folded_module")
     entry = tm.module_table(model)["/FoldedModule/SinusoidalPositions"]

@@ -381,6 +381,31 @@ class FoldedModule(nn.Module):
         return self.proj(x + self.positions(self.length))
 
 
+class Stack(nn.Module):
+    """A container with a forward of its own that its owner never calls."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.blocks = nn.ModuleList([Expert(width) for _ in range(2)])
+
+    def forward(self, x):
+        raise AssertionError("never called")
+
+
+class ReachedPast(nn.Module):
+    """transformers' OPTForCausalLM calls self.model.decoder, never self.model:
+    the caller reaches past a container it owns."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.stack = Stack(width)
+
+    def forward(self, x):
+        for block in self.stack.blocks:
+            x = block(x)
+        return x
+
+
 def _scripted_model():
     # torch 2.13 inlines the scripted classes' forward graphs in place on export,
     # so only the first export of a scripted class in a process has the node
@@ -421,4 +446,5 @@ MODELS = {
     "cross_module_rewrites": _cross_module_rewrites,
     "tracer_alias": lambda: (TracerAlias(), (torch.randn(1, 4, 8),)),
     "folded_module": lambda: (FoldedModule(), (torch.randn(1, 6, 8),)),
+    "reached_past": lambda: (ReachedPast(), _width_input()),
 }
