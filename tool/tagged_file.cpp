@@ -27,6 +27,7 @@ ModuleEntry ReadEntry(const std::string& tag, const Json& entry, const Json& pat
   if (const Json* folded_into = entry.Find("folded_into")) {
     module.folded_into = ReadStrings(*folded_into).value_or(std::vector<std::string>{});
   }
+  if (const Json* ran = entry.Find("ran")) module.ran = !(ran->kind == Json::Kind::kBool && !ran->boolean);
   return module;
 }
 

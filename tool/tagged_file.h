@@ -23,6 +23,7 @@ struct ModuleEntry {
   int64_t call_count = 1;                // length of "calls"
   std::vector<int64_t> parent_calls;     // empty: every call ran in the parent's call 0
   std::vector<std::string> folded_into;  // initializer names
+  bool ran = true;                       // false: a container whose forward never ran
 };
 
 // A rewrite by an export pass across module boundaries (tag_format.h kRewritesKey).

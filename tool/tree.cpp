@@ -149,6 +149,7 @@ class TreePrinter {
          << Thousands(stats.own_params) << " own / " << Thousands(stats.total_params) << " total ("
          << HumanBytes(stats.total_bytes) << ")";
     if (stats.entry->call_count > 1) out_ << ";  calls " << stats.entry->call_count;
+    if (!stats.entry->ran) out_ << ";  never ran (its caller reached past it)";
     out_ << "\n";
     if (!stats.ops.empty()) {
       out_ << indent << "    ops";
@@ -178,7 +179,8 @@ class TreePrinter {
          << ",\"nodes_own\":" << stats.own_nodes << ",\"nodes_total\":" << stats.total_nodes
          << ",\"params_own\":" << stats.own_params << ",\"params_total\":" << stats.total_params
          << ",\"bytes_own\":" << stats.own_bytes << ",\"bytes_total\":" << stats.total_bytes
-         << ",\"calls\":" << stats.entry->call_count << ",\"folded_into\":" << JsonList(stats.entry->folded_into)
+         << ",\"calls\":" << stats.entry->call_count << ",\"ran\":" << (stats.entry->ran ? "true" : "false")
+         << ",\"folded_into\":" << JsonList(stats.entry->folded_into)
          << ",\"rewrites\":[";
     for (size_t i = 0; i < stats.rewrites.size(); ++i) {
       const Rewrite& rewrite = *stats.rewrites[i];

@@ -130,7 +130,7 @@ class Validator {
     }
   }
 
-  // "calls" and "folded_into"; "parent_calls" once every tag's call count is known.
+  // "calls", "ran" and "folded_into"; "parent_calls" once every tag's call count is known.
   void CheckTableFields(const std::string& tag, const Json& entry) {
     if (const Json* calls = entry.Find("calls")) {
       std::optional<std::vector<int64_t>> ordinals = ReadOrdinals(*calls);
@@ -139,6 +139,10 @@ class Validator {
       } else if (std::adjacent_find(ordinals->begin(), ordinals->end(), std::greater_equal<>()) != ordinals->end()) {
         Add(nullptr, "tag '" + tag + "': \"calls\" is not increasing (the calls in the order they ran)");
       }
+    }
+    const Json* ran = entry.Find("ran");
+    if (ran != nullptr && ran->kind != Json::Kind::kBool) {
+      Add(nullptr, "tag '" + tag + "': \"ran\" is not true or false");
     }
     const Json* folded_into = entry.Find("folded_into");
     if (folded_into == nullptr) return;

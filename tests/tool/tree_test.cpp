@@ -466,6 +466,17 @@ TEST_F(TreeTest, UnfoldedModuleHasNoFoldedLine) {
   EXPECT_TRUE(Get(TreeJson(LayeredModel()), "/Net/Layer.1").folded_into.empty());
 }
 
+// Check that a container whose forward never ran says so on its nodes line.
+TEST_F(TreeTest, ContainerThatNeverRanIsShown) {
+  ModelSpec model = LayeredModel();
+  model.FindModule("/Net/Layer.1").Field("ran", "false");
+  std::string path = WriteModel(model);
+  RunResult result = Tree(path);
+  EXPECT_EQ(result.code, 0) << result.err;
+  EXPECT_NE(result.out.find(";  never ran (its caller reached past it)\n"), std::string::npos) << result.out;
+  EXPECT_EQ(Tree(WriteModel(LayeredModel())).out.find("never ran"), std::string::npos);
+}
+
 // Check that a module of several calls shows their number on its nodes line.
 TEST_F(TreeTest, SeveralCallsAreShown) {
   ModelSpec model = LayeredModel();

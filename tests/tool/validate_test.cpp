@@ -495,6 +495,16 @@ TEST_F(ValidateTest, FoldedModuleWithoutNodesIsValid) {
 
 // Check that "folded_into" naming no initializer or Constant of the main graph (a computed value, a
 // Loop body's Constant, nothing), or that is not an array of names, is reported.
+// Check that "ran" must be true or false, and false is valid.
+TEST_F(ValidateTest, RanIsABoolean) {
+  ModelSpec valid = LayeredModel();
+  valid.FindModule("/Net/Layer.1").Field("ran", "false");
+  ExpectValid(valid, 7, 4);
+  ModelSpec invalid = LayeredModel();
+  invalid.FindModule("/Net/Layer.1").Field("ran", "\"no\"");
+  ExpectProblems(invalid, {"module table: tag '/Net/Layer.1': \"ran\" is not true or false"});
+}
+
 TEST_F(ValidateTest, FoldedIntoUnknownInitializerIsReported) {
   ModelSpec model = LayeredModel();
   GraphSpec body;
