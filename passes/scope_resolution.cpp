@@ -44,6 +44,11 @@ ResolvedScope ScopeResolver::Resolve(const ScopePtr& scope,
     }
     chain.push_back(module);
   }
+  // Every frame is a forward that ran (a whole scripted model records no
+  // module calls while tracing: its call stacks are the record).
+  if (names_modules) {
+    for (int module : chain) call_tags_.MarkRan(module);
+  }
   ResolvedScope resolved = names_modules ? FromChain(chain, {}) : ResolvedScope{};
   callstack_cache_.emplace(key, resolved);
   return resolved.module >= 0 ? resolved : Resolve(scope);

@@ -226,7 +226,8 @@ def module_boundaries(model):
     is outside M unless the user lies within another module the node was kept
     for, outside M (that module's own copy of the computation; for a tracer
     alias, the caller whose variable it is). Weights (`weights`) are not data
-    a module receives or returns."""
+    a module receives or returns, except for a constant module, whose nodes
+    all compute from weights: the values it makes for outside are its results."""
     graph = model.graph
     table = module_table(model)
     constants = weights(graph)
@@ -246,6 +247,10 @@ def module_boundaries(model):
                         members.append(node)
                 elif any(is_within(t, tag) for t in tags[1:]):
                     members.append(node)
+            # A constant module (all its nodes compute from weights: a position
+            # table left as nodes) makes its values from weights alone; those
+            # values are what it returns (extract selects it the same way).
+            constant_module = bool(members) and all(o in constants for n in members for o in n.output)
             ids = {id(n) for n in members}
             produced = {o for n in members for o in n.output}
             inputs = {name for n in members for name in _implicit_inputs(n)
@@ -254,7 +259,7 @@ def module_boundaries(model):
             for node in members:
                 sharers = [t for t in node_tags(node) if not is_within(t, tag)]
                 for name in node.output:
-                    if name in constants:
+                    if name in constants and not constant_module:
                         continue
                     outside = [c for c in consumers.get(name, []) if id(c) not in ids and
                                not any(is_within(t, s) for t in node_tags(c) for s in sharers)]

@@ -12,6 +12,9 @@
 // (copied). Outputs: the values it makes that a node outside reads, or that are
 // model outputs. Node order, opsets and IR version are the source's. A module
 // whose nodes are not a convex region (a path leaves it and re-enters) is refused.
+// A module whose own nodes are all weight nodes (a position table computed from
+// buffers) is a constant module: those nodes are selected, and the model has
+// outputs and no inputs.
 //
 // Format 2 adds two reasons to refuse and one way to cut finer:
 //   rewrites  a rewrite (hiertag.rewrites, or a node's hiertag.spans) listing a
@@ -132,6 +135,7 @@ class Extractor {
       }
       selected_.insert(index);
     }
+    if (selected_.empty()) SelectConstantModule();
     if (selected_.empty()) {
       *error = Described() + " has no nodes in the main graph";
       return false;
@@ -147,6 +151,18 @@ class Extractor {
   size_t initializer_count() const { return needed_initializers_.size(); }
 
  private:
+  // A module whose own nodes all compute from weights (a position table the
+  // exporter left as nodes): those nodes are its computation, the same for
+  // every call. The extracted model has no inputs.
+  void SelectConstantModule() {
+    for (int index : file_.model.graphs.at(0).nodes) {
+      const std::vector<std::string>& tags = tags_.at(index);
+      if (weight_nodes_.count(index) && !tags.empty() && IsTagAncestorOrSelf(tag_, tags.front())) {
+        selected_.insert(index);
+      }
+    }
+  }
+
   // "module 'T'", or "call K of module 'T'".
   std::string Described() const {
     return (call_ ? "call " + std::to_string(*call_) + " of " : std::string()) + "module '" + tag_ + "'";

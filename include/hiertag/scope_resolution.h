@@ -54,7 +54,8 @@ class ScopeResolver {
   ResolvedScope Resolve(const torch::jit::ScopePtr& scope);
 
   // Resolves a node's record: its inlined call stack when that names module
-  // instances, else its scope. Cached per call stack.
+  // instances, else its scope. Cached per call stack. The modules a call stack
+  // names are marked as run (CallTags::MarkRan): each frame is a forward call.
   ResolvedScope Resolve(const torch::jit::ScopePtr& scope,
                         const std::optional<torch::jit::InlinedCallStackPtr>& callstack);
 

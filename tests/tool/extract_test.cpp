@@ -588,6 +588,45 @@ TEST_F(ExtractTest, ModuleWithoutNodesIsRefused) {
   ExpectRefused(ChainModel(), "/Net/Layer.0/Attn", "module '/Net/Layer.0/Attn' has no nodes in the main graph");
 }
 
+// A position table left as nodes: /Net/Table computes from an initializer alone,
+// and /Net/Layer.1 adds it to x.
+//   table   Sin(w) -> t          /Net/Table        w: FLOAT [2,3]
+//   scale   Mul(t, w) -> s       /Net/Table
+//   add     Add(x, s) -> y       `add_tag`         y: model output
+ModelSpec ConstantModuleModel(const std::string& add_tag) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  for (const char* value : {"x", "t", "s", "y"}) model.graph.Type(value, {2, 3});
+  model.graph.Initializer("w", {2, 3});
+  model.graph.Add(Node("table", "Sin").In({"w"}).Out({"t"}).Tag("/Net/Table"))
+      .Add(Node("scale", "Mul").In({"t", "w"}).Out({"s"}).Tag("/Net/Table"))
+      .Add(Node("add", "Add").In({"x", "s"}).Out({"y"}).Tag(add_tag));
+  model.Module("/Net", "", "test.Net").Module("/Net/Table", "table", "test.Table")
+      .Module("/Net/Layer.1", "layers.1", "test.Block");
+  return model;
+}
+
+// Check that a module whose nodes all compute from weights is extracted as a
+// model without inputs whose output is the value the rest of the graph reads.
+TEST_F(ExtractTest, ConstantModuleIsWrittenWithoutInputs) {
+  std::optional<OnnxModel> written = ExtractOk(ConstantModuleModel(kLayer1), "/Net/Table");
+  ASSERT_TRUE(written);
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"table", "scale"}));
+  EXPECT_TRUE(written->graphs.at(0).inputs.empty());
+  EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"s"});
+  EXPECT_EQ(InitializerNames(*written), std::vector<std::string>{"w"});
+}
+
+// Check that a module reading the constant module's value takes it as an input,
+// and does not take the constant module's nodes along.
+TEST_F(ExtractTest, ConstantModulesValueIsCopiedIntoItsReader) {
+  std::optional<OnnxModel> written = ExtractOk(ConstantModuleModel(kLayer1), kLayer1);
+  ASSERT_TRUE(written);
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"table", "scale", "add"}));
+  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), std::vector<std::string>{"x"});
+}
+
 // Check that a module none of whose values is read outside or is a model output is refused.
 TEST_F(ExtractTest, ModuleWithoutOutputsIsRefused) {
   ModelSpec model = TwoNodeModel("/Net");
