@@ -31,15 +31,16 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import onnx  # noqa: E402,F401  (legacy uses it in its timed part; import it outside for all)
 import torch  # noqa: E402
 
 import suite  # noqa: E402
 
+import hiertag  # noqa: E402
+from hiertag import OPSET  # noqa: E402
+
 METHODS = ("plain", "hiertag", "legacy")
-OPSET = 17
 _REPORT = re.compile(r"root (\d+);.*hiertag work ([0-9.]+) ms")
 
 
@@ -75,7 +76,7 @@ def measure(method, model_name, path):
         raise ValueError(f"unknown method '{method}' (known: {', '.join(METHODS)})")
     warnings.simplefilter("ignore")
     if method == "hiertag":
-        torch.ops.load_library(str(ROOT / "build" / "libhiertag.so"))
+        torch.ops.load_library(hiertag.library_path())
     model, args = suite.build(model_name)
     _warm_up(method)
     if method == "legacy":

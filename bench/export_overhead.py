@@ -26,8 +26,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.models.zoo import prepare_for_torchscript_export  # noqa: E402
+import hiertag
+from hiertag import OPSET
+from hiertag.zoo import prepare_for_torchscript_export
 
 
 def build_bert():
@@ -50,7 +51,7 @@ def export_seconds(model, args, flag, path, work=None):
     report = io.StringIO()
     with contextlib.redirect_stderr(report):
         start = time.perf_counter()
-        torch.onnx.export(model, args, path, dynamo=False, opset_version=17)
+        torch.onnx.export(model, args, path, dynamo=False, opset_version=OPSET)
         seconds = time.perf_counter() - start
     found = HIERTAG_WORK.search(report.getvalue())
     if work is not None and found:
@@ -60,7 +61,7 @@ def export_seconds(model, args, flag, path, work=None):
 
 def main():
     pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 21
-    torch.ops.load_library(str(ROOT / "build" / "libhiertag.so"))
+    torch.ops.load_library(hiertag.library_path())
     warnings.simplefilter("ignore")
     model, args = build_bert()
     path = os.path.join(tempfile.mkdtemp(prefix="hiertag-bench-"), "bert.onnx")

@@ -33,7 +33,6 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 PYTHON = sys.executable
 METHODS = ("plain", "hiertag", "legacy")
-sys.path[:0] = [str(ROOT), str(BENCH)]
 
 import suite  # noqa: E402
 

@@ -244,10 +244,8 @@ def export(model, args, path, input_names=None, opset_version=17):
 if __name__ == "__main__":
     import sys
     import warnings
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.models import zoo
+    from hiertag import zoo
 
     warnings.simplefilter("ignore")
     kind, _, name = sys.argv[1].partition(":")

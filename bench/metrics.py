@@ -2,7 +2,7 @@
 
 import re
 
-from scripts.hiertag_checks import TAG_KEY, module_table, node_props
+from hiertag.checks import TAG_KEY, module_table, node_props
 
 _INDEXED = re.compile(r"([A-Za-z_]\w*)\.(\d+)")
 

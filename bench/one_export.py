@@ -11,13 +11,15 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from export_overhead import ROOT, build_bert  # noqa: E402
+from export_overhead import build_bert
+
+import hiertag
+from hiertag import OPSET
 
 
 def main():
     mode = sys.argv[1]
-    torch.ops.load_library(str(ROOT / "build" / "libhiertag.so"))
+    torch.ops.load_library(hiertag.library_path())
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     model, args = build_bert()
@@ -25,7 +27,7 @@ def main():
         return
     os.environ["HIERTAG"] = "1" if mode == "tagged" else "0"
     with tempfile.TemporaryDirectory() as directory:
-        torch.onnx.export(model, args, os.path.join(directory, "bert.onnx"), dynamo=False, opset_version=17)
+        torch.onnx.export(model, args, os.path.join(directory, "bert.onnx"), dynamo=False, opset_version=OPSET)
 
 
 if __name__ == "__main__":

@@ -25,14 +25,14 @@
 #include <unordered_set>
 #include <vector>
 
-#include "hiertag/assign_hierarchy_tags.h"
-#include "hiertag/tagged_model_entries.h"
-#include "hiertag/borrowed_scopes.h"
-#include "hiertag/module_table.h"
-#include "hiertag/proto_wire.h"
-#include "hiertag/proto_tagging.h"
-#include "hiertag/record_cse_sharing.h"
-#include "hiertag/scope_names.h"
+#include "hiertag/passes/assign_hierarchy_tags.h"
+#include "hiertag/passes/tagged_model_entries.h"
+#include "hiertag/passes/borrowed_scopes.h"
+#include "hiertag/core/module_table.h"
+#include "hiertag/core/proto_wire.h"
+#include "hiertag/core/proto_tagging.h"
+#include "hiertag/passes/record_cse_sharing.h"
+#include "hiertag/core/scope_names.h"
 
 // Heap accounting for the memory manager: every operator new block carries a
 // header saying whether it was made while counting, so a block made before

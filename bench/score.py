@@ -9,7 +9,7 @@ graph), and for the tagged methods:
   contaminated       cross-layer contamination (bench/metrics.py): nodes whose
                      ONNX name lies in block N of a container, tagged block M
   boundary_checked, boundary_passed, boundary_failures
-                     the module-boundary check (scripts/hiertag_checks.py) over
+                     the module-boundary check (hiertag.checks) over
                      the reference modules: every module that owns a node in the
                      hiertag file (a correct tagging has nodes there) and is
                      called through __call__. A module passes when the nodes
@@ -26,14 +26,13 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import onnx  # noqa: E402
 import onnxruntime  # noqa: E402
 
 import metrics  # noqa: E402
 import suite  # noqa: E402
-from scripts import hiertag_checks as checks  # noqa: E402
+from hiertag import checks
 
 
 def owning_paths(model):

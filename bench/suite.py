@@ -8,7 +8,7 @@ them to torch.onnx.export)."""
 
 import torch
 
-from tests.models.zoo import prepare_for_torchscript_export
+from hiertag.zoo import prepare_for_torchscript_export
 
 TEXT_LENGTH = 64
 
@@ -75,7 +75,7 @@ MODELS = {f.__name__.replace("_", "-"): f for f in _FACTORIES}
 def known(name):
     kind, _, zoo_name = name.partition(":")
     if kind == "zoo":
-        from tests.models import zoo
+        from hiertag import zoo
         return zoo_name in zoo.ALL
     return name in MODELS
 
@@ -84,7 +84,7 @@ def build(name):
     """(model, args) of a suite model (`bert-12`) or of a test model (`zoo:bert`)."""
     kind, _, zoo_name = name.partition(":")
     if kind == "zoo":
-        from tests.models import zoo
+        from hiertag import zoo
         if zoo_name not in zoo.ALL:
             raise KeyError(f"unknown zoo model '{zoo_name}' (known: {', '.join(zoo.ALL)})")
         return zoo.ALL[zoo_name]()

@@ -1,12 +1,12 @@
 // AssignHierarchyTags: recorded scopes first, then the documented rules.
-#include "hiertag/assign_hierarchy_tags.h"
+#include "hiertag/passes/assign_hierarchy_tags.h"
 
 #include <torch/csrc/jit/jit_log.h>
 
 #include <algorithm>
 #include <unordered_map>
 
-#include "hiertag/scope_resolution.h"
+#include "hiertag/passes/scope_resolution.h"
 
 namespace hiertag {
 

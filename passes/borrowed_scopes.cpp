@@ -1,9 +1,9 @@
 // Borrowed scopes: lending and restoring scopes around torch's passes.
-#include "hiertag/borrowed_scopes.h"
+#include "hiertag/passes/borrowed_scopes.h"
 
 #include <algorithm>
 
-#include "hiertag/scope_names.h"
+#include "hiertag/core/scope_names.h"
 
 namespace hiertag {
 

@@ -1,5 +1,5 @@
 // MarkInlinedCalls: lend call-site scopes to nodes inlined from script functions.
-#include "hiertag/mark_inlined_calls.h"
+#include "hiertag/passes/mark_inlined_calls.h"
 
 #include <torch/csrc/jit/jit_log.h>
 #include <torch/library.h>

@@ -1,9 +1,9 @@
 // ModuleCalls: direct scopes, call order and tracer aliases of a traced export.
-#include "hiertag/module_calls.h"
+#include "hiertag/passes/module_calls.h"
 
 #include <torch/csrc/jit/jit_log.h>
 
-#include "hiertag/scope_names.h"
+#include "hiertag/core/scope_names.h"
 
 namespace hiertag {
 

@@ -1,5 +1,5 @@
 // RecordCseSharing: which node replaced which, across torch's CSE.
-#include "hiertag/record_cse_sharing.h"
+#include "hiertag/passes/record_cse_sharing.h"
 
 #include <torch/csrc/jit/jit_log.h>
 
@@ -9,7 +9,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "hiertag/graph_walk.h"
+#include "hiertag/passes/graph_walk.h"
 
 namespace hiertag {
 namespace {

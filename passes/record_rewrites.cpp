@@ -1,5 +1,5 @@
 // RecordRewrites: classifies the nodes a pass removed by what replaced them.
-#include "hiertag/record_rewrites.h"
+#include "hiertag/passes/record_rewrites.h"
 
 #include <torch/csrc/jit/jit_log.h>
 
@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "hiertag/graph_walk.h"
+#include "hiertag/passes/graph_walk.h"
 
 namespace hiertag {
 namespace {

@@ -1,11 +1,11 @@
 // Scope resolution: scope chain -> module instance -> tagged module.
-#include "hiertag/scope_resolution.h"
+#include "hiertag/passes/scope_resolution.h"
 
 #include <torch/csrc/jit/jit_log.h>
 
 #include <vector>
 
-#include "hiertag/scope_names.h"
+#include "hiertag/core/scope_names.h"
 
 namespace hiertag {
 

@@ -1,5 +1,5 @@
 // Tagged model entries: node metadata, the module table and the rewrite records.
-#include "hiertag/tagged_model_entries.h"
+#include "hiertag/passes/tagged_model_entries.h"
 
 #include <torch/csrc/onnx/onnx.h>
 
@@ -8,22 +8,11 @@
 #include <set>
 #include <unordered_map>
 
-#include "hiertag/tag_format.h"
+#include "hiertag/core/tag_format.h"
+#include "hiertag/core/tagged_entries.h"
 
 namespace hiertag {
 namespace {
-
-std::string JsonList(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + JsonQuote(items[i]);
-  return out + "]";
-}
-
-std::string JsonList(const std::vector<int>& items) {
-  std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + std::to_string(items[i]);
-  return out + "]";
-}
 
 std::string NodeName(torch::jit::Node* node) {
   c10::Symbol name = c10::Symbol::attr(::torch::onnx::kOnnxNodeNameAttribute);
@@ -39,7 +28,7 @@ const char* KindName(RewriteRecord::Kind kind) {
 TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags& call_tags,
                                        const ModuleTable& modules, const torch::jit::Graph& graph) {
   TaggedModelEntries entries;
-  std::vector<std::string> rewrites;
+  std::vector<RewriteEntry> rewrites;
   auto tags_of = [&](const std::vector<int>& ids) {
     std::vector<std::string> tags;
     for (int id : ids) tags.push_back(call_tags.Tag(id));
@@ -53,11 +42,10 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
     entry.shared_with = tags_of(tagged.shared_with);
     if (tagging.CallCount(tagged.tag) > 1) entry.more.emplace_back(kCallKey, std::to_string(tagged.call));
     if (!tagged.spans.empty()) {
-      std::string spans = JsonList(tags_of(tagged.spans));
-      entry.more.emplace_back(kSpansKey, spans);
+      std::vector<std::string> spans = tags_of(tagged.spans);
+      entry.more.emplace_back(kSpansKey, WriteStringList(spans));
       entry.more.emplace_back(kRewriteKey, tagged.rewrite);
-      rewrites.push_back("{\"pass\":" + JsonQuote(tagged.rewrite) + ",\"kind\":\"fused\",\"modules\":" + spans +
-                         ",\"node\":" + JsonQuote(NodeName(tagged.node)) + "}");
+      rewrites.push_back({tagged.rewrite, "fused", std::move(spans), NodeName(tagged.node)});
     }
     entries.nodes.push_back(std::move(entry));
   }
@@ -89,8 +77,7 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
       for (int tag : rewrite.tags) add_folded(tag, name->second);
       continue;
     }
-    rewrites.push_back("{\"pass\":" + JsonQuote(rewrite.pass) + ",\"kind\":\"" + KindName(rewrite.kind) +
-                       "\",\"modules\":" + JsonList(tags_of(rewrite.tags)) + ",\"node\":\"\"}");
+    rewrites.push_back({rewrite.pass, KindName(rewrite.kind), tags_of(rewrite.tags), ""});
   }
 
   std::map<std::string, int> listed;
@@ -99,31 +86,21 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
       if (!listed.emplace(call_tags.Tag(id), id).second) break;
     }
   }
-  std::string table = "{";
+  std::vector<TableEntry> table;
   for (const auto& [tag, id] : listed) {
     const ModuleRecord& record = modules.at(call_tags.Module(id));
-    if (table.size() > 1) table += ",";
-    table += JsonQuote(tag) + ":{\"path\":" + JsonQuote(record.path) + ",\"class\":" + JsonQuote(record.class_name);
+    TableEntry entry{tag, record.path, record.class_name, {}, {}, tagging.never_ran.count(id) == 0, {}};
     auto calls = tagging.calls.find(id);
     if (calls != tagging.calls.end()) {
-      const TagCalls& tag_calls = calls->second;
-      if (tag_calls.instance_calls != std::vector<int>{0}) table += ",\"calls\":" + JsonList(tag_calls.instance_calls);
-      if (std::any_of(tag_calls.parent_calls.begin(), tag_calls.parent_calls.end(), [](int p) { return p != 0; })) {
-        table += ",\"parent_calls\":" + JsonList(tag_calls.parent_calls);
-      }
+      entry.calls.assign(calls->second.instance_calls.begin(), calls->second.instance_calls.end());
+      entry.parent_calls.assign(calls->second.parent_calls.begin(), calls->second.parent_calls.end());
     }
-    if (tagging.never_ran.count(id)) table += ",\"ran\":false";
     auto folded = folded_into.find(id);
-    if (folded != folded_into.end()) table += ",\"folded_into\":" + JsonList(folded->second);
-    table += "}";
+    if (folded != folded_into.end()) entry.folded_into = folded->second;
+    table.push_back(std::move(entry));
   }
-  table += "}";
-  entries.model.push_back({std::string(kModuleTableKey), table});
-  if (!rewrites.empty()) {
-    std::string list = "[";
-    for (size_t i = 0; i < rewrites.size(); ++i) list += (i ? "," : "") + rewrites[i];
-    entries.model.push_back({std::string(kRewritesKey), list + "]"});
-  }
+  entries.model.push_back({std::string(kModuleTableKey), WriteModuleTable(table)});
+  if (!rewrites.empty()) entries.model.push_back({std::string(kRewritesKey), WriteRewrites(rewrites)});
   entries.model.push_back({std::string(kFormatVersionKey), std::string(kFormatVersion)});
   return entries;
 }

@@ -1,4 +1,4 @@
-"""Export one bundled model (tests/models/zoo.py) with the plugin loaded.
+"""Export one bundled model (python/hiertag/zoo/__init__.py) with the plugin loaded.
 
 usage: HIERTAG=1 .venv/bin/python scripts/export_model.py MODEL OUT.onnx
 MODEL is one of the zoo's names (bert, gpt2, t5, llama, vit, resnet, clip, sam,
@@ -11,18 +11,18 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.models import zoo  # noqa: E402
+import hiertag
+from hiertag import OPSET, zoo
 
 
 def main():
     if len(sys.argv) != 3 or sys.argv[1] not in zoo.ALL:
         sys.exit(f"usage: export_model.py MODEL OUT.onnx  (MODEL: {', '.join(zoo.ALL)})")
-    torch.ops.load_library(str(ROOT / "build" / "libhiertag.so"))
+    torch.ops.load_library(hiertag.library_path())
     model, args = zoo.ALL[sys.argv[1]]()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, args, sys.argv[2], dynamo=False, opset_version=17)
+        torch.onnx.export(model, args, sys.argv[2], dynamo=False, opset_version=OPSET)
     print(f"wrote {sys.argv[2]}")
 
 

@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-debian_packages=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libonnx-dev libprotobuf-dev)
+debian_packages=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libonnx-dev libprotobuf-dev
+                 nlohmann-json3-dev)
 missing=()
 for package in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -25,3 +26,11 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; 
   .venv/bin/python -c "import torch, onnx, onnxruntime, transformers" 
   echo "$wanted" > "$stamp"
 fi
+
+# The checkout's Python package (python/hiertag) on the venv's path, and the
+# `hiertag` command in .venv/bin (a pip install of the checkout does the same
+# with the package's own copy; README "Install with pip").
+site_packages=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+echo "$PWD/python" > "$site_packages/hiertag-checkout.pth"
+printf '#!/bin/sh\nexec "$(dirname "$0")/python" -m hiertag "$@"\n' > .venv/bin/hiertag
+chmod +x .venv/bin/hiertag

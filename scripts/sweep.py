@@ -1,4 +1,4 @@
-"""The broad sweep: every architecture of tests/models/sweep_models.py (and,
+"""The broad sweep: every architecture of python/hiertag/zoo/sweep_models.py (and,
 named with --models, the bundled zoo:NAME models) exported with hiertag and
 checked in full, each model in a fresh process of its own.
 
@@ -10,7 +10,7 @@ must tag every node with a tag of the module table, name real module paths
 and classes there, pass the checker (full_check) and `hiertag validate`, give
 ONNX Runtime outputs identical to torch's file, and equal torch's file once
 hiertag's entries are stripped; and every call of every module must pass the
-verifier (scripts/verify_modules.py): its boundary check, and its extraction
+verifier (hiertag verify, hiertag/verify.py): its boundary check, and its extraction
 reproducing the full model's values, or a refusal the file records.
 
 usage: .venv/bin/python scripts/sweep.py [--models a,b,...] [--out DIR] [--timeout S] [--build DIR]
@@ -29,15 +29,16 @@ import time
 import warnings
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from hiertag import OPSET
 
-OPSET = 17
+ROOT = Path(__file__).resolve().parents[1]
+
 CHECKS = ["tagged", "table", "checker", "validate", "runtime", "stripped", "flag_off"]
 
 
 def build_model(name):
-    from tests.models import sweep_models, zoo
+    from hiertag import zoo
+    from hiertag.zoo import sweep_models
     if name.startswith("zoo:"):
         return "bundled", zoo.ALL[name[4:]]
     family, builder = sweep_models.MODELS[name]
@@ -67,8 +68,8 @@ def worker(name, out_json, build_dir):
     import onnx
     import onnxruntime
     import torch
-    from scripts import hiertag_checks as checks
-    from scripts import verify_modules
+    from hiertag import checks
+    from hiertag import verify
 
     warnings.simplefilter("ignore")
     onnxruntime.set_default_logger_severity(3)
@@ -134,7 +135,7 @@ def worker(name, out_json, build_dir):
                               onnx.load_from_string(twin_bytes).SerializeToString())
         # The check runs the model again: a fresh one, as models cache state
         # across calls (Levit keeps its attention biases after the first).
-        rows, failures = verify_modules.verify_file(source, *builder(), tmp, Path(build_dir) / "hiertag")
+        rows, failures = verify.verify_file(source, *builder(), tmp, Path(build_dir) / "hiertag")
         result["calls"] = len(rows)
         result["calls_passed"] = sum(row[-1] for row in rows)
         result["boundary_failed"] = sum(row[3].startswith("FAIL") for row in rows)
@@ -243,7 +244,8 @@ def main():
         return plain(*options.plain)
     if options.worker:
         return worker(*options.worker, options.build)
-    from tests.models import sweep_models, zoo
+    from hiertag import zoo
+    from hiertag.zoo import sweep_models
     names = options.models.split(",") if options.models else list(sweep_models.MODELS)
     unknown = [n for n in names if n not in sweep_models.MODELS and not (n.startswith("zoo:") and n[4:] in zoo.ALL)]
     if unknown:

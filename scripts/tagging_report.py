@@ -13,18 +13,18 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.models import zoo  # noqa: E402
+import hiertag
+from hiertag import OPSET, zoo
 
 
 def main():
-    torch.ops.load_library(str(ROOT / "build" / "libhiertag.so"))
+    torch.ops.load_library(hiertag.library_path())
     os.environ.update(HIERTAG="1", HIERTAG_REPORT="1")
     warnings.simplefilter("ignore")
     for name in sys.argv[1:] or zoo.ALL:
         model, args = zoo.ALL[name]()
         print(f"{name}:", file=sys.stderr, flush=True)
-        torch.onnx.export(model, args, io.BytesIO(), dynamo=False, opset_version=17)
+        torch.onnx.export(model, args, io.BytesIO(), dynamo=False, opset_version=OPSET)
 
 
 if __name__ == "__main__":

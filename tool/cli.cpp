@@ -4,7 +4,7 @@
 #include <optional>
 #include <ostream>
 
-#include "hiertag/tool_commands.h"
+#include "hiertag/tool/tool_commands.h"
 
 namespace hiertag {
 namespace {

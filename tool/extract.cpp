@@ -31,12 +31,12 @@
 #include <ostream>
 #include <set>
 
-#include "hiertag/onnx_fields.h"
-#include "hiertag/proto_wire.h"
-#include "hiertag/tag_format.h"
-#include "hiertag/tool_commands.h"
-#include "hiertag/value_types.h"
-#include "tagged_file.h"
+#include "hiertag/core/onnx_fields.h"
+#include "hiertag/core/proto_wire.h"
+#include "hiertag/core/tag_format.h"
+#include "hiertag/tool/tool_commands.h"
+#include "hiertag/tool/value_types.h"
+#include "hiertag/tool/tagged_file.h"
 
 namespace hiertag {
 namespace {
@@ -77,12 +77,6 @@ std::vector<std::string> NodeTags(const OnnxNode& node) {
   return tags;
 }
 
-Json EmptyJson(Json::Kind kind) {
-  Json value;
-  value.kind = kind;
-  return value;
-}
-
 std::string QuotedList(const std::vector<std::string>& names) {
   std::string text;
   for (size_t i = 0; i < names.size(); ++i) text += (i ? ", '" : "'") + names[i] + "'";
@@ -96,9 +90,9 @@ class Extractor {
 
   // Builds the extracted model into *bytes; false with a one-line reason.
   bool Run(std::string* bytes, std::string* error) {
-    if (call_ && *call_ >= entry_.call_count) {
-      *error = "module '" + tag_ + "' has " + std::to_string(entry_.call_count) + " calls; --call takes K < " +
-               std::to_string(entry_.call_count) + ", not " + std::to_string(*call_);
+    if (call_ && *call_ >= entry_.call_count()) {
+      *error = "module '" + tag_ + "' has " + std::to_string(entry_.call_count()) + " calls; --call takes K < " +
+               std::to_string(entry_.call_count()) + ", not " + std::to_string(*call_);
       return false;
     }
     if (!CheckRewrites(error)) return false;
@@ -222,7 +216,7 @@ class Extractor {
     }
     for (std::string tag = start;; tag = std::string(ParentTag(tag))) {
       const ModuleEntry* entry = file_.FindModule(tag);
-      if (entry == nullptr || call >= entry->call_count) {
+      if (entry == nullptr || call >= entry->call_count()) {
         *error = "node " + DescribeNode(node) + ": its call " + std::to_string(call) + " of '" + tag +
                  "' is not a call the module table lists";
         return std::nullopt;
@@ -309,8 +303,8 @@ class Extractor {
           *error = Described() + " is not a convex region of the graph: node " +
                    DescribeNode(file_.model.nodes[producer->second]) +
                    " takes values from the module and gives values back to it";
-          if (!call_ && entry_.call_count > 1) {
-            *error += "; extract one call with --call K (K < " + std::to_string(entry_.call_count) + ")";
+          if (!call_ && entry_.call_count() > 1) {
+            *error += "; extract one call with --call K (K < " + std::to_string(entry_.call_count()) + ")";
           }
           return false;
         }
@@ -406,22 +400,19 @@ class Extractor {
       const OnnxNode& node = file_.model.nodes[index];
       if (node.op_type == "Constant") copied.insert(node.outputs.begin(), node.outputs.end());
     }
-    Json table = EmptyJson(Json::Kind::kObject);
-    for (const auto& [tag, entry] : file_.table.members) {
+    Json table = Json::object();
+    for (const auto& [tag, entry] : file_.table.items()) {
       if (!IsTagAncestorOrSelf(tag_, tag) && !IsTagAncestorOrSelf(tag, tag_)) continue;
-      Json kept = EmptyJson(Json::Kind::kObject);
-      for (const auto& [key, value] : entry.members) {
-        if (key != "folded_into" || value.kind != Json::Kind::kArray) {
-          kept.members.emplace_back(key, value);
-          continue;
+      Json kept = entry;
+      if (const Json* folded_into = FindMember(entry, "folded_into"); folded_into && folded_into->is_array()) {
+        Json names = Json::array();
+        for (const Json& name : *folded_into) {
+          if (name.is_string() && copied.count(name.get<std::string>())) names.push_back(name);
         }
-        Json names = EmptyJson(Json::Kind::kArray);
-        for (const Json& name : value.items) {
-          if (copied.count(name.text)) names.items.push_back(name);
-        }
-        if (!names.items.empty()) kept.members.emplace_back(key, std::move(names));
+        kept.erase("folded_into");
+        if (!names.empty()) kept["folded_into"] = std::move(names);
       }
-      table.members.emplace_back(tag, std::move(kept));
+      table[tag] = std::move(kept);
     }
     std::vector<std::pair<std::string_view, std::string>> entries{{kModuleTableKey, WriteJson(table)}};
     if (std::optional<Json> rewrites = RewritesWithin()) entries.emplace_back(kRewritesKey, WriteJson(*rewrites));
@@ -454,17 +445,18 @@ class Extractor {
     std::string error;
     std::optional<Json> records = text == file_.model.metadata.end() ? std::nullopt : ParseJson(text->second, &error);
     if (!records) return std::nullopt;
-    Json within = EmptyJson(Json::Kind::kArray);
-    for (const Json& record : records->items) {
-      const Json* modules = record.Find("modules");
+    if (!records->is_array()) return std::nullopt;
+    Json within = Json::array();
+    for (const Json& record : *records) {
+      const Json* modules = FindMember(record, "modules");
       std::optional<std::vector<std::string>> tags = modules ? ReadStrings(*modules) : std::nullopt;
       if (tags && !tags->empty() && std::all_of(tags->begin(), tags->end(), [&](const std::string& tag) {
             return IsTagAncestorOrSelf(tag_, tag);
           })) {
-        within.items.push_back(record);
+        within.push_back(record);
       }
     }
-    if (within.items.empty()) return std::nullopt;
+    if (within.empty()) return std::nullopt;
     return within;
   }
 
@@ -540,16 +532,14 @@ int RunExtract(const std::string& path, const std::string& tag, std::optional<in
     return 2;
   }
   if (json) {
-    auto list = [](const std::vector<std::string>& names) {
-      std::string text = "[";
-      for (size_t i = 0; i < names.size(); ++i) text += (i ? "," : "") + JsonQuote(names[i]);
-      return text + "]";
-    };
-    out << "{\"file\":" << JsonQuote(path) << ",\"module\":" << JsonQuote(tag)
-        << (call ? ",\"call\":" + std::to_string(*call) : std::string()) << ",\"output\":" << JsonQuote(target)
-        << ",\"nodes\":" << extractor.node_count() << ",\"inputs\":" << list(extractor.inputs())
-        << ",\"outputs\":" << list(extractor.outputs()) << ",\"initializers\":" << extractor.initializer_count()
-        << "}\n";
+    Json result = {{"file", path}, {"module", tag}};
+    if (call) result["call"] = *call;
+    result["output"] = target;
+    result["nodes"] = extractor.node_count();
+    result["inputs"] = extractor.inputs();
+    result["outputs"] = extractor.outputs();
+    result["initializers"] = extractor.initializer_count();
+    out << WriteJson(result) << "\n";
   } else {
     out << target << ": " << tag << (call ? " call " + std::to_string(*call) : std::string()) << ": "
         << extractor.node_count() << " nodes, " << extractor.inputs().size()

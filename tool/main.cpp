@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "hiertag/tool_commands.h"
+#include "hiertag/tool/tool_commands.h"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);

@@ -7,9 +7,9 @@
 #include <ostream>
 #include <sstream>
 
-#include "hiertag/tag_format.h"
-#include "hiertag/tool_commands.h"
-#include "tagged_file.h"
+#include "hiertag/core/tag_format.h"
+#include "hiertag/tool/tool_commands.h"
+#include "hiertag/tool/tagged_file.h"
 
 namespace hiertag {
 namespace {
@@ -148,7 +148,7 @@ class TreePrinter {
     out_ << indent << "    nodes " << stats.own_nodes << " own / " << stats.total_nodes << " total;  params "
          << Thousands(stats.own_params) << " own / " << Thousands(stats.total_params) << " total ("
          << HumanBytes(stats.total_bytes) << ")";
-    if (stats.entry->call_count > 1) out_ << ";  calls " << stats.entry->call_count;
+    if (stats.entry->call_count() > 1) out_ << ";  calls " << stats.entry->call_count();
     if (!stats.entry->ran) out_ << ";  never ran (its caller reached past it)";
     out_ << "\n";
     if (!stats.ops.empty()) {
@@ -171,31 +171,33 @@ class TreePrinter {
     for (const std::string& child : Children(stats)) PrintText(child);
   }
 
-  void PrintJson(const std::string& tag, bool* first) {
+  // Appends the module and its descendants (pre-order) to `modules`.
+  void AddJson(const std::string& tag, Json* modules) {
     const ModuleStats& stats = modules_.at(tag);
     if (depth_ >= 0 && stats.depth > depth_) return;
-    out_ << (*first ? "" : ",") << "{\"tag\":" << JsonQuote(tag) << ",\"path\":" << JsonQuote(stats.entry->path)
-         << ",\"class\":" << JsonQuote(stats.entry->class_name) << ",\"depth\":" << stats.depth
-         << ",\"nodes_own\":" << stats.own_nodes << ",\"nodes_total\":" << stats.total_nodes
-         << ",\"params_own\":" << stats.own_params << ",\"params_total\":" << stats.total_params
-         << ",\"bytes_own\":" << stats.own_bytes << ",\"bytes_total\":" << stats.total_bytes
-         << ",\"calls\":" << stats.entry->call_count << ",\"ran\":" << (stats.entry->ran ? "true" : "false")
-         << ",\"folded_into\":" << JsonList(stats.entry->folded_into)
-         << ",\"rewrites\":[";
-    for (size_t i = 0; i < stats.rewrites.size(); ++i) {
-      const Rewrite& rewrite = *stats.rewrites[i];
-      out_ << (i ? "," : "") << "{\"pass\":" << JsonQuote(rewrite.pass) << ",\"kind\":" << JsonQuote(rewrite.kind)
-           << ",\"with\":" << JsonList(OtherModules(rewrite, tag)) << ",\"node\":" << JsonQuote(rewrite.node) << "}";
+    Json rewrites = Json::array();
+    for (const Rewrite* rewrite : stats.rewrites) {
+      rewrites.push_back(
+          {{"pass", rewrite->pass}, {"kind", rewrite->kind}, {"with", OtherModules(*rewrite, tag)}, {"node", rewrite->node}});
     }
-    out_ << "],\"ops\":{";
-    bool first_op = true;
-    for (const auto& [op_type, count] : SortedOps(stats)) {
-      out_ << (first_op ? "" : ",") << JsonQuote(op_type) << ":" << count;
-      first_op = false;
-    }
-    out_ << "}}";
-    *first = false;
-    for (const std::string& child : Children(stats)) PrintJson(child, first);
+    Json ops = Json::object();
+    for (const auto& [op_type, count] : SortedOps(stats)) ops[op_type] = count;
+    modules->push_back({{"tag", tag},
+                        {"path", stats.entry->path},
+                        {"class", stats.entry->class_name},
+                        {"depth", stats.depth},
+                        {"nodes_own", stats.own_nodes},
+                        {"nodes_total", stats.total_nodes},
+                        {"params_own", stats.own_params},
+                        {"params_total", stats.total_params},
+                        {"bytes_own", stats.own_bytes},
+                        {"bytes_total", stats.total_bytes},
+                        {"calls", stats.entry->call_count()},
+                        {"ran", stats.entry->ran},
+                        {"folded_into", stats.entry->folded_into},
+                        {"rewrites", std::move(rewrites)},
+                        {"ops", std::move(ops)}});
+    for (const std::string& child : Children(stats)) AddJson(child, modules);
   }
 
  private:
@@ -212,12 +214,6 @@ class TreePrinter {
     std::string text;
     for (size_t i = 0; i < names.size(); ++i) text += (i ? ", " : "") + names[i];
     return text;
-  }
-
-  static std::string JsonList(const std::vector<std::string>& names) {
-    std::string text = "[";
-    for (size_t i = 0; i < names.size(); ++i) text += (i ? "," : "") + JsonQuote(names[i]);
-    return text + "]";
   }
 
   // Most frequent first, then by name.
@@ -261,10 +257,9 @@ int RunTree(const std::string& path, bool json, int depth, std::ostream& out, st
   }
   TreePrinter printer(modules, depth, out);
   if (json) {
-    out << "{\"file\":" << JsonQuote(path) << ",\"modules\":[";
-    bool first = true;
-    printer.PrintJson(roots[0], &first);
-    out << "]}\n";
+    Json listed = Json::array();
+    printer.AddJson(roots[0], &listed);
+    out << WriteJson({{"file", path}, {"modules", std::move(listed)}}) << "\n";
   } else {
     printer.PrintText(roots[0]);
   }

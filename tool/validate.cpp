@@ -12,9 +12,9 @@
 #include <ostream>
 #include <set>
 
-#include "hiertag/tag_format.h"
-#include "hiertag/tool_commands.h"
-#include "tagged_file.h"
+#include "hiertag/core/tag_format.h"
+#include "hiertag/tool/tool_commands.h"
+#include "hiertag/tool/tagged_file.h"
 
 namespace hiertag {
 namespace {
@@ -75,25 +75,21 @@ class Validator {
     std::map<std::string, std::string> path_of;
     // Format 1: one tag per module path. Format 2: one per path and caller.
     std::map<std::pair<std::string, std::string>, std::string> tag_of_path;
-    for (const auto& [tag, entry] : file_.table.members) {
-      const Json* path = entry.Find("path");
-      const Json* class_name = entry.Find("class");
-      if (path == nullptr || path->kind != Json::Kind::kString || class_name == nullptr ||
-          class_name->kind != Json::Kind::kString) {
+    for (const std::string& tag : file_.repeated_tags) Add(nullptr, "tag '" + tag + "' is listed twice");
+    for (const auto& [tag, entry] : file_.table.items()) {
+      const ModuleEntry* read = file_.FindModule(tag);
+      if (read == nullptr) {
         Add(nullptr, "tag '" + tag + "' has no string \"path\" and \"class\"");
         continue;
       }
       std::string reason;
       if (!ParseTag(tag, &reason)) Add(nullptr, "tag '" + tag + "' does not parse: " + reason);
-      if (!path_of.emplace(tag, path->text).second) {
-        Add(nullptr, "tag '" + tag + "' is listed twice");
-        continue;
-      }
+      path_of.emplace(tag, read->path);
       std::string caller = module_tree_ ? "" : std::string(ParentTag(tag));
-      auto [other, inserted] = tag_of_path.emplace(std::pair{caller, path->text}, tag);
+      auto [other, inserted] = tag_of_path.emplace(std::pair{caller, read->path}, tag);
       if (!inserted) {
         Add(nullptr, "tags '" + other->second + "' and '" + tag + "' both name module path '" +
-                         path->text + "'");
+                         read->path + "'");
       }
       CheckTableFields(tag, entry);
     }
@@ -101,7 +97,7 @@ class Validator {
       std::string_view parent = ParentTag(tag);
       if (parent.empty()) {
         if (!path.empty()) Add(nullptr, "root tag '" + tag + "' names path '" + path + "', not the root ''");
-        if (file_.table.Find(tag)->Find("parent_calls")) {
+        if (FindMember(file_.table[tag], "parent_calls")) {
           Add(nullptr, "root tag '" + tag + "' has \"parent_calls\", but no parent");
         }
         continue;
@@ -132,7 +128,7 @@ class Validator {
 
   // "calls", "ran" and "folded_into"; "parent_calls" once every tag's call count is known.
   void CheckTableFields(const std::string& tag, const Json& entry) {
-    if (const Json* calls = entry.Find("calls")) {
+    if (const Json* calls = FindMember(entry, "calls")) {
       std::optional<std::vector<int64_t>> ordinals = ReadOrdinals(*calls);
       if (!ordinals || ordinals->empty()) {
         Add(nullptr, "tag '" + tag + "': \"calls\" is not a non-empty array of whole numbers >= 0");
@@ -140,11 +136,11 @@ class Validator {
         Add(nullptr, "tag '" + tag + "': \"calls\" is not increasing (the calls in the order they ran)");
       }
     }
-    const Json* ran = entry.Find("ran");
-    if (ran != nullptr && ran->kind != Json::Kind::kBool) {
+    const Json* ran = FindMember(entry, "ran");
+    if (ran != nullptr && !ran->is_boolean()) {
       Add(nullptr, "tag '" + tag + "': \"ran\" is not true or false");
     }
-    const Json* folded_into = entry.Find("folded_into");
+    const Json* folded_into = FindMember(entry, "folded_into");
     if (folded_into == nullptr) return;
     std::optional<std::vector<std::string>> names = ReadStrings(*folded_into);
     if (!names) {
@@ -162,23 +158,23 @@ class Validator {
   void CheckParentCalls(const std::string& tag, const std::string& parent) {
     const ModuleEntry* entry = file_.FindModule(tag);
     const ModuleEntry* parent_entry = file_.FindModule(parent);
-    const Json* parent_calls = file_.table.Find(tag)->Find("parent_calls");
+    const Json* parent_calls = FindMember(file_.table[tag], "parent_calls");
     if (entry == nullptr || parent_entry == nullptr || parent_calls == nullptr) return;
     std::optional<std::vector<int64_t>> ordinals = ReadOrdinals(*parent_calls);
     if (!ordinals) {
       Add(nullptr, "tag '" + tag + "': \"parent_calls\" is not an array of whole numbers >= 0");
       return;
     }
-    if (static_cast<int64_t>(ordinals->size()) != entry->call_count) {
+    if (static_cast<int64_t>(ordinals->size()) != entry->call_count()) {
       Add(nullptr, "tag '" + tag + "': \"parent_calls\" has " + std::to_string(ordinals->size()) +
-                       " elements for " + std::to_string(entry->call_count) + " calls");
+                       " elements for " + std::to_string(entry->call_count()) + " calls");
       return;
     }
     for (size_t call = 0; call < ordinals->size(); ++call) {
-      if ((*ordinals)[call] >= parent_entry->call_count) {
+      if ((*ordinals)[call] >= parent_entry->call_count()) {
         Add(nullptr, "tag '" + tag + "': \"parent_calls\" puts call " + std::to_string(call) + " in call " +
                          std::to_string((*ordinals)[call]) + " of '" + parent + "', which has " +
-                         std::to_string(parent_entry->call_count) + " calls");
+                         std::to_string(parent_entry->call_count()) + " calls");
       }
     }
   }
@@ -188,32 +184,33 @@ class Validator {
     if (text == file_.model.metadata.end()) return;
     std::string reason;
     std::optional<Json> records = ParseJson(text->second, &reason);
-    if (!records || records->kind != Json::Kind::kArray) {
+    if (!records || !records->is_array()) {
       problems_.push_back({nullptr, std::string(kRewritesKey), "is not a JSON array of records"});
       return;
     }
-    for (size_t i = 0; i < records->items.size(); ++i) {
-      const Json& record = records->items[i];
-      if (record.kind != Json::Kind::kObject) {
+    for (size_t i = 0; i < records->size(); ++i) {
+      const Json& record = (*records)[i];
+      if (!record.is_object()) {
         AddRewriteProblem(i, "is not a JSON object");
         continue;
       }
-      const Json* pass = record.Find("pass");
-      if (pass == nullptr || pass->kind != Json::Kind::kString || pass->text.empty()) {
+      const Json* pass = FindMember(record, "pass");
+      if (pass == nullptr || !pass->is_string() || pass->get_ref<const std::string&>().empty()) {
         AddRewriteProblem(i, "has no \"pass\" name");
       }
-      const Json* kind = record.Find("kind");
-      if (kind == nullptr || kind->kind != Json::Kind::kString ||
-          (kind->text != "fused" && kind->text != "removed" && kind->text != "folded")) {
+      const Json* kind = FindMember(record, "kind");
+      if (kind == nullptr || !kind->is_string() ||
+          (*kind != "fused" && *kind != "removed" && *kind != "folded")) {
         AddRewriteProblem(i, "has no \"kind\" fused, removed or folded");
       }
-      const Json* node = record.Find("node");
-      if (node == nullptr || node->kind != Json::Kind::kString) {
+      const Json* node = FindMember(record, "node");
+      if (node == nullptr || !node->is_string()) {
         AddRewriteProblem(i, "has no \"node\" string");
-      } else if (!node->text.empty() && node_names_.count(node->text) == 0) {
-        AddRewriteProblem(i, "names node '" + node->text + "', which is not in the model");
+      } else if (const std::string& name = node->get_ref<const std::string&>();
+                 !name.empty() && node_names_.count(name) == 0) {
+        AddRewriteProblem(i, "names node '" + name + "', which is not in the model");
       }
-      const Json* modules = record.Find("modules");
+      const Json* modules = FindMember(record, "modules");
       std::optional<std::vector<std::string>> tags = modules ? ReadStrings(*modules) : std::nullopt;
       if (!tags || tags->empty()) {
         AddRewriteProblem(i, "has no \"modules\" array of tags");
@@ -269,9 +266,9 @@ class Validator {
       const ModuleEntry* entry = file_.FindModule(*tag);
       if (!ordinal) {
         Add(&node, std::string(kCallKey) + " '" + call->second + "' is not a decimal call ordinal");
-      } else if (tag_listed && entry != nullptr && *ordinal >= entry->call_count) {
+      } else if (tag_listed && entry != nullptr && *ordinal >= entry->call_count()) {
         Add(&node, std::string(kCallKey) + " " + call->second + " is out of range: tag '" + *tag + "' has " +
-                       std::to_string(entry->call_count) + " calls");
+                       std::to_string(entry->call_count()) + " calls");
       }
     }
     CheckSpans(node, *tag, tag_listed);
@@ -314,22 +311,23 @@ int RunValidate(const std::string& path, bool json, std::ostream& out, std::ostr
   }
   std::vector<Problem> problems = Validator(*file).Run();
   size_t nodes = file->model.nodes.size();
-  size_t modules = file->table.members.size();
+  size_t modules = file->table.size();
   if (json) {
-    out << "{\"file\":" << JsonQuote(path) << ",\"valid\":" << (problems.empty() ? "true" : "false")
-        << ",\"nodes\":" << nodes << ",\"modules\":" << modules << ",\"problems\":[";
-    for (size_t i = 0; i < problems.size(); ++i) {
-      const Problem& problem = problems[i];
-      out << (i ? "," : "") << "{";
+    Json listed = Json::array();
+    for (const Problem& problem : problems) {
+      Json item = Json::object();
       if (problem.node != nullptr) {
-        out << "\"node\":" << JsonQuote(problem.node->name) << ",\"op_type\":" << JsonQuote(problem.node->op_type)
-            << ",";
+        item["node"] = problem.node->name;
+        item["op_type"] = problem.node->op_type;
       } else {
-        out << "\"subject\":" << JsonQuote(problem.subject) << ",";
+        item["subject"] = problem.subject;
       }
-      out << "\"problem\":" << JsonQuote(problem.text) << "}";
+      item["problem"] = problem.text;
+      listed.push_back(std::move(item));
     }
-    out << "]}\n";
+    Json result = {{"file", path}, {"valid", problems.empty()}, {"nodes", nodes}, {"modules", modules},
+                   {"problems", std::move(listed)}};
+    out << WriteJson(result) << "\n";
   } else {
     for (const Problem& problem : problems) {
       out << path << ": " << (problem.node ? "node " + DescribeNode(*problem.node) : problem.subject) << ": "

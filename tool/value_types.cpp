@@ -1,8 +1,8 @@
 // Value types: recorded ValueInfoProtos first, ONNX shape inference second.
-#include "hiertag/value_types.h"
+#include "hiertag/tool/value_types.h"
 
-#include "hiertag/onnx_fields.h"
-#include "hiertag/proto_wire.h"
+#include "hiertag/core/onnx_fields.h"
+#include "hiertag/core/proto_wire.h"
 
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>

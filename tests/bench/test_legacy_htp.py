@@ -11,11 +11,10 @@ from pathlib import Path
 import onnx
 
 from tests.e2e.test_export import export
-from tests.models import zoo
+from hiertag import zoo
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-import metrics  # noqa: E402
+import metrics
 
 
 def legacy_export(name, path):
@@ -41,16 +40,16 @@ def test_projection_crosses_layers_where_hiertag_does_not(tmp_path):
 
 AFTER_LEGACY = """
 import io, sys, warnings
-sys.path[:0] = [{root!r}, {bench!r}]
+sys.path.insert(0, {bench!r})
 warnings.simplefilter("ignore")
 import torch, legacy_htp
-from tests.models import zoo
+from hiertag import OPSET, zoo
 before = dict(vars(torch.Tensor))
 model, args = zoo.bert()
 legacy_htp.export(model, args, {path!r})
 assert dict(vars(torch.Tensor)) == before, "torch.Tensor changed"
 model, args = zoo.gpt2()
-torch.onnx.export(model, args, io.BytesIO(), dynamo=False, opset_version=17)
+torch.onnx.export(model, args, io.BytesIO(), dynamo=False, opset_version=OPSET)
 """
 
 
@@ -64,10 +63,10 @@ def test_torch_exports_other_models_after_a_legacy_export(tmp_path):
 
 EVERY_ARCHITECTURE = """
 import sys, warnings
-sys.path[:0] = [{root!r}, {bench!r}]
+sys.path.insert(0, {bench!r})
 warnings.simplefilter("ignore")
 import legacy_htp
-from tests.models import zoo
+from hiertag import zoo
 for name in {names!r}:
     model, args = zoo.ALL[name]()
     legacy_htp.export(model, args, {directory!r} + "/" + name + ".onnx")

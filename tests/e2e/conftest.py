@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _export_in_subprocess(out_dir, load_plugin, hiertag):
     """{model name: bytes} exported by a fresh process."""
-    from tests.models import zoo
+    from hiertag import zoo
     env = {k: v for k, v in os.environ.items() if not k.startswith("HIERTAG")}
     if hiertag is not None:
         env["HIERTAG"] = hiertag

@@ -2,7 +2,7 @@
 flag-off exports byte for byte between processes with the same history.
 
 usage: export_plain.py OUT_DIR [--load-plugin] MODEL...
---load-plugin loads build/libhiertag.so first (run it with HIERTAG off)."""
+--load-plugin loads the plugin first (run it with HIERTAG off)."""
 
 import io
 import sys
@@ -10,10 +10,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.models import zoo  # noqa: E402
-
-OPSET = 17
+import hiertag
+from hiertag import OPSET, zoo
 
 
 def export_bytes(name):
@@ -27,7 +25,7 @@ if __name__ == "__main__":
     out_dir = Path(sys.argv[1])
     names = sys.argv[2:]
     if names and names[0] == "--load-plugin":
-        torch.ops.load_library(str(Path(__file__).resolve().parents[2] / "build" / "libhiertag.so"))
+        torch.ops.load_library(hiertag.library_path())
         names = names[1:]
     for name in names:
         (out_dir / f"{name}.onnx").write_bytes(export_bytes(name))

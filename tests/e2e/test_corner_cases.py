@@ -5,9 +5,9 @@ import json
 import onnx
 import pytest
 
-from scripts import hiertag_checks as tm
+from hiertag import checks
 from tests.e2e.test_export import export
-from tests.models import zoo
+from hiertag import zoo
 
 
 def tagged(name):
@@ -16,11 +16,11 @@ def tagged(name):
 
 
 def tags_of(model, op_type):
-    return [tm.node_props(n)[tm.TAG_KEY] for n in tm.walk_nodes(model.graph) if n.op_type == op_type]
+    return [checks.node_props(n)[checks.TAG_KEY] for n in checks.walk_nodes(model.graph) if n.op_type == op_type]
 
 
 def test_containers_disambiguate_same_class_siblings_behind_filtered_containers():
-    table = tm.module_table(tagged("containers"))
+    table = checks.module_table(tagged("containers"))
     experts = {tag: entry["path"] for tag, entry in table.items() if entry["class"].endswith(".Expert")}
     assert experts == {
         "/Containers/Expert[stages.0.0]": "stages.0.0", "/Containers/Expert[stages.0.1]": "stages.0.1",
@@ -30,21 +30,21 @@ def test_containers_disambiguate_same_class_siblings_behind_filtered_containers(
 
 
 def calls_of(model, op_type):
-    return [int(tm.node_props(n).get(tm.CALL_KEY, "0")) for n in tm.walk_nodes(model.graph) if n.op_type == op_type]
+    return [int(checks.node_props(n).get(checks.CALL_KEY, "0")) for n in checks.walk_nodes(model.graph) if n.op_type == op_type]
 
 
 def test_module_called_twice_keeps_one_tag_and_numbers_its_calls():
     model = tagged("called_twice")
     assert tags_of(model, "Gemm") == ["/CalledTwice/Expert", "/CalledTwice/Expert"]
     assert calls_of(model, "Gemm") == [0, 1]
-    assert tm.module_table(model)["/CalledTwice/Expert"]["calls"] == [0, 1]
+    assert checks.module_table(model)["/CalledTwice/Expert"]["calls"] == [0, 1]
     assert tags_of(model, "Softmax") == ["/CalledTwice"]
-    assert tm.CALL_KEY not in tm.node_props(next(n for n in model.graph.node if n.op_type == "Softmax"))
+    assert checks.CALL_KEY not in checks.node_props(next(n for n in model.graph.node if n.op_type == "Softmax"))
 
 
 def test_layer_applied_three_times_has_three_calls_down_its_subtree():
     model = tagged("shared_layer_stack")
-    table = tm.module_table(model)
+    table = checks.module_table(model)
     assert table["/SharedLayerStack/Block"]["calls"] == [0, 1, 2]
     assert table["/SharedLayerStack/Block/Norm"]["calls"] == [0, 1, 2]
     assert "parent_calls" not in table["/SharedLayerStack/Block"]
@@ -64,58 +64,58 @@ def test_attention_entered_through_forward_owns_its_ops():
     # Its node names stay torch's (test_export compares the files byte for byte).
     model = tagged("direct_attention_call")
     attention = {n.op_type for n in model.graph.node
-                 if tm.node_props(n)[tm.TAG_KEY] == "/DirectAttentionCall/Attention"}
+                 if checks.node_props(n)[checks.TAG_KEY] == "/DirectAttentionCall/Attention"}
     assert {"MatMul", "Softmax", "Div", "Add"} <= attention
 
 
 def test_module_called_inside_a_siblings_forward_is_tagged_by_the_call_tree():
     model = tagged("annotated_transformer")
-    table = tm.module_table(model)
+    table = checks.module_table(model)
     attention = "/AnnotatedTransformer/EncoderLayer.0/SublayerConnection.0/Attention"
     assert table[attention]["path"] == "layers.0.self_attn"
     assert table["/AnnotatedTransformer/EncoderLayer.0/SublayerConnection.1/Expert"]["path"] == "layers.0.feed_forward"
-    assert "Softmax" in {n.op_type for n in model.graph.node if tm.node_props(n)[tm.TAG_KEY] == attention}
+    assert "Softmax" in {n.op_type for n in model.graph.node if checks.node_props(n)[checks.TAG_KEY] == attention}
 
 
 def test_export_pass_rewrites_across_modules_are_recorded():
     model = tagged("cross_module_rewrites")
     conv = next(n for n in model.graph.node if n.op_type == "Conv")
-    props = tm.node_props(conv)
-    assert props[tm.TAG_KEY] == "/CrossModuleRewrites/ConvBatchNorm"
-    assert json.loads(props[tm.SPANS_KEY]) == ["/CrossModuleRewrites/ConvBatchNorm",
+    props = checks.node_props(conv)
+    assert props[checks.TAG_KEY] == "/CrossModuleRewrites/ConvBatchNorm"
+    assert json.loads(props[checks.SPANS_KEY]) == ["/CrossModuleRewrites/ConvBatchNorm",
                                                "/CrossModuleRewrites/ConvBatchNorm/CustomConv"]
-    assert props[tm.REWRITE_KEY] == "_jit_pass_onnx_eval_peephole"
-    records = json.loads(tm.model_props(model)[tm.REWRITES_KEY])
+    assert props[checks.REWRITE_KEY] == "_jit_pass_onnx_eval_peephole"
+    records = json.loads(checks.model_props(model)[checks.REWRITES_KEY])
     removed = [r for r in records if r["kind"] == "removed"]
     assert removed == [{"pass": "_jit_pass_onnx_peephole", "kind": "removed", "node": "",
                         "modules": ["/CrossModuleRewrites/ChannelsFirst", "/CrossModuleRewrites/ChannelsLast"]}]
-    assert set(tm.rewritten_boundaries(model)) == {
+    assert set(checks.rewritten_boundaries(model)) == {
         "/CrossModuleRewrites/ChannelsFirst", "/CrossModuleRewrites/ChannelsLast",
         "/CrossModuleRewrites/ConvBatchNorm/CustomConv"}
     # Both modules ran: the table lists them although no node carries their tags.
-    assert {"/CrossModuleRewrites/ChannelsLast", "/CrossModuleRewrites/ConvBatchNorm/CustomConv"} <= set(tm.module_table(model))
+    assert {"/CrossModuleRewrites/ChannelsLast", "/CrossModuleRewrites/ConvBatchNorm/CustomConv"} <= set(checks.module_table(model))
 
 
 def test_tracer_alias_is_shared_with_the_caller_whose_variable_it_became():
     model = tagged("tracer_alias")
-    casts = [n for n in model.graph.node if n.op_type == "Cast" and tm.SHARED_KEY in tm.node_props(n)]
-    assert [tm.node_props(n)[tm.TAG_KEY] for n in casts] == ["/TracerAlias/AliasingBlock.0/CastingNorm",
+    casts = [n for n in model.graph.node if n.op_type == "Cast" and checks.SHARED_KEY in checks.node_props(n)]
+    assert [checks.node_props(n)[checks.TAG_KEY] for n in casts] == ["/TracerAlias/AliasingBlock.0/CastingNorm",
                                                              "/TracerAlias/AliasingBlock.1/CastingNorm"]
-    assert "/TracerAlias/AliasingBlock.0" in json.loads(tm.node_props(casts[0])[tm.SHARED_KEY])
+    assert "/TracerAlias/AliasingBlock.0" in json.loads(checks.node_props(casts[0])[checks.SHARED_KEY])
 
 
 def test_container_a_caller_reached_past_keeps_its_level_and_says_it_never_ran():
-    table = tm.module_table(tagged("reached_past"))
-    assert table["/ReachedPast/Stack"] == {"path": "stack", "class": "tests.models.corner_cases.Stack", "ran": False}
+    table = checks.module_table(tagged("reached_past"))
+    assert table["/ReachedPast/Stack"] == {"path": "stack", "class": "hiertag.zoo.corner_cases.Stack", "ran": False}
     assert table["/ReachedPast/Stack/Expert.0"]["path"] == "stack.blocks.0"
     assert "ran" not in table["/ReachedPast/Stack/Expert.0"]
 
 
 def test_module_folded_away_is_listed_with_what_it_became():
     model = tagged("folded_module")
-    entry = tm.module_table(model)["/FoldedModule/SinusoidalPositions"]
+    entry = checks.module_table(model)["/FoldedModule/SinusoidalPositions"]
     assert entry["path"] == "positions"
-    assert not [n for n in model.graph.node if tm.node_props(n)[tm.TAG_KEY] == "/FoldedModule/SinusoidalPositions"]
+    assert not [n for n in model.graph.node if checks.node_props(n)[checks.TAG_KEY] == "/FoldedModule/SinusoidalPositions"]
     produced = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.initializer}
     assert entry["folded_into"] and set(entry["folded_into"]) <= produced
 
@@ -133,21 +133,21 @@ def test_autograd_function_symbolic_nodes_belong_to_their_module():
 
 def test_node_merged_by_cse_lists_the_other_layer():
     model = tagged("shared_subexpression")
-    shared = [(tm.node_props(n)[tm.TAG_KEY], json.loads(tm.node_props(n)[tm.SHARED_KEY]))
-              for n in model.graph.node if tm.SHARED_KEY in tm.node_props(n)]
+    shared = [(checks.node_props(n)[checks.TAG_KEY], json.loads(checks.node_props(n)[checks.SHARED_KEY]))
+              for n in model.graph.node if checks.SHARED_KEY in checks.node_props(n)]
     assert shared
     assert all(tag == "/SharedSubexpression/PositionalLayer.0" and others == ["/SharedSubexpression/PositionalLayer.1"]
                for tag, others in shared)
 
 
 def test_scripted_model_table_names_the_real_classes_and_paths():
-    table = tm.module_table(tagged("scripted_model"))
+    table = checks.module_table(tagged("scripted_model"))
     assert {tag: (e["path"], e["class"]) for tag, e in table.items()} == {
-        "/Scripted": ("", "tests.models.corner_cases.Scripted"),
-        "/Scripted/ScriptedChild.0": ("layers.0", "tests.models.corner_cases.ScriptedChild"),
-        "/Scripted/ScriptedChild.1": ("layers.1", "tests.models.corner_cases.ScriptedChild"),
-        "/Scripted/ScriptedChild.0/Expert": ("layers.0.inner", "tests.models.corner_cases.Expert"),
-        "/Scripted/ScriptedChild.1/Expert": ("layers.1.inner", "tests.models.corner_cases.Expert"),
+        "/Scripted": ("", "hiertag.zoo.corner_cases.Scripted"),
+        "/Scripted/ScriptedChild.0": ("layers.0", "hiertag.zoo.corner_cases.ScriptedChild"),
+        "/Scripted/ScriptedChild.1": ("layers.1", "hiertag.zoo.corner_cases.ScriptedChild"),
+        "/Scripted/ScriptedChild.0/Expert": ("layers.0.inner", "hiertag.zoo.corner_cases.Expert"),
+        "/Scripted/ScriptedChild.1/Expert": ("layers.1.inner", "hiertag.zoo.corner_cases.Expert"),
     }
 
 
@@ -158,7 +158,7 @@ def test_scripted_model_table_names_the_real_classes_and_paths():
 ])
 def test_torch_modules_setting_gives_torch_nn_modules_segments(monkeypatch, setting, expected):
     monkeypatch.setenv("HIERTAG_TORCH_MODULES", setting)
-    table = tm.module_table(tagged("containers"))
+    table = checks.module_table(tagged("containers"))
     assert expected in table
     assert [e["path"] for t, e in table.items() if t == expected] == ["stages.0.0"]
 

@@ -8,9 +8,9 @@ import onnx
 import onnxruntime
 import pytest
 
-from scripts import hiertag_checks as tm
+from hiertag import checks
 from tests.e2e.test_export import export, run_tool
-from tests.models import zoo
+from hiertag import zoo
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "resnet", "vit"])
@@ -21,13 +21,13 @@ def test_every_module_extracts_to_a_model_that_reproduces_the_full_model(name, t
     source.write_bytes(tagged)
     model = onnx.load_from_string(tagged)
     extracted = {}
-    for tag in tm.module_table(model):
+    for tag in checks.module_table(model):
         out = tmp_path / f"module{len(extracted)}.onnx"
         result = run_tool("extract", source, "--module", tag, "-o", out, "--json")
         assert result.returncode == 0, f"{tag}: {result.stderr}"
         extracted[tag] = (out, json.loads(result.stdout))
     wanted = sorted({n for _, info in extracted.values() for n in info["inputs"] + info["outputs"]})
-    values = tm.intermediate_values(model, tm.feeds_for(tagged, torch_model, args), wanted)
+    values = checks.intermediate_values(model, checks.feeds_for(tagged, torch_model, args), wanted)
     for tag, (path, info) in extracted.items():
         module = onnx.load(path)
         onnx.checker.check_model(module, full_check=True)

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.models import zoo
+from hiertag import zoo
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", sorted(zoo.ALL))
 def test_verifier_passes_every_module(name):
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "verify_modules.py"), f"zoo:{name}"],
+    result = subprocess.run([sys.executable, "-m", "hiertag", "verify", f"zoo:{name}"],
                             capture_output=True, text=True, cwd=ROOT)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr
     assert result.returncode == 0, result.stdout + result.stderr
@@ -43,7 +43,7 @@ CALLS = {
 
 def test_verifier_builds_a_transformers_model_from_its_config():
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "verify_modules.py"), "transformers:BertModel",
+        [sys.executable, "-m", "hiertag", "verify", "transformers:BertModel",
          "--config", '{"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,'
                      ' "intermediate_size": 64}',
          "--input", "input_ids=int64[1,8]:3..100", "--input", "attention_mask=ones[1,8]"],
@@ -53,6 +53,7 @@ def test_verifier_builds_a_transformers_model_from_its_config():
 
 
 def test_verifier_rejects_an_unknown_model_spec():
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "verify_modules.py"), "nowhere:Thing"],
+    result = subprocess.run([sys.executable, "-m", "hiertag", "verify", "nowhere:Thing"],
                             capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode != 0 and "MODEL must be" in result.stderr
+    assert result.returncode == 2 and result.stderr.startswith("hiertag verify: MODEL must be")
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -1,5 +1,5 @@
 // Tests of AssignHierarchyTags: each tagging rule on small ONNX-level graphs.
-#include "hiertag/assign_hierarchy_tags.h"
+#include "hiertag/passes/assign_hierarchy_tags.h"
 
 #include <algorithm>
 #include <memory>
@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "graph_test_support.h"
-#include "hiertag/scope_resolution.h"
-#include "hiertag/tag_format.h"
-#include "hiertag/tagged_model_entries.h"
+#include "hiertag/passes/scope_resolution.h"
+#include "hiertag/core/tag_format.h"
+#include "hiertag/passes/tagged_model_entries.h"
 
 namespace hiertag {
 namespace {

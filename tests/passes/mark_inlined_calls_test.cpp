@@ -1,5 +1,7 @@
 // Tests of MarkInlinedCalls: call-site scopes lent to nodes between call markers.
-#include "hiertag/mark_inlined_calls.h"
+#include "hiertag/passes/mark_inlined_calls.h"
+
+#include <torch/csrc/jit/testing/file_check.h>
 
 #include <string>
 
@@ -220,6 +222,55 @@ TEST_F(MarkInlinedCallsTest, RestoreAfterScopedFirstNodeGivesBlankBack) {
   EXPECT_EQ(NodeOf("b")->scope(), layer0_);
   EXPECT_EQ(NodeOf("c")->scope(), blank) << "c was given back "
                                          << NodeOf("c")->scope()->namesFromRoot();
+}
+
+TEST_F(MarkInlinedCallsTest, IrShowsCallSiteScopeLentAndMarkersGone) {
+  // Check, on the IR dump, that the nodes between the markers print the call
+  // site's scope under a borrowed level, and that no marker is left.
+  Parse(kStraightGraph);
+  NodeOf("a")->setScope(layer0_);
+  InsertMarkerBefore("b", CallMarker::kBegin, layer1_);
+  InsertMarkerBefore("d", CallMarker::kEnd, layer1_);
+  RunPass();
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK-NOT: hiertag::call_begin
+# CHECK: aten::relu(%x), scope: hiertag.m0|pkg.Net::/hiertag.m2|pkg.Layer::layers.0
+# CHECK-NOT: hiertag::call
+# CHECK: aten::sigmoid(%a), scope: hiertag.m0|pkg.Net::/hiertag.m5|pkg.Layer::layers.1/hiertag.borrowed.
+# CHECK: aten::tanh(%b), scope: hiertag.m0|pkg.Net::/hiertag.m5|pkg.Layer::layers.1/hiertag.borrowed.
+# CHECK-NOT: hiertag::call_end
+# CHECK: aten::neg(%c)
+# CHECK-NOT: scope
+# CHECK: return
+)",
+                                       *graph_);
+}
+
+TEST_F(MarkInlinedCallsTest, IrShowsNothingLentWithoutMarkers) {
+  // Check, on the IR dump, that a graph without markers keeps its blank scopes.
+  Parse(kStraightGraph);
+  NodeOf("a")->setScope(layer0_);
+  EXPECT_EQ(RunPass(), 0);
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK: aten::relu(%x), scope: hiertag.m0|pkg.Net::/hiertag.m2|pkg.Layer::layers.0
+# CHECK-NOT: hiertag.borrowed
+# CHECK: return
+)",
+                                       *graph_);
+}
+
+TEST_F(MarkInlinedCallsTest, IrShowsTorchsScopesAfterRestore) {
+  // Check, on the IR dump, that Restore gives every lent node its blank scope back.
+  Parse(kStraightGraph);
+  InsertMarkerBefore("b", CallMarker::kBegin, layer1_);
+  InsertMarkerBefore("d", CallMarker::kEnd, layer1_);
+  RunPass();
+  EXPECT_EQ(Restore(), 2);
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK-NOT: scope:
+# CHECK: return
+)",
+                                       *graph_);
 }
 
 }  // namespace

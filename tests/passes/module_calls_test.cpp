@@ -1,6 +1,6 @@
 // Tests of RestoreTorchScopes: direct scopes removed, scope identity kept.
 // ModuleCalls::Enter/Exit need a live tracer; the end-to-end tests cover them.
-#include "hiertag/module_calls.h"
+#include "hiertag/passes/module_calls.h"
 
 #include <torch/csrc/jit/testing/file_check.h>
 

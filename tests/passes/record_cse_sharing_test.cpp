@@ -1,5 +1,5 @@
 // Tests of RecordCseSharing around torch's common subexpression elimination.
-#include "hiertag/record_cse_sharing.h"
+#include "hiertag/passes/record_cse_sharing.h"
 
 #include <torch/csrc/jit/passes/common_subexpression_elimination.h>
 

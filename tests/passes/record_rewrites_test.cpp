@@ -1,6 +1,6 @@
 // Tests of RecordRewrites: groups of removed nodes classified by what replaced them.
 // Each pass is a lambda doing the graph surgery a torch pass does.
-#include "hiertag/record_rewrites.h"
+#include "hiertag/passes/record_rewrites.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "graph_test_support.h"
-#include "hiertag/assign_hierarchy_tags.h"
-#include "hiertag/call_tags.h"
-#include "hiertag/module_table.h"
+#include "hiertag/passes/assign_hierarchy_tags.h"
+#include "hiertag/core/call_tags.h"
+#include "hiertag/core/module_table.h"
 
 namespace hiertag {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "hiertag/json.h"
-#include "hiertag/onnx_model.h"
+#include "hiertag/core/json.h"
+#include "hiertag/core/onnx_model.h"
 #include "tool_test_support.h"
 
 namespace hiertag::tooltest {
@@ -218,7 +218,7 @@ std::vector<std::string> TableTags(const OnnxModel& model) {
   std::optional<Json> json = ParseJson(table->second, &error);
   if (!json) return {"<bad module table: " + error + ">"};
   std::vector<std::string> tags;
-  for (const auto& [tag, entry] : json->members) tags.push_back(tag);
+  for (const auto& [tag, entry] : json->items()) tags.push_back(tag);
   return tags;
 }
 
@@ -387,21 +387,19 @@ TEST_F(ExtractTest, JsonPrintsOneObject) {
   std::string error;
   std::optional<Json> json = ParseJson(result.out, &error);
   ASSERT_TRUE(json) << error << "\n" << result.out;
-  ASSERT_EQ(json->kind, Json::Kind::kObject) << result.out;
+  ASSERT_TRUE(json->is_object()) << result.out;
   auto text = [&](const char* key) {
-    const Json* member = json->Find(key);
-    return member && member->kind == Json::Kind::kString ? member->text : "<missing " + std::string(key) + ">";
+    const Json* member = FindMember(*json, key);
+    return member && member->is_string() ? member->get<std::string>() : "<missing " + std::string(key) + ">";
   };
   auto number = [&](const char* key) {
-    const Json* member = json->Find(key);
-    return member && member->kind == Json::Kind::kNumber ? member->number : -1.0;
+    const Json* member = FindMember(*json, key);
+    return member && member->is_number() ? member->get<double>() : -1.0;
   };
   auto names = [&](const char* key) {
-    std::vector<std::string> list;
-    const Json* member = json->Find(key);
-    if (member == nullptr || member->kind != Json::Kind::kArray) return std::vector<std::string>{"<missing>"};
-    for (const Json& item : member->items) list.push_back(item.text);
-    return list;
+    const Json* member = FindMember(*json, key);
+    return member ? ReadStrings(*member).value_or(std::vector<std::string>{"<missing>"})
+                  : std::vector<std::string>{"<missing>"};
   };
   EXPECT_EQ(text("file"), path);
   EXPECT_EQ(text("module"), kLayer1);
@@ -1005,11 +1003,11 @@ TEST_F(ExtractTest, JsonCarriesCall) {
   std::string error;
   std::optional<Json> json = ParseJson(result.out, &error);
   ASSERT_TRUE(json) << error << "\n" << result.out;
-  ASSERT_NE(json->Find("call"), nullptr) << result.out;
-  EXPECT_EQ(json->Find("call")->number, 1);
+  ASSERT_NE(FindMember(*json, "call"), nullptr) << result.out;
+  EXPECT_EQ(*FindMember(*json, "call"), 1);
   json = ParseJson(Extract(WriteModel(ChainModel(), "chain.onnx"), kLayer1, OutPath(), /*json=*/true).out, &error);
   ASSERT_TRUE(json) << error;
-  EXPECT_EQ(json->Find("call"), nullptr);
+  EXPECT_EQ(FindMember(*json, "call"), nullptr);
 }
 
 // Check that without -o the call is part of the default output name.

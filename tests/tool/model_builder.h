@@ -11,9 +11,10 @@
 #include <utility>
 #include <vector>
 
-#include "hiertag/onnx_fields.h"
-#include "hiertag/proto_wire.h"
-#include "hiertag/tag_format.h"
+#include "hiertag/core/json.h"
+#include "hiertag/core/onnx_fields.h"
+#include "hiertag/core/proto_wire.h"
+#include "hiertag/core/tag_format.h"
 
 namespace hiertag::tooltest {
 
@@ -88,11 +89,10 @@ inline std::string TypedValueInfo(std::string_view name, const TensorTypeSpec& t
 }
 
 // A JSON array of strings, as hiertag writes hiertag.shared_with.
-inline std::string JsonArray(const std::vector<std::string>& items) {
-  std::string text = "[";
-  for (size_t i = 0; i < items.size(); ++i) text += (i ? "," : "") + JsonQuote(items[i]);
-  return text + "]";
-}
+inline std::string JsonArray(const std::vector<std::string>& items) { return WriteStringList(items); }
+
+// A JSON string.
+inline std::string JsonString(const std::string& text) { return WriteJson(Json(text)); }
 
 // A JSON array of numbers, as hiertag writes "calls" and "parent_calls".
 inline std::string JsonNumbers(const std::vector<int64_t>& items) {
@@ -308,8 +308,8 @@ struct RewriteSpec {
   std::string node;
 
   std::string Text() const {
-    return "{\"pass\":" + JsonQuote(pass) + ",\"kind\":" + JsonQuote(kind) + ",\"modules\":" + JsonArray(modules) +
-           ",\"node\":" + JsonQuote(node) + "}";
+    return "{\"pass\":" + JsonString(pass) + ",\"kind\":" + JsonString(kind) + ",\"modules\":" + JsonArray(modules) +
+           ",\"node\":" + JsonString(node) + "}";
   }
 };
 
@@ -362,9 +362,9 @@ struct ModelSpec {
     std::string json = "{";
     for (size_t i = 0; i < modules.size(); ++i) {
       const ModuleSpec& module = modules[i];
-      json += (i ? "," : "") + JsonQuote(module.tag) + ":{\"path\":" + JsonQuote(module.path) +
-              ",\"class\":" + JsonQuote(module.class_name);
-      for (const auto& [key, value] : module.fields) json += "," + JsonQuote(key) + ":" + value;
+      json += (i ? "," : "") + JsonString(module.tag) + ":{\"path\":" + JsonString(module.path) +
+              ",\"class\":" + JsonString(module.class_name);
+      for (const auto& [key, value] : module.fields) json += "," + JsonString(key) + ":" + value;
       json += "}";
     }
     return json + "}";

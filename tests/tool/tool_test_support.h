@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "hiertag/tool_commands.h"
+#include "hiertag/tool/tool_commands.h"
 #include "model_builder.h"
 
 namespace hiertag::tooltest {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "hiertag/json.h"
+#include "hiertag/core/json.h"
 #include "tool_test_support.h"
 
 namespace hiertag::tooltest {
@@ -35,22 +35,22 @@ class TreeTest : public ToolTest {
     std::string error;
     std::optional<Json> json = ParseJson(result.out, &error);
     EXPECT_TRUE(json) << error << "\n" << result.out;
-    if (!json || json->kind != Json::Kind::kObject || json->Find("modules") == nullptr) {
+    if (!json || FindMember(*json, "modules") == nullptr || !FindMember(*json, "modules")->is_array()) {
       ADD_FAILURE() << "no \"modules\" array in " << result.out;
       return {};
     }
     std::vector<JsonModule> modules;
-    for (const Json& item : json->Find("modules")->items) {
+    for (const Json& item : *FindMember(*json, "modules")) {
       JsonModule module;
       auto text = [&](const char* key) {
-        const Json* member = item.Find(key);
-        EXPECT_TRUE(member && member->kind == Json::Kind::kString) << key << " in " << result.out;
-        return member ? member->text : std::string();
+        const Json* member = FindMember(item, key);
+        EXPECT_TRUE(member && member->is_string()) << key << " in " << result.out;
+        return member && member->is_string() ? member->get<std::string>() : std::string();
       };
       auto number = [&](const char* key) {
-        const Json* member = item.Find(key);
-        EXPECT_TRUE(member && member->kind == Json::Kind::kNumber) << key << " in " << result.out;
-        return member ? member->number : -1.0;
+        const Json* member = FindMember(item, key);
+        EXPECT_TRUE(member && member->is_number()) << key << " in " << result.out;
+        return member && member->is_number() ? member->get<double>() : -1.0;
       };
       module.tag = text("tag");
       module.path = text("path");
@@ -64,24 +64,23 @@ class TreeTest : public ToolTest {
       module.bytes_total = number("bytes_total");
       module.calls = number("calls");
       auto strings = [&](const Json* array) {
-        std::vector<std::string> list;
-        EXPECT_TRUE(array && array->kind == Json::Kind::kArray) << result.out;
-        for (const Json& name : array ? array->items : std::vector<Json>{}) list.push_back(name.text);
-        return list;
+        std::optional<std::vector<std::string>> list = array ? ReadStrings(*array) : std::nullopt;
+        EXPECT_TRUE(list) << result.out;
+        return list.value_or(std::vector<std::string>{});
       };
-      module.folded_into = strings(item.Find("folded_into"));
-      const Json* rewrites = item.Find("rewrites");
-      EXPECT_TRUE(rewrites && rewrites->kind == Json::Kind::kArray) << "rewrites in " << result.out;
-      for (const Json& rewrite : rewrites ? rewrites->items : std::vector<Json>{}) {
+      module.folded_into = strings(FindMember(item, "folded_into"));
+      const Json* rewrites = FindMember(item, "rewrites");
+      EXPECT_TRUE(rewrites && rewrites->is_array()) << "rewrites in " << result.out;
+      for (const Json& rewrite : rewrites && rewrites->is_array() ? *rewrites : Json::array()) {
         std::string others;
-        for (const std::string& tag : strings(rewrite.Find("with"))) others += (others.empty() ? "" : ",") + tag;
-        module.rewrites.push_back(rewrite.Find("kind")->text + " with " + others + " by " +
-                                  rewrite.Find("pass")->text + " in '" + rewrite.Find("node")->text + "'");
+        for (const std::string& tag : strings(FindMember(rewrite, "with"))) others += (others.empty() ? "" : ",") + tag;
+        module.rewrites.push_back(rewrite.value("kind", "") + " with " + others + " by " + rewrite.value("pass", "") +
+                                  " in '" + rewrite.value("node", "") + "'");
       }
-      const Json* ops = item.Find("ops");
-      EXPECT_TRUE(ops && ops->kind == Json::Kind::kObject) << "ops in " << result.out;
+      const Json* ops = FindMember(item, "ops");
+      EXPECT_TRUE(ops && ops->is_object()) << "ops in " << result.out;
       if (ops) {
-        for (const auto& [op_type, count] : ops->members) module.ops[op_type] = count.number;
+        for (const auto& [op_type, count] : ops->items()) module.ops[op_type] = count.get<double>();
       }
       modules.push_back(std::move(module));
     }

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "hiertag/json.h"
+#include "hiertag/core/json.h"
 #include "tool_test_support.h"
 
 namespace hiertag::tooltest {
@@ -291,17 +291,17 @@ TEST_F(ValidateTest, JsonOfValidModel) {
   std::string error;
   std::optional<Json> json = ParseJson(result.out, &error);
   ASSERT_TRUE(json) << error << "\n" << result.out;
-  ASSERT_EQ(json->kind, Json::Kind::kObject);
-  ASSERT_NE(json->Find("valid"), nullptr);
-  EXPECT_EQ(json->Find("valid")->kind, Json::Kind::kBool);
-  EXPECT_TRUE(json->Find("valid")->boolean);
-  ASSERT_NE(json->Find("nodes"), nullptr);
-  EXPECT_EQ(json->Find("nodes")->number, 7);
-  ASSERT_NE(json->Find("modules"), nullptr);
-  EXPECT_EQ(json->Find("modules")->number, 4);
-  ASSERT_NE(json->Find("problems"), nullptr);
-  EXPECT_EQ(json->Find("problems")->kind, Json::Kind::kArray);
-  EXPECT_TRUE(json->Find("problems")->items.empty());
+  ASSERT_TRUE(json->is_object());
+  ASSERT_NE(FindMember(*json, "valid"), nullptr);
+  EXPECT_EQ(FindMember(*json, "valid")->is_boolean(), true);
+  EXPECT_TRUE(FindMember(*json, "valid")->get<bool>());
+  ASSERT_NE(FindMember(*json, "nodes"), nullptr);
+  EXPECT_EQ(FindMember(*json, "nodes")->get<double>(), 7);
+  ASSERT_NE(FindMember(*json, "modules"), nullptr);
+  EXPECT_EQ(FindMember(*json, "modules")->get<double>(), 4);
+  ASSERT_NE(FindMember(*json, "problems"), nullptr);
+  EXPECT_EQ(FindMember(*json, "problems")->is_array(), true);
+  EXPECT_TRUE(FindMember(*json, "problems")->empty());
 }
 
 // Check that --json of an invalid model says so and lists each problem with its node and op type.
@@ -317,27 +317,27 @@ TEST_F(ValidateTest, JsonOfInvalidModel) {
   std::string error;
   std::optional<Json> json = ParseJson(result.out, &error);
   ASSERT_TRUE(json) << error << "\n" << result.out;
-  ASSERT_EQ(json->kind, Json::Kind::kObject);
-  ASSERT_NE(json->Find("valid"), nullptr);
-  EXPECT_EQ(json->Find("valid")->kind, Json::Kind::kBool);
-  EXPECT_FALSE(json->Find("valid")->boolean);
-  EXPECT_EQ(json->Find("nodes")->number, 7);
-  EXPECT_EQ(json->Find("modules")->number, 4);
-  const Json* problems = json->Find("problems");
+  ASSERT_TRUE(json->is_object());
+  ASSERT_NE(FindMember(*json, "valid"), nullptr);
+  EXPECT_EQ(FindMember(*json, "valid")->is_boolean(), true);
+  EXPECT_FALSE(FindMember(*json, "valid")->get<bool>());
+  EXPECT_EQ(FindMember(*json, "nodes")->get<double>(), 7);
+  EXPECT_EQ(FindMember(*json, "modules")->get<double>(), 4);
+  const Json* problems = FindMember(*json, "problems");
   ASSERT_NE(problems, nullptr);
-  ASSERT_EQ(problems->items.size(), 2u) << result.out;
+  ASSERT_EQ(problems->size(), 2u) << result.out;
   const Json* node_problem = nullptr;
   const Json* table_problem = nullptr;
-  for (const Json& problem : problems->items) (problem.Find("node") ? node_problem : table_problem) = &problem;
+  for (const Json& problem : *problems) (FindMember(problem, "node") ? node_problem : table_problem) = &problem;
   ASSERT_NE(node_problem, nullptr) << result.out;
   ASSERT_NE(table_problem, nullptr) << result.out;
-  EXPECT_EQ(node_problem->Find("node")->text, "n1");
-  ASSERT_NE(node_problem->Find("op_type"), nullptr);
-  EXPECT_EQ(node_problem->Find("op_type")->text, "Relu");
-  ASSERT_NE(node_problem->Find("problem"), nullptr);
-  EXPECT_EQ(node_problem->Find("problem")->text, "has no hierarchy_tag");
-  ASSERT_NE(table_problem->Find("problem"), nullptr);
-  EXPECT_EQ(table_problem->Find("problem")->text,
+  EXPECT_EQ(FindMember(*node_problem, "node")->get<std::string>(), "n1");
+  ASSERT_NE(FindMember(*node_problem, "op_type"), nullptr);
+  EXPECT_EQ(FindMember(*node_problem, "op_type")->get<std::string>(), "Relu");
+  ASSERT_NE(FindMember(*node_problem, "problem"), nullptr);
+  EXPECT_EQ(FindMember(*node_problem, "problem")->get<std::string>(), "has no hierarchy_tag");
+  ASSERT_NE(FindMember(*table_problem, "problem"), nullptr);
+  EXPECT_EQ(FindMember(*table_problem, "problem")->get<std::string>(),
             "tags '/Net/Layer.0' and '/Net/Layer.1' both name module path 'layers.0'");
 }
 
@@ -349,8 +349,8 @@ TEST_F(ValidateTest, JsonQuotesFileName) {
   std::string error;
   std::optional<Json> json = ParseJson(result.out, &error);
   ASSERT_TRUE(json) << error << "\n" << result.out;
-  ASSERT_NE(json->Find("file"), nullptr);
-  EXPECT_EQ(json->Find("file")->text, path);
+  ASSERT_NE(FindMember(*json, "file"), nullptr);
+  EXPECT_EQ(FindMember(*json, "file")->get<std::string>(), path);
 }
 
 // Check that a format-1 file (no format-2 field at all) is still valid.
@@ -589,13 +589,13 @@ TEST_F(ValidateTest, JsonNamesSubjectOfRewriteProblem) {
   std::string error;
   std::optional<Json> json = ParseJson(result.out, &error);
   ASSERT_TRUE(json) << error << "\n" << result.out;
-  const Json* problems = json->Find("problems");
-  ASSERT_TRUE(problems != nullptr && problems->items.size() == 1u) << result.out;
-  const Json& problem = problems->items[0];
-  EXPECT_EQ(problem.Find("node"), nullptr);
-  ASSERT_NE(problem.Find("subject"), nullptr) << result.out;
-  EXPECT_EQ(problem.Find("subject")->text, "hiertag.rewrites");
-  EXPECT_EQ(problem.Find("problem")->text, "record 0 has no \"kind\" fused, removed or folded");
+  const Json* problems = FindMember(*json, "problems");
+  ASSERT_TRUE(problems != nullptr && problems->size() == 1u) << result.out;
+  const Json& problem = (*problems)[0];
+  EXPECT_EQ(FindMember(problem, "node"), nullptr);
+  ASSERT_NE(FindMember(problem, "subject"), nullptr) << result.out;
+  EXPECT_EQ(FindMember(problem, "subject")->get<std::string>(), "hiertag.rewrites");
+  EXPECT_EQ(FindMember(problem, "problem")->get<std::string>(), "record 0 has no \"kind\" fused, removed or folded");
 }
 
 }  // namespace

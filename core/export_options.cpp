@@ -1,0 +1,75 @@
+// Export options: the environment variables of one export, validated.
+#include "hiertag/core/export_options.h"
+
+#include <cctype>
+#include <sstream>
+
+namespace hiertag {
+namespace {
+
+std::string Trimmed(const std::string& text) {
+  size_t begin = text.find_first_not_of(" \t");
+  size_t end = text.find_last_not_of(" \t");
+  return begin == std::string::npos ? "" : text.substr(begin, end - begin + 1);
+}
+
+bool IsIdentifier(const std::string& name) {
+  if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_')) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
+std::optional<TorchModuleSegments> ReadTorchModuleSegments(const char* value, std::string* error) {
+  TorchModuleSegments segments;
+  std::string text = value == nullptr ? "" : value;
+  if (text.empty() || text == "0") return segments;
+  if (text == "1") {
+    segments.all = true;
+    return segments;
+  }
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    std::string name = Trimmed(item);
+    if (!IsIdentifier(name)) {
+      *error = "hiertag: HIERTAG_TORCH_MODULES='" + text +
+               "' is not valid: use 0, 1 or a comma list of class names (LayerNorm,Embedding)";
+      return std::nullopt;
+    }
+    segments.classes.insert(name);
+  }
+  return segments;
+}
+
+}  // namespace
+
+bool TorchModuleSegments::KeepsSegment(std::string_view qualified, std::string_view short_name) const {
+  return !IsTorchModuleClass(qualified) || all || classes.count(short_name) > 0;
+}
+
+bool IsTorchModuleClass(std::string_view qualified) {
+  return qualified.substr(0, 9) == "torch.nn." || qualified.substr(0, 9) == "torch.ao.";
+}
+
+std::optional<ExportOptions> ReadExportOptions(const EnvironmentLookup& lookup, std::string* error) {
+  ExportOptions options;
+  const char* flag = lookup("HIERTAG");
+  std::string value = flag == nullptr ? "" : flag;
+  if (value.empty() || value == "0") return options;
+  if (value != "1") {
+    *error = "hiertag: HIERTAG='" + value +
+             "' is not valid: use 1 (tag this export) or 0, empty or unset (plain export)";
+    return std::nullopt;
+  }
+  options.tag = true;
+  std::optional<TorchModuleSegments> segments = ReadTorchModuleSegments(lookup("HIERTAG_TORCH_MODULES"), error);
+  if (!segments) return std::nullopt;
+  options.torch_modules = std::move(*segments);
+  const char* report = lookup("HIERTAG_REPORT");
+  options.report = report != nullptr && std::string(report) == "1";
+  return options;
+}
+
+}  // namespace hiertag

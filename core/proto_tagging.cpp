@@ -1,0 +1,233 @@
+// Proto tagging: wire-level insertion of node and model metadata_props.
+//
+// Only ModelProto.graph, GraphProto.node, NodeProto.attribute and
+// AttributeProto.g/graphs are descended into; every other field is copied as
+// raw bytes. Field numbers are those of onnx.proto (ONNX >= 1.16).
+#include "hiertag/core/proto_tagging.h"
+
+#include <cstdint>
+
+#include "hiertag/core/json.h"
+#include "hiertag/core/onnx_fields.h"
+#include "hiertag/core/proto_wire.h"
+#include "hiertag/core/tag_format.h"
+
+namespace hiertag {
+namespace {
+
+using wire::AppendLengthDelimited;
+using wire::AppendVarint;
+using wire::Field;
+using wire::kLengthDelimited;
+using wire::Reader;
+using namespace onnx_field;  // NOLINT: the field numbers read as in onnx.proto
+
+
+constexpr int kMaxGraphNesting = 64;
+
+}  // namespace
+
+class PlanBuilder {
+ public:
+  // One length-delimited message being rebuilt: its chunks, its payload size.
+  struct Rebuilt {
+    std::vector<TaggedModelPlan::Chunk> chunks;
+    size_t size = 0;
+  };
+
+  PlanBuilder(const std::vector<SerializedNodeTag>& nodes, TaggedModelPlan* plan, std::string* error)
+      : nodes_(nodes), plan_(plan), error_(error) {}
+
+  bool BuildModel(std::string_view model, const std::vector<ModelMetadataEntry>& entries) {
+    Reader reader(model);
+    Field field;
+    bool saw_graph = false;
+    bool entries_written = false;
+    Rebuilt out;
+    auto write_entries = [&] {
+      std::string bytes;
+      for (const ModelMetadataEntry& entry : entries) {
+        AppendLengthDelimited(&bytes, kModelMetadataProps, StringEntry(entry.key, entry.value));
+      }
+      Own(&out, std::move(bytes));
+      entries_written = true;
+    };
+    while (!reader.done()) {
+      if (!reader.Next(&field)) return Fail("the model is not a well-formed ModelProto");
+      // Keep the canonical field order: our entries go before the first higher field.
+      if (!entries_written && field.number > kModelMetadataProps) write_entries();
+      if (field.number == kModelGraph && field.wire_type == kLengthDelimited) {
+        Rebuilt graph;
+        if (!BuildGraph(field.payload, 0, &graph)) return false;
+        Splice(&out, kModelGraph, std::move(graph));
+        saw_graph = true;
+      } else {
+        Borrow(&out, field.raw);
+      }
+    }
+    if (!entries_written) write_entries();
+    if (!saw_graph) return Fail("the model has no graph");
+    if (next_node_ != nodes_.size()) {
+      return Fail("the model has " + std::to_string(next_node_) + " nodes, the graph had " +
+                  std::to_string(nodes_.size()));
+    }
+    plan_->chunks_ = std::move(out.chunks);
+    plan_->size_ = out.size;
+    return true;
+  }
+
+ private:
+  bool Fail(std::string message) {
+    *error_ = std::move(message);
+    return false;
+  }
+
+  void Borrow(Rebuilt* out, std::string_view bytes) {
+    if (bytes.empty()) return;
+    TaggedModelPlan::Chunk* last = out->chunks.empty() ? nullptr : &out->chunks.back();
+    if (last != nullptr && !last->borrowed.empty() &&
+        last->borrowed.data() + last->borrowed.size() == bytes.data()) {
+      last->borrowed = std::string_view(last->borrowed.data(), last->borrowed.size() + bytes.size());
+    } else {
+      out->chunks.push_back({bytes, 0});
+    }
+    out->size += bytes.size();
+  }
+
+  void Own(Rebuilt* out, std::string bytes) {
+    if (bytes.empty()) return;
+    out->size += bytes.size();
+    TaggedModelPlan::Chunk* last = out->chunks.empty() ? nullptr : &out->chunks.back();
+    if (last != nullptr && last->borrowed.empty()) {
+      plan_->owned_[last->owned] += bytes;
+    } else {
+      plan_->owned_.push_back(std::move(bytes));
+      out->chunks.push_back({{}, plan_->owned_.size() - 1});
+    }
+  }
+
+  // Appends `inner` as length-delimited field `field` of `out`.
+  void Splice(Rebuilt* out, uint32_t field, Rebuilt inner) {
+    std::string header;
+    AppendVarint(&header, (static_cast<uint64_t>(field) << 3) | kLengthDelimited);
+    AppendVarint(&header, inner.size);
+    Own(out, std::move(header));
+    for (const TaggedModelPlan::Chunk& chunk : inner.chunks) {
+      if (chunk.borrowed.empty()) {
+        Own(out, std::move(plan_->owned_[chunk.owned]));
+      } else {
+        Borrow(out, chunk.borrowed);
+      }
+    }
+  }
+
+  bool BuildGraph(std::string_view graph, int depth, Rebuilt* out) {
+    if (depth > kMaxGraphNesting) return Fail("graphs are nested too deeply");
+    Reader reader(graph);
+    Field field;
+    while (!reader.done()) {
+      if (!reader.Next(&field)) return Fail("a GraphProto is not well-formed");
+      if (field.number == kGraphNode && field.wire_type == kLengthDelimited) {
+        Rebuilt node;
+        if (!BuildNode(field.payload, depth, &node)) return false;
+        Splice(out, kGraphNode, std::move(node));
+      } else {
+        Borrow(out, field.raw);
+      }
+    }
+    return true;
+  }
+
+  bool BuildNode(std::string_view node, int depth, Rebuilt* out) {
+    if (next_node_ >= nodes_.size()) {
+      return Fail("the model has more nodes than the graph (" + std::to_string(nodes_.size()) + ")");
+    }
+    const SerializedNodeTag& expected = nodes_[next_node_++];
+    Reader reader(node);
+    Field field;
+    bool op_type_seen = false;
+    while (!reader.done()) {
+      if (!reader.Next(&field)) return Fail("a NodeProto is not well-formed");
+      if (field.number == kNodeOpType && field.wire_type == kLengthDelimited) {
+        op_type_seen = true;
+        if (field.payload != expected.op_type) {
+          return Fail("node " + std::to_string(next_node_ - 1) + " is '" + std::string(field.payload) +
+                      "' in the model but '" + expected.op_type + "' in the graph");
+        }
+        Borrow(out, field.raw);
+      } else if (field.number == kNodeAttribute && field.wire_type == kLengthDelimited) {
+        Rebuilt attribute;
+        if (!BuildAttribute(field.payload, depth, &attribute)) return false;
+        Splice(out, kNodeAttribute, std::move(attribute));
+      } else {
+        Borrow(out, field.raw);
+      }
+    }
+    if (!op_type_seen) return Fail("a NodeProto has no op_type");
+    std::string entries;
+    AppendLengthDelimited(&entries, kNodeMetadataProps, StringEntry(kHierarchyTagKey, expected.tag));
+    if (!expected.shared_with.empty()) {
+      AppendLengthDelimited(&entries, kNodeMetadataProps,
+                            StringEntry(kSharedWithKey, WriteStringList(expected.shared_with)));
+    }
+    for (const auto& [key, value] : expected.more) {
+      AppendLengthDelimited(&entries, kNodeMetadataProps, StringEntry(key, value));
+    }
+    Own(out, std::move(entries));
+    return true;
+  }
+
+  bool BuildAttribute(std::string_view attribute, int depth, Rebuilt* out) {
+    Reader reader(attribute);
+    Field field;
+    while (!reader.done()) {
+      if (!reader.Next(&field)) return Fail("an AttributeProto is not well-formed");
+      if ((field.number == kAttributeGraph || field.number == kAttributeGraphs) &&
+          field.wire_type == kLengthDelimited) {
+        Rebuilt graph;
+        if (!BuildGraph(field.payload, depth + 1, &graph)) return false;
+        Splice(out, field.number, std::move(graph));
+      } else {
+        Borrow(out, field.raw);
+      }
+    }
+    return true;
+  }
+
+  const std::vector<SerializedNodeTag>& nodes_;
+  TaggedModelPlan* plan_;
+  std::string* error_;
+  size_t next_node_ = 0;
+};
+
+void TaggedModelPlan::ForEachChunk(const std::function<void(std::string_view)>& sink) const {
+  for (const Chunk& chunk : chunks_) sink(chunk.borrowed.empty() ? owned_[chunk.owned] : chunk.borrowed);
+}
+
+std::string TaggedModelPlan::ToString() const {
+  std::string out;
+  out.reserve(size_);
+  ForEachChunk([&](std::string_view chunk) { out.append(chunk); });
+  return out;
+}
+
+bool PlanTaggedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
+                     const std::vector<ModelMetadataEntry>& model_entries, TaggedModelPlan* plan,
+                     std::string* error) {
+  TaggedModelPlan built;
+  if (!PlanBuilder(nodes, &built, error).BuildModel(model, model_entries)) return false;
+  *plan = std::move(built);
+  return true;
+}
+
+bool AddTagsToSerializedModel(std::string_view model,
+                              const std::vector<SerializedNodeTag>& nodes,
+                              const std::vector<ModelMetadataEntry>& model_entries,
+                              std::string* tagged_model, std::string* error) {
+  TaggedModelPlan plan;
+  if (!PlanTaggedModel(model, nodes, model_entries, &plan, error)) return false;
+  *tagged_model = plan.ToString();
+  return true;
+}
+
+}  // namespace hiertag

@@ -1,0 +1,147 @@
+// Tag grammar: formatting, parsing and ancestry of hierarchy tags.
+#include "hiertag/core/tag_format.h"
+
+#include <cctype>
+#include <cstdio>
+
+namespace hiertag {
+namespace {
+
+// Marks an absolute qualifier (the full path of a module the caller does not own).
+constexpr char kAbsoluteMark = '~';
+
+bool IsReservedInQualifier(char c) {
+  return c == '/' || c == '[' || c == ']' || c == '%';
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool SetError(std::string* error, std::string message) {
+  if (error != nullptr) *error = std::move(message);
+  return false;
+}
+
+bool ParseSegment(std::string_view text, TagSegment* out, std::string* error) {
+  if (text.empty()) return SetError(error, "empty segment");
+  size_t class_end = 0;
+  while (class_end < text.size() && text[class_end] != '.' && text[class_end] != '[' &&
+         text[class_end] != ']') {
+    ++class_end;
+  }
+  if (class_end == 0) return SetError(error, "segment '" + std::string(text) + "' has no class name");
+  out->class_name = std::string(text.substr(0, class_end));
+  std::string_view rest = text.substr(class_end);
+  if (rest.empty()) return true;
+  if (rest.front() == '.') {
+    std::string_view digits = rest.substr(1);
+    if (digits.empty() || digits.size() > 18) {
+      return SetError(error, "segment '" + std::string(text) + "' has a bad index");
+    }
+    long long value = 0;
+    for (char c : digits) {
+      if (!std::isdigit(static_cast<unsigned char>(c))) {
+        return SetError(error, "segment '" + std::string(text) + "' has a non-numeric index");
+      }
+      value = value * 10 + (c - '0');
+    }
+    out->index = value;
+    return true;
+  }
+  if (rest.front() != '[' || rest.back() != ']' || rest.size() < 3) {
+    return SetError(error, "segment '" + std::string(text) + "' has a malformed qualifier");
+  }
+  std::string_view escaped = rest.substr(1, rest.size() - 2);
+  if (escaped.front() == kAbsoluteMark) {
+    out->absolute = true;
+    escaped.remove_prefix(1);
+    if (escaped.empty()) {
+      return SetError(error, "segment '" + std::string(text) + "' has an empty path after '~'");
+    }
+  }
+  std::string qualifier;
+  for (size_t i = 0; i < escaped.size(); ++i) {
+    char c = escaped[i];
+    if (c == '%') {
+      int hi = i + 2 < escaped.size() ? HexValue(escaped[i + 1]) : -1;
+      int lo = i + 2 < escaped.size() ? HexValue(escaped[i + 2]) : -1;
+      if (hi < 0 || lo < 0) {
+        return SetError(error, "segment '" + std::string(text) + "' has a bad %-escape");
+      }
+      qualifier.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else if (IsReservedInQualifier(c)) {
+      return SetError(error, "segment '" + std::string(text) + "' has an unescaped '" +
+                                 std::string(1, c) + "' in its qualifier");
+    } else {
+      qualifier.push_back(c);
+    }
+  }
+  out->qualifier = std::move(qualifier);
+  return true;
+}
+
+}  // namespace
+
+std::string EscapeQualifier(std::string_view raw) {
+  std::string out;
+  out.reserve(raw.size());
+  for (char c : raw) {
+    if (IsReservedInQualifier(c) || c == kAbsoluteMark) {
+      char buffer[4];
+      std::snprintf(buffer, sizeof(buffer), "%%%02X", static_cast<unsigned char>(c));
+      out += buffer;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string FormatSegment(const TagSegment& segment) {
+  std::string out = segment.class_name;
+  if (segment.qualifier) {
+    out += "[";
+    if (segment.absolute) out.push_back(kAbsoluteMark);
+    out += EscapeQualifier(*segment.qualifier) + "]";
+  } else if (segment.index) {
+    out += "." + std::to_string(*segment.index);
+  }
+  return out;
+}
+
+std::optional<std::vector<TagSegment>> ParseTag(std::string_view tag, std::string* error) {
+  if (tag.empty() || tag.front() != '/') {
+    SetError(error, "tag must start with '/'");
+    return std::nullopt;
+  }
+  std::vector<TagSegment> segments;
+  size_t start = 1;
+  while (true) {
+    size_t end = tag.find('/', start);
+    std::string_view piece = tag.substr(start, end == std::string_view::npos ? tag.npos : end - start);
+    TagSegment segment;
+    if (!ParseSegment(piece, &segment, error)) return std::nullopt;
+    segments.push_back(std::move(segment));
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return segments;
+}
+
+bool IsTagAncestorOrSelf(std::string_view ancestor, std::string_view tag) {
+  if (tag.size() < ancestor.size() || tag.compare(0, ancestor.size(), ancestor) != 0) return false;
+  return tag.size() == ancestor.size() || tag[ancestor.size()] == '/';
+}
+
+std::string_view ParentTag(std::string_view tag) {
+  size_t slash = tag.rfind('/');
+  if (slash == std::string_view::npos || slash == 0) return {};
+  return tag.substr(0, slash);
+}
+
+}  // namespace hiertag

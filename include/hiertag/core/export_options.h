@@ -1,0 +1,48 @@
+// Export options: what the environment asks of one export (README "Use").
+//
+//   HIERTAG                "1": tag this export; unset, "" or "0": leave it alone;
+//                          anything else is an error.
+//   HIERTAG_TORCH_MODULES  "0" (default): torch.nn / torch.ao modules get no tag
+//                          segment; "1": every module does; a comma list of class
+//                          names ("LayerNorm,Embedding"): only those torch classes.
+//   HIERTAG_REPORT         "1": one stderr line per tagged export (export_report.h).
+//
+// Read at every export, so the flags can change between exports in one process.
+// No torch, no Python: the environment comes in as a lookup function.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+namespace hiertag {
+
+// Which torch.nn / torch.ao classes keep a tag segment of their own.
+struct TorchModuleSegments {
+  bool all = false;
+  std::set<std::string, std::less<>> classes;  // short class names
+
+  // True when a module of class `qualified` (torch.typename) named `short_name` gets a segment.
+  bool KeepsSegment(std::string_view qualified, std::string_view short_name) const;
+};
+
+struct ExportOptions {
+  bool tag = false;
+  TorchModuleSegments torch_modules;
+  bool report = false;
+};
+
+// Looks a variable up: its value, or nullptr when unset (std::getenv's contract).
+using EnvironmentLookup = std::function<const char*(const char*)>;
+
+// The options of one export; std::nullopt with a one-line error (naming the
+// variable, its value and the accepted values) when a variable is malformed.
+// HIERTAG_TORCH_MODULES and HIERTAG_REPORT are read only when HIERTAG asks for tags.
+std::optional<ExportOptions> ReadExportOptions(const EnvironmentLookup& lookup, std::string* error);
+
+// True for a class of torch.nn or torch.ao (torch.typename of the class).
+bool IsTorchModuleClass(std::string_view qualified);
+
+}  // namespace hiertag

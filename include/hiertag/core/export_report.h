@@ -1,0 +1,37 @@
+// Export report: the HIERTAG_REPORT=1 line of one tagged export.
+//
+//   hiertag: 185 nodes: recorded 160 parameter-owner 4 ... root 0; not recorded:
+//   Constant=19 Identity=6; unresolved scope levels 0; module calls 18 (0 direct,
+//   0 aliases); rewrites: fused 0, merged 3, removed/folded 1; hiertag work 3.1 ms,
+//   writing 0.4 ms
+//
+// One line, printed to stderr once the file is written. No torch.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hiertag {
+
+struct ExportReport {
+  size_t nodes = 0;
+  std::vector<std::pair<std::string, int>> rule_counts;  // each tagging rule and the nodes it tagged
+  std::map<std::string, int> unrecorded_op_types;        // op types of nodes no recorded scope tagged
+  int unresolved_scope_levels = 0;
+  size_t module_calls = 0;
+  int direct_calls = 0;
+  int aliases = 0;
+  int fused = 0;
+  int merged = 0;
+  size_t removed_or_folded = 0;
+  double own_milliseconds = 0;    // hiertag's own work, torch's excluded
+  double write_milliseconds = 0;  // writing the file (hiertag replaces torch's write)
+};
+
+// The line, with a trailing newline.
+std::string FormatExportReport(const ExportReport& report);
+
+}  // namespace hiertag

@@ -1,0 +1,107 @@
+// Tag format: the keys hiertag writes into an ONNX file and the tag grammar.
+//
+// Every constant a reader of a tagged file needs lives here, so the plugin, the
+// command-line tool and the tests agree on one spelling. No torch, no protobuf.
+//
+// Grammar (README "Tag grammar"):
+//   tag       := "/" segment *( "/" segment )
+//   segment   := class [ "." index ]            plain segment
+//              | class "[" qualifier "]"        disambiguated segment
+//   class     := 1*( any char but "/" "." "[" "]" )    short Python class name
+//   index     := 1*DIGIT                       the module's attribute name when it is a list index
+//   qualifier := relative | "~" absolute
+//   relative  := path-text, not starting with "~"
+//                the module's qualified path relative to its parent tag's module,
+//                for a module that lies inside that module
+//   absolute  := path-text
+//                the module's full qualified path, for a module its caller (the
+//                parent tag's module) does not own (format 2: the tag tree is the call tree)
+//   path-text := 1*( any char but "/" "[" "]" "%" | "%" HEXDIG HEXDIG )
+//
+// Writers escape "~" too (%7E), so only an absolute qualifier starts with one.
+// Readers take a "~" after a qualifier's first character literally: format 1
+// did not escape it.
+//
+// Example: /BertModel/BertEncoder/BertLayer.0/BertAttention/BertSdpaSelfAttention
+//          /GPT2LMHeadModel/GPT2Model/GPT2Block.0/GPT2Attention/Conv1D[c_attn]
+//          /Transformer/EncoderLayer.0/SublayerConnection.0/Linear[~generator.proj]
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hiertag {
+
+// NodeProto.metadata_props key holding the node's tag.
+inline constexpr std::string_view kHierarchyTagKey = "hierarchy_tag";
+// NodeProto.metadata_props key listing, as a JSON array of tags, the other modules
+// whose identical computation torch's common subexpression elimination merged into
+// this node. Written only on such nodes.
+inline constexpr std::string_view kSharedWithKey = "hiertag.shared_with";
+// NodeProto.metadata_props key holding, as a decimal string, the 0-based ordinal
+// of the call of the node's tag that the node belongs to (see "calls" below).
+// Written only when the node's tag has more than one call; absent means 0.
+inline constexpr std::string_view kCallKey = "hiertag.call";
+// NodeProto.metadata_props key listing, as a JSON array of tags, the modules whose
+// computations an export pass fused into this node (a Conv and its parent's
+// BatchNorm, by the exporter's eval peephole). The node's tag is their common
+// ancestor. Written only on such nodes, always with kRewriteKey.
+inline constexpr std::string_view kSpansKey = "hiertag.spans";
+// NodeProto.metadata_props key naming the torch pass that fused the modules of
+// kSpansKey into this node (e.g. "_jit_pass_onnx_eval_peephole").
+inline constexpr std::string_view kRewriteKey = "hiertag.rewrite";
+// ModelProto.metadata_props key holding the module table (JSON object: tag -> entry):
+// every tagged module called during the export and its ancestors, nodes or not.
+// An entry is {"path": qualified name, "class": torch.typename} and, in format 2,
+// optionally
+//   "calls":        [n, ...] one element per call of the tag, in call order: that
+//                   call's ordinal among all calls of the instance `path` during
+//                   the trace. Absent: [0], one call.
+//   "parent_calls": [p, ...] as long as "calls": the ordinal of the parent tag's
+//                   call in which call k ran. Absent: all 0.
+//   "folded_into":  [initializer, ...] the exporter constant-folded (part of) the
+//                   module's computation into these initializers of the main graph.
+inline constexpr std::string_view kModuleTableKey = "hiertag.modules";
+// ModelProto.metadata_props key listing, as a JSON array, each rewrite by an export
+// pass that crossed a module boundary:
+//   {"pass": torch pass, "kind": "fused" | "removed" | "folded",
+//    "modules": [tag, ...], "node": ONNX node name or ""}
+// fused: the node carries the modules' computations (its kSpansKey); removed: nodes
+// of the modules were removed together, so the value that crossed between them no
+// longer exists; folded: their computations were folded into initializers.
+inline constexpr std::string_view kRewritesKey = "hiertag.rewrites";
+// ModelProto.metadata_props key holding the format version of the entries above.
+// Format 1 has none of kCallKey, kSpansKey, kRewriteKey, kRewritesKey and the
+// optional table fields, and its tag tree is the module tree; format 2's is the
+// call tree: a tag's parent is the module whose forward called it.
+inline constexpr std::string_view kFormatVersionKey = "hiertag.format_version";
+inline constexpr std::string_view kFormatVersion = "2";
+
+struct TagSegment {
+  std::string class_name;
+  std::optional<long long> index;        // ".N"
+  std::optional<std::string> qualifier;  // "[relative.path]" or "[~full.path]", unescaped
+  bool absolute = false;                 // the qualifier is the full path ("~")
+};
+
+// Renders one segment; the qualifier is percent-escaped, after "~" when absolute.
+std::string FormatSegment(const TagSegment& segment);
+
+// Parses a whole tag. Returns std::nullopt and sets *error (when given) to a
+// one-line reason if the tag does not follow the grammar.
+std::optional<std::vector<TagSegment>> ParseTag(std::string_view tag,
+                                                std::string* error = nullptr);
+
+// True when `ancestor` equals `tag` or is a proper segment-wise prefix of it.
+bool IsTagAncestorOrSelf(std::string_view ancestor, std::string_view tag);
+
+// The tag of the parent module; "" for a root tag.
+std::string_view ParentTag(std::string_view tag);
+
+// Percent-escapes the characters a qualifier may not hold ("/", "[", "]", "%")
+// and "~", which at a qualifier's start marks it absolute.
+std::string EscapeQualifier(std::string_view raw);
+
+}  // namespace hiertag

@@ -1,0 +1,69 @@
+// RecordRewrites: runs one of torch's export passes and records what it
+// rewrote across module boundaries.
+//
+// Measured (torch 2.13, ../shared/notes section 9): the ONNX peephole fuses a
+// Transpose of one module into the next module's Transpose (or Gemm), cancels a
+// permute and its inverse in two modules outright, and the eval peephole fuses a
+// Conv of one module with a BatchNorm of another; constant folding turns whole
+// modules into initializers. A tag alone would then claim a boundary that no
+// longer exists. So every graph pass of the export is observed the way CSE is
+// (RecordCseSharing): the graph before it is noted, and after it each group of
+// removed nodes (connected through values) is classified by what its former
+// users read now:
+//
+//   fused     a node the pass made or changed (inputs or attributes) took over
+//             the group's computation (the new Conv carrying the BatchNorm, the
+//             Transpose whose permutation absorbed the one before it): that
+//             node is lent a scope listing the group's scopes as spans;
+//   removed   the users read a value from before the group, untouched: the group
+//             computed nothing (a permute and its inverse). When its nodes came
+//             from more than one module call, the values between them are gone:
+//             recorded, so no module claims a boundary through them;
+//   folded    the users read a new initializer: recorded with the initializer
+//             (by its value's unique id: torch names it later); or a new
+//             constant: the constant is lent a scope listing the group's scopes
+//             as folded_from. So a module folded whole is still listed;
+//   merged    the users read an older node elsewhere that computed the same
+//             value: that node is shared with the group's scopes (as CSE).
+// Scopes are resolved to tags only at tagging time (AssignHierarchyTags).
+//
+// Precondition: any graph stage of the export; a pass that returns a new graph
+// (the aten -> ONNX conversion, canonicalize) is not observed (torch copies
+// scopes there one to one).
+//
+// Before:  %t1 = onnx::Transpose[perm=[0,2,3,1]](%x)   scope: .../to_last
+//          %t2 = onnx::Transpose[perm=[0,3,1,2]](%t1)  scope: .../to_first
+//          %y  = onnx::Mul(%t2, %scale)                scope: .../to_first
+// After:   %y  = onnx::Mul(%x, %scale)
+//          log: removed {to_last, to_first} by _jit_pass_onnx_peephole
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hiertag/passes/borrowed_scopes.h"
+
+namespace hiertag {
+
+struct RewriteRecord {
+  enum class Kind { kRemoved, kFolded };
+  Kind kind = Kind::kRemoved;
+  std::string pass;
+  std::vector<torch::jit::ScopePtr> scopes;  // scopes of the nodes it removed
+  size_t initializer = 0;                    // folded: the initializer value's unique()
+};
+
+struct RewriteLog {
+  std::vector<RewriteRecord> records;
+  int fused = 0;   // nodes lent spans
+  int merged = 0;  // nodes shared with merged groups
+};
+
+// Runs `run_pass` on `graph` (which it changes in place) and records into `log`.
+void RecordRewrites(torch::jit::Graph& graph, const std::string& pass, BorrowedScopes& borrowed,
+                    RewriteLog& log, const std::function<void()>& run_pass);
+
+}  // namespace hiertag

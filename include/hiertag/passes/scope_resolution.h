@@ -1,0 +1,78 @@
+// Scope resolution: from a node's recorded scope to the module instance that
+// was running and to the module whose tag the node gets.
+//
+// Input: a torch Scope chain, e.g. (traced export, instance scopes)
+//   hiertag.m0|Net:: / hiertag.m3|Layer::layers.1 / hiertag.m5|torch.nn...LayerNorm::ln
+// Each level names its module instance exactly (index into the ModuleTable), so
+// repeated blocks whose children share variable names, ModuleList / ModuleDict /
+// Sequential containers that push no scope, and children called through
+// `.forward()` directly (which push nothing) never get confused.
+// A whole scripted model has no instance scopes; its nodes carry inlined call
+// stacks whose frames name each called module by attribute name and type
+// (measured, torch 2.13: the scopes torch rebuilds from them drop a level for the
+// second instance of a type, and a scripted class's second export in a process
+// has none at all, while the call stacks are exact every time). A node whose call
+// stack names modules is resolved from it; otherwise scopes without instance ids
+// are matched by their "Class::attr" variable parts. Either way each level is
+// matched against the module tree: parent path + "." + name; when a container
+// that records no call sits in between (ModuleList), the unique descendant whose
+// path ends in ".<name>" (and, for call stacks, whose class matches) is taken.
+// A level that matches nothing ends the walk there (counted in
+// `unresolved_levels`), so the result is the deepest module known for sure,
+// never a guess.
+//
+// The tag: the call chain's tagged modules, as a call tag (call_tags.h); a
+// filtered torch.nn module adds no level, so its nodes belong to the tagged
+// module that called it. Direct scopes (a forward entered without __call__,
+// module_calls.h) count as calls.
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "hiertag/core/call_tags.h"
+#include "hiertag/core/module_table.h"
+
+namespace hiertag {
+
+struct ResolvedScope {
+  int module = -1;  // innermost module instance of the chain; -1: no module recorded
+  int tag = -1;     // the call tag (CallTags) the node gets; -1: no module recorded
+  // The scope of the tagged call (the level of the chain the tag ends at);
+  // nullptr when resolved from a call stack or for the root.
+  const torch::jit::Scope* call_scope = nullptr;
+};
+
+class ScopeResolver {
+ public:
+  ScopeResolver(const ModuleTable& modules, CallTags& call_tags) : modules_(modules), call_tags_(call_tags) {}
+
+  // Resolves a scope; blank and root scopes resolve to {-1, -1}. Cached per scope.
+  ResolvedScope Resolve(const torch::jit::ScopePtr& scope);
+
+  // Resolves a node's record: its inlined call stack when that names module
+  // instances, else its scope. Cached per call stack. The modules a call stack
+  // names are marked as run (CallTags::MarkRan): each frame is a forward call.
+  ResolvedScope Resolve(const torch::jit::ScopePtr& scope,
+                        const std::optional<torch::jit::InlinedCallStackPtr>& callstack);
+
+  int unresolved_levels() const { return unresolved_levels_; }
+
+ private:
+  ResolvedScope ResolveUncached(const torch::jit::ScopePtr& scope);
+  ResolvedScope FromChain(const std::vector<int>& chain,
+                          const std::vector<const torch::jit::Scope*>& scopes) const;
+  // `class_name` empty: any class.
+  int MatchChild(int parent, std::string_view variable, std::string_view class_name = {}) const;
+
+  const ModuleTable& modules_;
+  CallTags& call_tags_;
+  std::unordered_map<const torch::jit::Scope*, ResolvedScope> cache_;
+  std::unordered_map<const torch::jit::InlinedCallStack*, ResolvedScope> callstack_cache_;
+  int unresolved_levels_ = 0;
+};
+
+}  // namespace hiertag

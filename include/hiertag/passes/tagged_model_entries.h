@@ -1,0 +1,36 @@
+// Tagged model entries: what a HierarchyTagging writes into the ONNX file.
+//
+// Precondition: torch has named the nodes (the `onnx_name` attribute of
+// _jit_pass_onnx_assign_scoped_names_for_node_and_value), so rewrite records
+// can name the node they concern. Pure bookkeeping: the graph is not changed.
+//
+// Per node (proto_tagging.h): hierarchy_tag, hiertag.shared_with, hiertag.call
+// (tags with several calls), hiertag.spans + hiertag.rewrite (fused nodes).
+// Per model: hiertag.modules, the table of every used tag and its ancestors:
+//   {tag: {"path", "class", "calls"?, "parent_calls"?, "ran"?, "folded_into"?}}
+// where "ran": false marks a container whose forward never ran (a caller
+// reached past it to a module it owns), and
+// folded_into (initializers and Constant outputs) is written only for a module
+// that ran but left no node.
+// hiertag.rewrites (when any), hiertag.format_version.
+#pragma once
+
+#include <vector>
+
+#include "hiertag/passes/assign_hierarchy_tags.h"
+#include "hiertag/core/call_tags.h"
+#include "hiertag/core/module_table.h"
+#include "hiertag/core/proto_tagging.h"
+
+namespace hiertag {
+
+struct TaggedModelEntries {
+  std::vector<SerializedNodeTag> nodes;
+  std::vector<ModelMetadataEntry> model;
+};
+
+// `graph`: the graph tagged, its values named by torch.
+TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags& call_tags,
+                                       const ModuleTable& modules, const torch::jit::Graph& graph);
+
+}  // namespace hiertag

@@ -1,0 +1,120 @@
+// ExportSession: one tagged export, as the sequence of stages torch's
+// TorchScript-based exporter goes through (torch 2.13,
+// torch/onnx/_internal/torchscript_exporter/utils.py).
+//
+//   stage        entered by (hook in plugin/python_hooks.cpp)      hiertag's work
+//   kTracing     _setup_trace_module_map                            module table, instance
+//                                                                   scopes, module calls
+//   kOptimizing  the first graph pass after the trace               MarkInlinedCalls after
+//                (_jit_pass_onnx_function_substitution, CSE, ...)    function substitution;
+//                                                                   RecordCseSharing,
+//                                                                   RecordRewrites
+//   kTagged      _jit_pass_onnx_assign_scoped_names_for_node_and_value
+//                                                                   AssignHierarchyTags, then
+//                                                                   torch names the nodes
+//   kPlanned     Graph._export_onnx                                 the tagged file planned
+//                                                                   against torch's bytes
+//   kWritten     onnx_proto_utils._export_file                      the planned chunks written
+//
+// Each step checks that the session is in a stage it may follow, so a hook
+// called out of order (a torch whose exporter changed) stops the export with
+// an error naming both stages instead of writing a wrongly tagged file. The
+// session ends with _reset_trace_module_map (torch's finally), after a failed
+// export too. Knows nothing about Python.
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "hiertag/core/export_options.h"
+#include "hiertag/core/export_report.h"
+#include "hiertag/core/module_table.h"
+#include "hiertag/core/proto_tagging.h"
+#include "hiertag/passes/borrowed_scopes.h"
+#include "hiertag/passes/module_calls.h"
+#include "hiertag/passes/record_rewrites.h"
+
+namespace hiertag {
+
+enum class ExportStage { kTracing, kOptimizing, kTagged, kPlanned, kWritten };
+const char* ExportStageName(ExportStage stage);
+
+class ExportSession {
+ public:
+  // `modules`: finalized; `member_names`: qualified names of the model's
+  // parameters and buffers.
+  ExportSession(ModuleTable modules, std::unordered_set<std::string> member_names, ExportOptions options);
+
+  ExportStage stage() const { return stage_; }
+  const ModuleTable& modules() const { return modules_; }
+  const ExportOptions& options() const { return options_; }
+  ModuleCalls& calls() { return calls_; }
+  BorrowedScopes& borrowed() { return borrowed_; }
+
+  // kTracing/kOptimizing -> kOptimizing. After torch inlined the script
+  // functions called while tracing: lends their call sites' scopes (MarkInlinedCalls).
+  void AfterFunctionSubstitution(torch::jit::Graph& graph);
+  // kTracing/kOptimizing -> kOptimizing. Runs torch's pass `pass` (by `run`)
+  // and records what it removed or merged across modules (RecordRewrites;
+  // RecordCseSharing for CSE).
+  void ObservePass(torch::jit::Graph& graph, const char* pass, const std::function<void()>& run);
+  void ObserveCse(torch::jit::Graph& graph, const std::function<void()>& run);
+  // kOptimizing. torch's final parameter list has `initializer_count` entries:
+  // the trailing graph inputs.
+  void NoteInitializers(const torch::jit::Graph& graph, size_t initializer_count);
+  // kOptimizing -> kTagged. Tags the final graph, gives torch its scopes back,
+  // lets torch name the nodes (`name_nodes`), then describes the tagged file.
+  void TagFinalGraph(torch::jit::Graph& graph, const std::function<void()>& name_nodes);
+  // kTagged/kPlanned -> kPlanned. Plans the tagged file against torch's
+  // serialized model, which must stay alive until written; throws (nothing
+  // written) when its nodes do not match the tags one to one.
+  void PlanFile(std::string_view serialized);
+  // kPlanned -> kWritten. Hands the tagged file's chunks to `sink`, in order.
+  void WriteFile(const std::function<void(std::string_view)>& sink);
+
+  // The HIERTAG_REPORT line (with newline) once written; "" otherwise.
+  std::string ReportLine() const;
+
+  // Counts `time` as hiertag's own work (the session's set-up, timed by its maker).
+  void AddOwnWork(std::chrono::steady_clock::duration time) { own_time_ += time; }
+
+  // Adds the time until it goes out of scope to hiertag's own work.
+  class OwnWork {
+   public:
+    explicit OwnWork(ExportSession& session) : session_(session), start_(std::chrono::steady_clock::now()) {}
+    ~OwnWork() { session_.own_time_ += std::chrono::steady_clock::now() - start_; }
+
+   private:
+    ExportSession& session_;
+    std::chrono::steady_clock::time_point start_;
+  };
+
+ private:
+  // Throws unless the session is in one of `allowed`; `step` names the hook.
+  void Expect(std::initializer_list<ExportStage> allowed, const char* step) const;
+  // Runs torch's work, keeping its time out of hiertag's own.
+  void RunTorch(const std::function<void()>& run, std::chrono::steady_clock::duration* torch_time);
+
+  ModuleTable modules_;
+  std::unordered_set<std::string> member_names_;
+  ExportOptions options_;
+  ExportStage stage_ = ExportStage::kTracing;
+  int user_input_count_ = -1;  // leading graph inputs that are not initializers
+  BorrowedScopes borrowed_;
+  ModuleCalls calls_;
+  RewriteLog rewrites_;
+  std::vector<SerializedNodeTag> node_tags_;
+  std::vector<ModelMetadataEntry> model_entries_;
+  TaggedModelPlan plan_;
+  ExportReport report_;  // filled when tagged (the times when written)
+  std::chrono::steady_clock::duration own_time_{};
+  std::chrono::steady_clock::duration write_time_{};
+};
+
+}  // namespace hiertag

@@ -1,0 +1,140 @@
+// ExportSession: the stages of one tagged export and hiertag's work in each.
+#include "hiertag/plugin/export_session.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "hiertag/core/call_tags.h"
+#include "hiertag/passes/assign_hierarchy_tags.h"
+#include "hiertag/passes/mark_inlined_calls.h"
+#include "hiertag/passes/record_cse_sharing.h"
+#include "hiertag/passes/tagged_model_entries.h"
+
+namespace hiertag {
+
+const char* ExportStageName(ExportStage stage) {
+  switch (stage) {
+    case ExportStage::kTracing: return "tracing";
+    case ExportStage::kOptimizing: return "optimizing";
+    case ExportStage::kTagged: return "tagged";
+    case ExportStage::kPlanned: return "planned";
+    case ExportStage::kWritten: return "written";
+  }
+  return "?";
+}
+
+ExportSession::ExportSession(ModuleTable modules, std::unordered_set<std::string> member_names,
+                             ExportOptions options)
+    : modules_(std::move(modules)), member_names_(std::move(member_names)), options_(std::move(options)) {}
+
+void ExportSession::Expect(std::initializer_list<ExportStage> allowed, const char* step) const {
+  if (std::find(allowed.begin(), allowed.end(), stage_) != allowed.end()) return;
+  std::string expected;
+  for (ExportStage stage : allowed) expected += (expected.empty() ? "" : " or ") + std::string(ExportStageName(stage));
+  throw std::runtime_error(std::string("hiertag: torch's exporter reached ") + step + " while the export was " +
+                           ExportStageName(stage_) + " (expected " + expected +
+                           "); this torch's exporter runs its stages in another order; nothing written");
+}
+
+void ExportSession::RunTorch(const std::function<void()>& run, std::chrono::steady_clock::duration* torch_time) {
+  auto start = std::chrono::steady_clock::now();
+  try {
+    run();
+  } catch (...) {
+    *torch_time += std::chrono::steady_clock::now() - start;
+    throw;
+  }
+  *torch_time += std::chrono::steady_clock::now() - start;
+}
+
+void ExportSession::AfterFunctionSubstitution(torch::jit::Graph& graph) {
+  Expect({ExportStage::kTracing, ExportStage::kOptimizing}, "_jit_pass_onnx_function_substitution");
+  stage_ = ExportStage::kOptimizing;
+  OwnWork own(*this);
+  MarkInlinedCalls(graph, borrowed_);
+}
+
+void ExportSession::ObservePass(torch::jit::Graph& graph, const char* pass, const std::function<void()>& run) {
+  Expect({ExportStage::kTracing, ExportStage::kOptimizing}, pass);
+  stage_ = ExportStage::kOptimizing;
+  std::chrono::steady_clock::duration torch_time{};
+  auto start = std::chrono::steady_clock::now();
+  RecordRewrites(graph, pass, borrowed_, rewrites_, [&] { RunTorch(run, &torch_time); });
+  own_time_ += std::chrono::steady_clock::now() - start - torch_time;
+}
+
+void ExportSession::ObserveCse(torch::jit::Graph& graph, const std::function<void()>& run) {
+  Expect({ExportStage::kTracing, ExportStage::kOptimizing}, "_jit_pass_cse");
+  stage_ = ExportStage::kOptimizing;
+  std::chrono::steady_clock::duration torch_time{};
+  auto start = std::chrono::steady_clock::now();
+  RecordCseSharing(graph, borrowed_, [&] { RunTorch(run, &torch_time); });
+  own_time_ += std::chrono::steady_clock::now() - start - torch_time;
+}
+
+void ExportSession::NoteInitializers(const torch::jit::Graph& graph, size_t initializer_count) {
+  Expect({ExportStage::kOptimizing}, "_jit_pass_onnx_eliminate_unused_items");
+  user_input_count_ = static_cast<int>(graph.inputs().size()) - static_cast<int>(initializer_count);
+}
+
+void ExportSession::TagFinalGraph(torch::jit::Graph& graph, const std::function<void()>& name_nodes) {
+  Expect({ExportStage::kOptimizing}, "_jit_pass_onnx_assign_scoped_names_for_node_and_value");
+  CallTags call_tags(modules_);
+  HierarchyTagging tagging;
+  {
+    OwnWork own(*this);
+    tagging = AssignHierarchyTags(graph, modules_, call_tags, borrowed_, member_names_, user_input_count_, &calls_,
+                                  &rewrites_);
+    borrowed_.Restore(graph.block());
+    RestoreTorchScopes(graph.block());
+  }
+  name_nodes();
+  OwnWork own(*this);
+  TaggedModelEntries entries = DescribeTaggedModel(tagging, call_tags, modules_, graph);
+  node_tags_ = std::move(entries.nodes);
+  model_entries_ = std::move(entries.model);
+  report_.nodes = tagging.nodes.size();
+  for (int rule = 0; rule < kTagRuleCount; ++rule) {
+    report_.rule_counts.emplace_back(TagRuleName(static_cast<TagRule>(rule)), tagging.rule_counts[rule]);
+  }
+  for (const TaggedNode& tagged : tagging.nodes) {
+    if (tagged.rule != TagRule::kRecorded) ++report_.unrecorded_op_types[tagged.node->kind().toUnqualString()];
+  }
+  report_.unresolved_scope_levels = tagging.unresolved_scope_levels;
+  report_.module_calls = calls_.calls().size();
+  report_.direct_calls = calls_.direct_calls();
+  report_.aliases = calls_.aliases();
+  report_.fused = rewrites_.fused;
+  report_.merged = rewrites_.merged;
+  report_.removed_or_folded = rewrites_.records.size();
+  stage_ = ExportStage::kTagged;
+}
+
+void ExportSession::PlanFile(std::string_view serialized) {
+  Expect({ExportStage::kTagged, ExportStage::kPlanned}, "Graph._export_onnx");
+  OwnWork own(*this);
+  std::string error;
+  if (!PlanTaggedModel(serialized, node_tags_, model_entries_, &plan_, &error)) {
+    throw std::runtime_error("hiertag: cannot tag the exported model (" + error + "); nothing written");
+  }
+  stage_ = ExportStage::kPlanned;
+}
+
+void ExportSession::WriteFile(const std::function<void(std::string_view)>& sink) {
+  Expect({ExportStage::kPlanned}, "_export_file");
+  auto start = std::chrono::steady_clock::now();
+  plan_.ForEachChunk(sink);
+  write_time_ += std::chrono::steady_clock::now() - start;
+  stage_ = ExportStage::kWritten;
+}
+
+std::string ExportSession::ReportLine() const {
+  if (stage_ != ExportStage::kWritten) return "";
+  using Milliseconds = std::chrono::duration<double, std::milli>;
+  ExportReport report = report_;
+  report.own_milliseconds = Milliseconds(own_time_).count();
+  report.write_milliseconds = Milliseconds(write_time_).count();
+  return FormatExportReport(report);
+}
+
+}  // namespace hiertag

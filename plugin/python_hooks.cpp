@@ -1,0 +1,470 @@
+// Python hooks: installs hiertag into torch's TorchScript-based ONNX exporter.
+//
+// The only file that knows about Python. Its static initializer (run when
+// libhiertag.so loads libhiertag_python.so, with the GIL held) first finds every
+// function it hooks, then wraps them all, once per process. Every hook has one
+// shape: it receives the function it replaces and the call's arguments, and
+// with no export session (HIERTAG unset, empty or 0) calls straight through.
+// The stages of a session, and hiertag's work in each, are in export_session.h;
+// here is only the Python side:
+//   utils._setup_trace_module_map    reads the options, builds the module table
+//                                    from named_modules(), gives each instance
+//                                    its own scope name (scope_names.h), wraps
+//                                    each module's forward (ModuleCalls)
+//   torch._C.ScriptFunction.__call__ marks script-function calls while tracing
+//   torch._C.Graph._export_onnx      plans the tagged file on torch's bytes
+//   onnx_proto_utils._export_file    writes the planned chunks to torch's file
+//   utils._reset_trace_module_map    ends the session (torch's finally), unwraps
+//                                    every forward, prints the report
+//   the graph passes of the export   handed to the session's stages
+// If this torch lacks a function hiertag hooks, nothing is wrapped: loading
+// raises ImportError naming the torch version and the function, and HIERTAG=1
+// exports fail with the same reason rather than run untagged.
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "hiertag/core/export_options.h"
+#include "hiertag/core/module_table.h"
+#include "hiertag/core/scope_names.h"
+#include "hiertag/passes/mark_inlined_calls.h"
+#include "hiertag/plugin/export_session.h"
+
+namespace py = pybind11;
+
+namespace hiertag {
+namespace {
+
+constexpr const char* kExporterUtils = "torch.onnx._internal.torchscript_exporter.utils";
+constexpr const char* kExporterProtoUtils = "torch.onnx._internal.torchscript_exporter.onnx_proto_utils";
+constexpr const char* kInstalledMarker = "_hiertag_plugin_installed";
+constexpr const char* kInstallFailureMarker = "_hiertag_plugin_install_failure";
+#ifndef HIERTAG_TORCH_VERSION
+#define HIERTAG_TORCH_VERSION "unknown"
+#endif
+
+// The graph passes of the export (utils._optimize_graph, _model_to_graph) that
+// may remove or merge nodes, observed with RecordRewrites. CSE has its own
+// observer; the conversion and canonicalize return new graphs (scopes copied
+// one to one); dead code elimination removes only unused nodes.
+constexpr const char* kObservedPasses[] = {
+    "_jit_pass_constant_propagation",
+    "_jit_pass_peephole",
+    "_jit_pass_fuse_addmm",
+    "_jit_pass_onnx_remove_inplace_ops_for_onnx",
+    "_jit_pass_onnx_preprocess",
+    "_jit_pass_prepare_division_for_onnx",
+    "_jit_pass_erase_number_types",
+    "_jit_pass_onnx_scalar_type_analysis",
+    "_jit_pass_onnx_peephole",
+    "_jit_pass_onnx_eval_peephole",
+    "_jit_pass_onnx_constant_fold",
+    "_jit_pass_onnx_graph_shape_type_inference",
+};
+
+// A module's original `forward` entry in its instance __dict__ (or none), so
+// unwrapping leaves the instance exactly as it was.
+struct WrappedForward {
+  py::object module;
+  py::object own_forward;  // null: the instance had no forward attribute of its own
+};
+
+// The session and what the Python side holds for it.
+struct PythonSession {
+  std::unique_ptr<ExportSession> session;
+  std::vector<WrappedForward> wrapped;
+  py::object planned_bytes;  // torch's serialized model the plan borrows from
+};
+
+// One export runs at a time per process (torch's exporter keeps global state
+// too); the GIL serialises every access.
+std::optional<PythonSession>& Current() {
+  static auto* current = new std::optional<PythonSession>();
+  return *current;
+}
+
+ExportSession* Session() { return Current() ? Current()->session.get() : nullptr; }
+
+std::optional<ExportOptions> ReadOptions(std::string* error) {
+  return ReadExportOptions([](const char* name) { return std::getenv(name); }, error);
+}
+
+ExportOptions ReadOptionsOrThrow() {
+  std::string error;
+  std::optional<ExportOptions> options = ReadOptions(&error);
+  if (!options) throw py::value_error(error);
+  return *options;
+}
+
+void FlattenTensors(const py::handle& value, std::vector<at::Tensor>* out, int depth = 0) {
+  if (depth > 8) return;
+  if (THPVariable_Check(value.ptr())) {
+    out->push_back(THPVariable_Unpack(value.ptr()));
+  } else if (py::isinstance<py::tuple>(value) || py::isinstance<py::list>(value)) {
+    for (py::handle item : value) FlattenTensors(item, out, depth + 1);
+  } else if (py::isinstance<py::dict>(value)) {
+    for (auto item : value.cast<py::dict>()) FlattenTensors(item.second, out, depth + 1);
+  }
+}
+
+// Stands in for a module's forward during a tagged export: every call, through
+// __call__ or straight to .forward(), passes ModuleCalls. inspect.signature
+// follows __wrapped__ to the original, as for functools.wraps.
+class ForwardWrapper {
+ public:
+  ForwardWrapper(py::object original, int module, std::string scope_name)
+      : original_(std::move(original)), module_(module), scope_name_(std::move(scope_name)) {}
+
+  py::object Call(py::args args, py::kwargs kwargs) {
+    ExportSession* session = Session();
+    if (session == nullptr) return original_(*args, **kwargs);
+    std::vector<at::Tensor> inputs;
+    FlattenTensors(args, &inputs);
+    FlattenTensors(kwargs, &inputs);
+    ModuleCalls::Entered entered = session->calls().Enter(module_, scope_name_, std::move(inputs));
+    py::object result;
+    try {
+      result = original_(*args, **kwargs);
+    } catch (...) {
+      session->calls().Exit(entered, false, session->borrowed());
+      throw;
+    }
+    session->calls().Exit(entered, true, session->borrowed());
+    return result;
+  }
+
+ private:
+  py::object original_;
+  int module_;
+  std::string scope_name_;
+};
+
+void WrapForward(PythonSession& current, const py::handle& module, int index, const std::string& scope_name) {
+  py::dict own = module.attr("__dict__");
+  WrappedForward record{py::reinterpret_borrow<py::object>(module),
+                        own.contains("forward") ? py::object(own["forward"]) : py::object()};
+  py::object wrapper = py::cast(ForwardWrapper(module.attr("forward"), index, scope_name));
+  wrapper.attr("__wrapped__") = module.attr("forward");
+  own["forward"] = wrapper;
+  current.wrapped.push_back(std::move(record));
+}
+
+void EndSession() {
+  if (!Current()) return;
+  for (WrappedForward& record : Current()->wrapped) {
+    py::dict own = record.module.attr("__dict__");
+    if (record.own_forward) {
+      own["forward"] = record.own_forward;
+    } else if (own.contains("forward")) {
+      PyDict_DelItemString(own.ptr(), "forward");
+    }
+  }
+  Current().reset();
+}
+
+// Builds the session from named_modules(). With `trace_module_map` (a traced
+// export), also gives each module instance a scope name of its own
+// (scope_names.h), which the tracer pushes at every module call, and wraps
+// every module's forward but the root's (the tracer calls the root itself, and
+// the exporter reads its signature) to record its calls.
+void BeginSession(const py::handle& model, py::object trace_module_map, ExportOptions options) {
+  Current().emplace();
+  PythonSession& current = *Current();
+  ModuleTable modules;
+  py::module_ torch = py::module_::import("torch");
+  py::object script_module = torch.attr("jit").attr("ScriptModule");
+  py::object typename_of = torch.attr("typename");
+  for (py::handle item : model.attr("named_modules")()) {
+    auto pair = item.cast<py::tuple>();
+    std::string path = pair[0].cast<std::string>();
+    py::handle module = pair[1];
+    std::string qualified;
+    std::string short_name;
+    if (py::isinstance(module, script_module)) {
+      qualified = UnmangleTorchScriptTypeName(
+          module.attr("_c").attr("_type")().attr("qualified_name")().cast<std::string>());
+      short_name = module.attr("original_name").cast<std::string>();
+    } else {
+      py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(module.ptr()));
+      qualified = typename_of(type).cast<std::string>();
+      short_name = type.attr("__name__").cast<std::string>();
+    }
+    int index = modules.Add(path, qualified, short_name, options.torch_modules.KeepsSegment(qualified, short_name));
+    if (!trace_module_map.is_none() && trace_module_map.contains(module)) {
+      std::string name = trace_module_map[module].cast<std::string>();
+      std::string instance_name = MarkInstanceScopeName(index, name);
+      trace_module_map[module] = instance_name;
+      if (index > 0) WrapForward(current, module, index, instance_name);
+    }
+  }
+  modules.Finalize();
+  std::unordered_set<std::string> member_names;
+  for (const char* members : {"named_parameters", "named_buffers"}) {
+    for (py::handle item : model.attr(members)()) member_names.insert(item.cast<py::tuple>()[0].cast<std::string>());
+  }
+  current.session = std::make_unique<ExportSession>(std::move(modules), std::move(member_names), std::move(options));
+}
+
+std::shared_ptr<torch::jit::Graph> GraphArgument(const py::args& args) {
+  if (args.size() == 0 || !py::isinstance(args[0], py::module_::import("torch._C").attr("Graph"))) return nullptr;
+  return args[0].cast<std::shared_ptr<torch::jit::Graph>>();
+}
+
+std::string_view BytesView(const py::handle& bytes) {
+  char* data = nullptr;
+  Py_ssize_t size = 0;
+  if (PyBytes_AsStringAndSize(bytes.ptr(), &data, &size) != 0) throw py::error_already_set();
+  return std::string_view(data, static_cast<size_t>(size));
+}
+
+// ---- The hooks: (the function each replaces, the call's arguments). ----
+
+using Hook = py::object (*)(const py::object& original, py::args args, py::kwargs kwargs);
+
+py::object SetupTraceModuleMap(const py::object& original, py::args args, py::kwargs kwargs) {
+  EndSession();
+  ExportOptions options = ReadOptionsOrThrow();
+  py::object model = args.size() > 0 ? py::reinterpret_borrow<py::object>(args[0])
+                                     : py::reinterpret_borrow<py::object>(kwargs["model"]);
+  if (options.tag) {
+    py::object as_functions = args.size() > 1 ? py::reinterpret_borrow<py::object>(args[1])
+                                              : kwargs.attr("get")("export_modules_as_functions", false);
+    if (py::bool_(as_functions)) {
+      throw py::value_error("hiertag: HIERTAG=1 does not support export_modules_as_functions; export without it");
+    }
+  }
+  py::object result = original(*args, **kwargs);
+  if (!options.tag) return result;
+  // A scripted model is not traced: its nodes carry call stacks instead.
+  bool scripted = py::isinstance(model, py::module_::import("torch").attr("jit").attr("ScriptModule"));
+  py::object trace_module_map = py::none();
+  if (!scripted) trace_module_map = py::module_::import("torch.jit._trace").attr("_trace_module_map");
+  auto start = std::chrono::steady_clock::now();
+  BeginSession(model, trace_module_map, std::move(options));
+  Session()->AddOwnWork(std::chrono::steady_clock::now() - start);
+  return result;
+}
+
+py::object CallScriptFunction(const py::object& original, py::args args, py::kwargs kwargs) {
+  std::shared_ptr<torch::jit::tracer::TracingState> state =
+      Session() ? torch::jit::tracer::getTracingState() : nullptr;
+  if (!state) return original(*args, **kwargs);
+  InsertCallMarker(*state->graph, CallMarker::kBegin);
+  py::object result = original(*args, **kwargs);
+  InsertCallMarker(*state->graph, CallMarker::kEnd);
+  return result;
+}
+
+py::object SubstituteFunctions(const py::object& original, py::args args, py::kwargs kwargs) {
+  py::object result = original(*args, **kwargs);
+  std::shared_ptr<torch::jit::Graph> graph = GraphArgument(args);
+  if (Session() && graph) Session()->AfterFunctionSubstitution(*graph);
+  return result;
+}
+
+template <size_t kPass>
+py::object ObservePass(const py::object& original, py::args args, py::kwargs kwargs) {
+  std::shared_ptr<torch::jit::Graph> graph = GraphArgument(args);
+  if (!Session() || !graph) return original(*args, **kwargs);
+  py::object result;
+  Session()->ObservePass(*graph, kObservedPasses[kPass], [&] { result = original(*args, **kwargs); });
+  return result;
+}
+
+py::object EliminateCommonSubexpression(const py::object& original, py::args args, py::kwargs kwargs) {
+  std::shared_ptr<torch::jit::Graph> graph = GraphArgument(args);
+  if (!Session() || !graph) return original(*args, **kwargs);
+  py::object result;
+  Session()->ObserveCse(*graph, [&] { result = original(*args, **kwargs); });
+  return result;
+}
+
+// The exporter's final params_dict: its initializers are the trailing inputs.
+py::object EliminateUnusedItems(const py::object& original, py::args args, py::kwargs kwargs) {
+  py::object params = original(*args, **kwargs);
+  std::shared_ptr<torch::jit::Graph> graph = GraphArgument(args);
+  if (Session() && graph) Session()->NoteInitializers(*graph, py::len(params));
+  return params;
+}
+
+py::object AssignScopedNames(const py::object& original, py::args args, py::kwargs kwargs) {
+  std::shared_ptr<torch::jit::Graph> graph = GraphArgument(args);
+  if (!Session() || !graph) return original(*args, **kwargs);
+  py::object result;
+  Session()->TagFinalGraph(*graph, [&] { result = original(*args, **kwargs); });
+  return result;
+}
+
+py::object ExportOnnx(const py::object& original, py::args args, py::kwargs kwargs) {
+  if (!Session()) {
+    if (ReadOptionsOrThrow().tag) {
+      throw py::value_error(
+          "hiertag: HIERTAG=1 tags exports of a torch.nn.Module or ScriptModule; this export's model is neither");
+    }
+    return original(*args, **kwargs);
+  }
+  py::tuple result = original(*args, **kwargs);
+  Session()->PlanFile(BytesView(result[0]));
+  Current()->planned_bytes = result[0];
+  return result;
+}
+
+py::object ExportFile(const py::object& original, py::args args, py::kwargs kwargs) {
+  if (!Session() || !Current()->planned_bytes || args.size() < 2) return original(*args, **kwargs);
+  py::object model_bytes = py::reinterpret_borrow<py::object>(args[0]);
+  // torch re-serializes the model when it adds onnxscript functions; the nodes
+  // are the same, so plan again on the new bytes.
+  if (!model_bytes.is(Current()->planned_bytes)) {
+    Session()->PlanFile(BytesView(model_bytes));
+    Current()->planned_bytes = model_bytes;
+  }
+  py::object open_file_like = py::module_::import("torch.serialization").attr("_open_file_like");
+  py::object context = open_file_like(args[1], "wb");
+  py::object opened = context.attr("__enter__")();
+  try {
+    py::object write = opened.attr("write");
+    Session()->WriteFile([&](std::string_view chunk) {
+      write(py::memoryview::from_memory(chunk.data(), static_cast<py::ssize_t>(chunk.size())));
+    });
+  } catch (py::error_already_set& error) {
+    context.attr("__exit__")(error.type(), error.value(), error.trace());
+    throw;
+  }
+  context.attr("__exit__")(py::none(), py::none(), py::none());
+  Current()->planned_bytes = py::object();
+  return py::none();
+}
+
+py::object ResetTraceModuleMap(const py::object& original, py::args args, py::kwargs kwargs) {
+  if (Session() && Session()->options().report) {
+    std::string line = Session()->ReportLine();
+    if (!line.empty()) PySys_WriteStderr("%s", line.c_str());
+  }
+  EndSession();
+  return original(*args, **kwargs);
+}
+
+// ---- Installation ----
+
+// A function hiertag hooks: an attribute of module `owner`, or of its class
+// `owner_class` (then the hook is a method).
+struct HookSite {
+  const char* owner;
+  const char* owner_class;  // nullptr: a module-level function
+  const char* name;
+  Hook hook;
+};
+
+template <size_t... kPass>
+void AddPassSites(std::vector<HookSite>* sites, std::index_sequence<kPass...>) {
+  (sites->push_back({"torch._C", nullptr, kObservedPasses[kPass], ObservePass<kPass>}), ...);
+}
+
+std::vector<HookSite> HookSites() {
+  std::vector<HookSite> sites = {
+      {kExporterUtils, nullptr, "_setup_trace_module_map", SetupTraceModuleMap},
+      {kExporterUtils, nullptr, "_reset_trace_module_map", ResetTraceModuleMap},
+      {kExporterProtoUtils, nullptr, "_export_file", ExportFile},
+      {"torch._C", "ScriptFunction", "__call__", CallScriptFunction},
+      {"torch._C", "Graph", "_export_onnx", ExportOnnx},
+      {"torch._C", nullptr, "_jit_pass_onnx_function_substitution", SubstituteFunctions},
+      {"torch._C", nullptr, "_jit_pass_cse", EliminateCommonSubexpression},
+      {"torch._C", nullptr, "_jit_pass_onnx_eliminate_unused_items", EliminateUnusedItems},
+      {"torch._C", nullptr, "_jit_pass_onnx_assign_scoped_names_for_node_and_value", AssignScopedNames},
+  };
+  AddPassSites(&sites, std::make_index_sequence<std::size(kObservedPasses)>());
+  return sites;
+}
+
+std::string TorchVersion() {
+  return py::str(py::module_::import("torch").attr("__version__")).cast<std::string>();
+}
+
+void Install() {
+  py::module_ c = py::module_::import("torch._C");
+  if (py::hasattr(c, kInstalledMarker)) return;
+  std::vector<HookSite> sites = HookSites();
+  // Find every function first: a torch that lacks one is left exactly as it was.
+  std::vector<py::object> owners;
+  for (const HookSite& site : sites) {
+    std::string where = std::string(site.owner) + "." +
+                        (site.owner_class ? std::string(site.owner_class) + "." : "") + site.name;
+    py::object owner;
+    try {
+      owner = py::module_::import(site.owner);
+      if (site.owner_class) owner = owner.attr(site.owner_class);
+    } catch (py::error_already_set&) {
+      owner = py::object();
+    }
+    if (!owner || !py::hasattr(owner, site.name)) {
+      throw std::runtime_error("torch " + TorchVersion() + " has no " + where +
+                               " (hiertag was built for torch " HIERTAG_TORCH_VERSION ")");
+    }
+    owners.push_back(owner);
+  }
+  py::class_<ForwardWrapper>(c, "_HiertagForward", py::dynamic_attr()).def("__call__", &ForwardWrapper::Call);
+  for (size_t i = 0; i < sites.size(); ++i) {
+    const HookSite& site = sites[i];
+    py::object original = owners[i].attr(site.name);
+    Hook hook = site.hook;
+    auto call = [original, hook](py::args args, py::kwargs kwargs) { return hook(original, args, kwargs); };
+    owners[i].attr(site.name) = site.owner_class
+                                    ? py::cpp_function(call, py::name(site.name), py::is_method(owners[i]))
+                                    : py::cpp_function(call, py::name(site.name));
+  }
+  c.attr(kInstalledMarker) = true;
+}
+
+// A torch hiertag cannot hook: HIERTAG=1 exports fail with the reason instead
+// of running untagged; other exports run as torch's own.
+void GuardExportsAfterFailure(const std::string& reason) {
+  py::module_ c = py::module_::import("torch._C");
+  if (py::hasattr(c, kInstallFailureMarker)) return;
+  c.attr(kInstallFailureMarker) = reason;
+  py::module_ onnx = py::module_::import("torch.onnx");
+  py::object export_function = onnx.attr("export");
+  std::string message = "hiertag: not installed (" + reason + "); HIERTAG=1 cannot tag this export";
+  onnx.attr("export") = py::cpp_function(
+      [export_function, message](py::args args, py::kwargs kwargs) {
+        std::string error;
+        std::optional<ExportOptions> options = ReadOptions(&error);
+        if (!options || options->tag) throw std::runtime_error(message);
+        return export_function(*args, **kwargs);
+      },
+      py::name("export"));
+}
+
+struct InstallAtLoad {
+  InstallAtLoad() {
+    if (!Py_IsInitialized()) return;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    try {
+      Install();
+    } catch (const std::exception& error) {
+      std::string reason = error.what();
+      PyErr_Clear();
+      try {
+        GuardExportsAfterFailure(reason);
+      } catch (const std::exception&) {
+        PyErr_Clear();
+      }
+      PySys_WriteStderr("hiertag: plugin not installed: %.400s\n", reason.c_str());
+      // The loader (torch.ops.load_library through ctypes) holds this thread's
+      // state and raises this error when the library's initializers return.
+      PyErr_SetString(PyExc_ImportError, ("hiertag: plugin not installed: " + reason).c_str());
+    }
+    PyGILState_Release(gil);
+  }
+} install_at_load;
+
+}  // namespace
+}  // namespace hiertag

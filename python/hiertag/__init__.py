@@ -1,0 +1,73 @@
+"""hiertag: exact module tags for every node of torch's TorchScript-based ONNX export.
+
+    import torch, hiertag
+    torch.ops.load_library(hiertag.library_path())
+    with hiertag.tagging():                       # or HIERTAG=1 in the environment
+        torch.onnx.export(model, args, "model.onnx", dynamo=False)
+
+The plugin (libhiertag.so) hooks torch's exporter; the `hiertag` command reads,
+checks and acts on the tagged files (`hiertag --help`)."""
+
+import contextlib
+import os
+from pathlib import Path
+
+__version__ = "0.2.0"
+
+# The ONNX opset of hiertag's own exports (tests, verifier, bundled models, `hiertag export`).
+OPSET = 17
+
+_PACKAGE = Path(__file__).resolve().parent
+# Installed (pip): the native files sit in the package. In a checkout
+# (python/hiertag beside CMakeLists.txt): in build/.
+_NATIVE_DIRS = [_PACKAGE / "_native", _PACKAGE.parents[1] / "build"]
+
+
+def _native_file(name):
+    for directory in _NATIVE_DIRS:
+        if (directory / name).exists():
+            return directory / name
+    raise FileNotFoundError(
+        f"hiertag: {name} not found in {' or '.join(str(d) for d in _NATIVE_DIRS)} "
+        "(install the package with pip, or build the checkout: scripts/build.sh)")
+
+
+def library_path():
+    """Absolute path of the plugin, libhiertag.so: pass it to torch.ops.load_library."""
+    return str(_native_file("libhiertag.so"))
+
+
+def tool_path():
+    """Absolute path of the native command-line tool (validate, tree, extract)."""
+    return str(_native_file("hiertag"))
+
+
+_FLAGS = ("HIERTAG", "HIERTAG_TORCH_MODULES", "HIERTAG_REPORT")
+
+
+@contextlib.contextmanager
+def tagging(torch_modules=None, report=False):
+    """Tags the exports inside the block: sets HIERTAG=1 (and HIERTAG_TORCH_MODULES,
+    HIERTAG_REPORT) for its duration and restores the environment on exit.
+
+    torch_modules: None or False (torch.nn modules get no tag segment), True
+    (every module does), or an iterable of torch.nn class names ("LayerNorm").
+    The plugin must be loaded (torch.ops.load_library(hiertag.library_path()))."""
+    saved = {name: os.environ.get(name) for name in _FLAGS}
+    if torch_modules is None or torch_modules is False:
+        modules = "0"
+    elif torch_modules is True:
+        modules = "1"
+    elif isinstance(torch_modules, str):
+        modules = torch_modules
+    else:
+        modules = ",".join(torch_modules)
+    os.environ.update(HIERTAG="1", HIERTAG_TORCH_MODULES=modules, HIERTAG_REPORT="1" if report else "0")
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -1,0 +1,5 @@
+import sys
+
+from hiertag.cli import main
+
+sys.exit(main())

@@ -1,0 +1,376 @@
+"""Reading a tagged ONNX file back, and the module-boundary check: shared by
+the verifier (hiertag verify, hiertag/verify.py) and the end-to-end tests."""
+
+import functools
+import json
+
+import numpy as np
+import onnx
+import onnxruntime
+import torch
+from torch.onnx._internal.torchscript_exporter import utils as exporter_utils
+
+TAG_KEY = "hierarchy_tag"
+SHARED_KEY = "hiertag.shared_with"
+CALL_KEY = "hiertag.call"
+SPANS_KEY = "hiertag.spans"
+REWRITE_KEY = "hiertag.rewrite"
+TABLE_KEY = "hiertag.modules"
+REWRITES_KEY = "hiertag.rewrites"
+
+
+def node_props(node):
+    return {p.key: p.value for p in node.metadata_props}
+
+
+def walk_nodes(graph):
+    """Every node, nested graphs included, in pre-order."""
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from walk_nodes(attribute.g)
+            for sub in attribute.graphs:
+                yield from walk_nodes(sub)
+
+
+def module_table(model):
+    return json.loads({p.key: p.value for p in model.metadata_props}[TABLE_KEY])
+
+
+def is_within(tag, ancestor):
+    return tag == ancestor or tag.startswith(ancestor + "/")
+
+
+def parent_tag(tag):
+    return tag.rsplit("/", 1)[0]
+
+
+def call_count(table, tag):
+    return len(table.get(tag, {}).get("calls", [0]))
+
+
+def call_at(table, tag, call, ancestor):
+    """The call of `ancestor` that call `call` of `tag` (within it) ran in."""
+    while tag != ancestor:
+        parents = table.get(tag, {}).get("parent_calls")
+        call = parents[call] if parents else 0
+        tag = parent_tag(tag)
+    return call
+
+
+def model_props(model):
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def rewritten_boundaries(model):
+    """{tag: reason} for the modules whose boundary an export pass removed, as
+    the file records it: a fused node (hiertag.spans) or a rewrite record whose
+    modules lie partly inside the module and partly outside it."""
+    records = json.loads(model_props(model).get(REWRITES_KEY, "[]"))
+    for node in walk_nodes(model.graph):
+        props = node_props(node)
+        if SPANS_KEY in props:
+            records.append({"pass": props.get(REWRITE_KEY, ""), "kind": "fused",
+                            "modules": json.loads(props[SPANS_KEY]), "node": node.name})
+    reasons = {}
+    for tag in module_table(model):
+        for record in records:
+            inside = [t for t in record["modules"] if is_within(t, tag)]
+            outside = [t for t in record["modules"] if not is_within(t, tag)]
+            if inside and outside and tag not in reasons:
+                what = f"fused into node '{record['node']}'" if record["kind"] == "fused" else "removed"
+                reasons[tag] = f"{record['pass']}: {what} with {', '.join(outside)}"
+    return reasons
+
+
+def strip_tags(model):
+    """The model without hiertag's entries (a copy)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for node in walk_nodes(copy.graph):
+        keep = [p for p in node.metadata_props if p.key != TAG_KEY and not p.key.startswith("hiertag.")]
+        del node.metadata_props[:]
+        node.metadata_props.extend(keep)
+    keep = [p for p in copy.metadata_props if not p.key.startswith("hiertag.")]
+    del copy.metadata_props[:]
+    copy.metadata_props.extend(keep)
+    return copy
+
+
+def flatten_tensors(value, out, depth=0):
+    """The tensors in a call's arguments or result. A function passed as an
+    argument brings the tensors it closes over (`lambda x: self.attn(x, x, x, mask)`
+    hands the callee `mask`); a module passed as one brings only weights."""
+    if depth > 8:
+        return out
+    if isinstance(value, torch.Tensor):
+        out.append(value.detach().clone())
+    elif isinstance(value, (bool,)):
+        return out
+    elif isinstance(value, (int, float)):
+        out.append(torch.tensor(value))
+    elif isinstance(value, dict):
+        for item in value.values():
+            flatten_tensors(item, out, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            flatten_tensors(item, out, depth + 1)
+    elif hasattr(value, "to_tuple"):
+        flatten_tensors(value.to_tuple(), out, depth + 1)
+    elif isinstance(value, functools.partial):
+        flatten_tensors((value.args, value.keywords), out, depth + 1)
+    elif callable(value) and getattr(value, "__closure__", None):
+        for cell in value.__closure__:
+            try:
+                flatten_tensors(cell.cell_contents, out, depth + 1)
+            except ValueError:  # an empty cell
+                pass
+    return out
+
+
+# Scripted model -> the nn.Module it was scripted from (same paths, same
+# weights): forward hooks cannot run on a ScriptModule, so the boundary check
+# records the eager twin.
+_EAGER_TWINS = {}
+
+
+def register_eager_twin(scripted, eager):
+    _EAGER_TWINS[id(scripted)] = eager
+
+
+def eager_reference(model):
+    """The module whose forward hooks stand for `model`'s calls."""
+    return _EAGER_TWINS.get(id(model), model)
+
+
+def record_module_io(model, args):
+    """{qualified path: [(received, returned) per call, in call order]} for
+    every module call, through __call__ or straight to .forward(): each
+    module's forward is wrapped for the run (values cloned: modules mutate in
+    place) while the exporter's own tracer runs the model on the arguments as
+    the exporter decides them, so the values are real and models take the code
+    paths they take under export (transformers keeps an all-ones attention
+    mask when tracing and drops it in plain eager mode)."""
+    calls = {}
+    decided = exporter_utils._decide_input_format(model, args)
+    wrapped = []
+    for path, module in model.named_modules():
+        original = module.forward
+
+        @functools.wraps(original)
+        def forward(*call_args, _path=path, _original=original, **call_kwargs):
+            record = (flatten_tensors((call_args, call_kwargs), []), [])
+            calls.setdefault(_path, []).append(record)
+            result = _original(*call_args, **call_kwargs)
+            record[1].extend(flatten_tensors(result, []))
+            return result
+
+        wrapped.append((module, module.__dict__.get("forward")))
+        module.forward = forward
+    try:
+        with torch.no_grad():
+            torch.jit._get_trace_graph(model, tuple(decided), strict=False)
+    finally:
+        for module, own in wrapped:
+            if own is None:
+                del module.__dict__["forward"]
+            else:
+                module.__dict__["forward"] = own
+    return calls
+
+
+def _implicit_inputs(node):
+    """Names a node reads, its subgraphs' outer-scope references included."""
+    names = [name for name in node.input if name]
+    for attribute in node.attribute:
+        graphs = ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else []) + list(attribute.graphs)
+        for graph in graphs:
+            defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+            for inner in walk_nodes(graph):
+                defined.update(inner.output)
+            for inner in walk_nodes(graph):
+                names.extend(n for n in inner.input if n and n not in defined)
+    return names
+
+
+def node_tags(node):
+    """The node's tag followed by its hiertag.shared_with tags."""
+    props = node_props(node)
+    return [props[TAG_KEY]] + json.loads(props.get(SHARED_KEY, "[]"))
+
+
+def weights(graph):
+    """Initializers, Constant outputs, and values computed from those alone
+    (the Identity torch writes for a deduplicated parameter, a folded-late
+    Transpose of a weight): the same for every call, data of none."""
+    found = {i.name for i in graph.initializer}
+    for node in graph.node:
+        reads = _implicit_inputs(node)
+        if node.op_type == "Constant" or (reads and all(name in found for name in reads)):
+            found.update(node.output)
+    return found
+
+
+def node_call(node):
+    return int(node_props(node).get(CALL_KEY, "0"))
+
+
+def module_boundaries(model):
+    """{(tag, call): (values consumed from outside, values produced for outside)}
+    over the main graph, for every call of every tag in the table.
+
+    A node belongs to call k of module M when its tag lies within M and its
+    call at M's level is k, or when one of its hiertag.shared_with tags lies
+    within M (a shared node belongs to every call). A use of a member's output
+    is outside M unless the user lies within another module the node was kept
+    for, outside M (that module's own copy of the computation; for a tracer
+    alias, the caller whose variable it is). Weights (`weights`) are not data
+    a module receives or returns, except for a constant module, whose nodes
+    all compute from weights: the values it makes for outside are its results."""
+    graph = model.graph
+    table = module_table(model)
+    constants = weights(graph)
+    graph_outputs = {o.name for o in graph.output}
+    consumers = {}
+    for node in graph.node:
+        for name in _implicit_inputs(node):
+            consumers.setdefault(name, []).append(node)
+    boundaries = {}
+    for tag in table:
+        for call in range(call_count(table, tag)):
+            members = []
+            for node in graph.node:
+                tags = node_tags(node)
+                if is_within(tags[0], tag):
+                    if call_at(table, tags[0], node_call(node), tag) == call:
+                        members.append(node)
+                elif any(is_within(t, tag) for t in tags[1:]):
+                    members.append(node)
+            # A constant module (all its nodes compute from weights: a position
+            # table left as nodes) makes its values from weights alone; those
+            # values are what it returns (extract selects it the same way).
+            constant_module = bool(members) and all(o in constants for n in members for o in n.output)
+            ids = {id(n) for n in members}
+            produced = {o for n in members for o in n.output}
+            inputs = {name for n in members for name in _implicit_inputs(n)
+                      if name not in produced and name not in constants}
+            outputs = set()
+            for node in members:
+                sharers = [t for t in node_tags(node) if not is_within(t, tag)]
+                for name in node.output:
+                    if name in constants and not constant_module:
+                        continue
+                    outside = [c for c in consumers.get(name, []) if id(c) not in ids and
+                               not any(is_within(t, s) for t in node_tags(c) for s in sharers)]
+                    if name in graph_outputs or outside:
+                        outputs.add(name)
+            boundaries[(tag, call)] = (sorted(inputs), sorted(outputs))
+    return boundaries
+
+
+def feeds_for(model_bytes, torch_model, args):
+    """ONNX Runtime feeds for an export of `torch_model` on `args`: the
+    arguments as the exporter itself decided them (keywords placed by
+    signature, defaults such as GPT-2's logits_to_keep kept)."""
+    decided = exporter_utils._decide_input_format(torch_model, args)
+    values = [v for v in decided if isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool)]
+    inputs = onnxruntime.InferenceSession(model_bytes).get_inputs()
+    if len(inputs) != len(values):
+        raise ValueError(f"the model has {len(inputs)} inputs, the arguments give {len(values)} values")
+    return {i.name: (v.numpy() if isinstance(v, torch.Tensor) else np.array(v)) for i, v in zip(inputs, values)}
+
+
+def intermediate_values(model, feeds, names):
+    """ONNX Runtime values of `names` (optimizations off so every node runs)."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    existing = {o.name for o in probe.graph.output}
+    for name in names:
+        if name not in existing:
+            probe.graph.output.append(onnx.ValueInfoProto(name=name))
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = onnxruntime.InferenceSession(probe.SerializeToString(), options)
+    wanted = [o.name for o in probe.graph.output]
+    return dict(zip(wanted, session.run(wanted, feeds)))
+
+
+def _matches(value, candidates):
+    """Whether `value` equals one of the tensors up to float32 rounding: within
+    1e-4 relative, or 1e-5 of the tensor's largest magnitude (ONNX computes
+    differently, e.g. Conv and BatchNorm fused, so elements that cancel to
+    near zero in a deep network differ by more than a fixed absolute bound)."""
+    for candidate in candidates:
+        expected = candidate.numpy()
+        if expected.shape != value.shape:
+            continue
+        if expected.size == 0:
+            return True
+        expected = expected.astype(np.float64)
+        scale = max(1.0, float(np.max(np.abs(expected))))
+        if np.allclose(value.astype(np.float64), expected, rtol=1e-4, atol=1e-5 * scale):
+            return True
+    return False
+
+
+def boundary_key(table, tag, call):
+    """How results name one call: the tag, with "#k" when it has several calls."""
+    return tag if call_count(table, tag) == 1 else f"{tag}#{call}"
+
+
+NEVER_RAN = "its forward never ran: a container a caller reached past"
+
+
+def key_tag(table, key):
+    """The tag of a boundary key."""
+    return key if key in table else key.rsplit("#", 1)[0]
+
+
+def module_boundary_results(model, torch_model, args, feeds):
+    """For every call of every module in the table: each value its nodes
+    consume from outside equals a tensor that call received in eager PyTorch,
+    and each value they produce for outside equals a tensor it returned. The
+    only modules not checked are those whose boundary the file itself records
+    as removed by an export pass (rewritten_boundaries) and containers whose
+    forward never ran ("ran": false in the table). Returns ({key: failures
+    of that call, empty when it passes}, {key: why it was not checked}); keys
+    as boundary_key gives them."""
+    table = module_table(model)
+    calls = record_module_io(torch_model, args)
+    boundaries = module_boundaries(model)
+    rewritten = rewritten_boundaries(model)
+    names = sorted({n for ins, outs in boundaries.values() for n in ins + outs})
+    values = intermediate_values(model, feeds, names)
+    results, skipped = {}, {}
+    # Not checked: modules whose boundary an export pass removed, and
+    # containers that never ran (file's "ran": false); both are in the file.
+    for (tag, call), (inputs, outputs) in sorted(boundaries.items()):
+        key = boundary_key(table, tag, call)
+        entry = table[tag]
+        if tag in rewritten:
+            skipped[key] = rewritten[tag]
+            continue
+        if entry.get("ran", True) is False:
+            skipped[key] = NEVER_RAN
+            continue
+        instance_call = entry.get("calls", [0])[call]
+        recorded = calls.get(entry["path"], [])
+        failures = results.setdefault(key, [])
+        if instance_call >= len(recorded):
+            failures.append(f"{key}: the module ran {len(recorded)} times, the file records call {instance_call}")
+            continue
+        received, returned = recorded[instance_call]
+        for name in inputs:
+            if not _matches(values[name], received):
+                failures.append(f"{key}: consumes '{name}' {values[name].shape}, not a tensor it received")
+        for name in outputs:
+            if not _matches(values[name], returned):
+                failures.append(f"{key}: produces '{name}' {values[name].shape}, not a tensor it returned")
+    return results, skipped
+
+
+def check_module_boundaries(model, torch_model, args, feeds):
+    """module_boundary_results as (checked keys, {key: why not checked}, failures)."""
+    results, skipped = module_boundary_results(model, torch_model, args, feeds)
+    return list(results), skipped, [failure for failures in results.values() for failure in failures]

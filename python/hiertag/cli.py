@@ -1,0 +1,51 @@
+"""The `hiertag` command: one entry point for every verb.
+
+validate, tree and extract are the native tool's (no torch needed; in a
+checkout also build/hiertag); the others are Python modules of this package,
+each with a `main(argv) -> exit status`. Every verb takes --help and --json;
+bad input gives one line on stderr and exit status 2."""
+
+import importlib
+import subprocess
+import sys
+
+# verb -> (module with main(argv), one-line summary); None: the native tool.
+VERBS = {
+    "validate": (None, "check every node's tag against the grammar and the module table"),
+    "tree": (None, "print the module tree with node, op and parameter counts"),
+    "extract": (None, "write one module (or one of its calls) as a standalone ONNX model"),
+    "verify": ("hiertag.verify", "check every module of a model's export against PyTorch"),
+}
+
+
+def usage():
+    width = max(len(verb) for verb in VERBS)
+    lines = ["usage: hiertag VERB [arguments]  (hiertag VERB --help for a verb's own)", "", "verbs:"]
+    lines += [f"  {verb:<{width}}  {summary}" for verb, (_, summary) in VERBS.items()]
+    lines += ["", "Exit status: 0 success, 1 checks found problems, 2 bad input or usage."]
+    return "\n".join(lines) + "\n"
+
+
+def run_native(argv):
+    from hiertag import tool_path
+    try:
+        tool = tool_path()
+    except FileNotFoundError as error:
+        print(error, file=sys.stderr)
+        return 2
+    return subprocess.run([tool, *argv]).returncode
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        (sys.stdout if argv else sys.stderr).write(usage())
+        return 0 if argv else 2
+    verb = argv[0]
+    if verb not in VERBS:
+        print(f"hiertag: unknown verb '{verb}' (one of {', '.join(VERBS)})", file=sys.stderr)
+        return 2
+    module = VERBS[verb][0]
+    if module is None:
+        return run_native(argv)
+    return importlib.import_module(module).main(argv[1:])

@@ -1,0 +1,213 @@
+"""Verify every module of a model exported with hiertag.
+
+Exports the model with the plugin (HIERTAG=1), then for every call of every
+module of the module table (a module called several times is checked call by
+call, `extract --call K`):
+  extract   `hiertag extract` cuts it out; fed with the full model's
+            intermediate values from ONNX Runtime, the extracted model
+            reproduces the full model's values (rtol 1e-4, atol 1e-5);
+  boundary  the values its nodes read from outside equal tensors the call
+            received in PyTorch, and the values they make for outside equal
+            tensors it returned (every forward wrapped under the exporter's
+            tracer, so calls straight to .forward() count too).
+Prints a table, one call a line, and a summary; exits 0 only when every call
+passes both checks. The one exception is a module whose boundary the file
+itself records as removed by an export pass (a fused node's hiertag.spans, or
+hiertag.rewrites): extract must refuse it naming that pass, and it passes as
+"refused" with that reason. A module that ran but left no node (folded into
+a constant, or computing nothing) has nothing to extract: "no nodes", with
+what the table says it became.
+
+usage: hiertag verify MODEL [--config JSON] [--input NAME=SPEC ...] [--json]
+MODEL is one of
+  zoo:NAME                    a bundled model (hiertag.zoo): bert, gpt2, t5, ...
+  transformers:CLASS          a transformers model built from --config (random
+                              weights), inputs from --input
+  path/to/file.py:FUNCTION    FUNCTION() returns (model, args) as torch.onnx.export takes them
+SPEC is DTYPE[D0,D1,...] with an optional range for integers: int64[1,16]:0..1000,
+float32[1,3,224,224], ones[1,16] (an int64 tensor of ones)."""
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import torch
+
+import hiertag
+from hiertag import OPSET, checks
+
+
+class UsageError(Exception):
+    """Bad input: one line, exit status 2."""
+
+
+def fail(message):
+    raise UsageError(message)
+
+
+def parse_input(spec):
+    found = re.fullmatch(r"([A-Za-z_][\w.]*)=(\w+)\[([\d,\s]*)\](?::(-?\d+)\.\.(-?\d+))?", spec)
+    if not found:
+        fail(f"bad --input '{spec}' (expected NAME=DTYPE[D0,D1,...] or NAME=int64[...]:LOW..HIGH)")
+    name, dtype, dims, low, high = found.groups()
+    shape = [int(d) for d in dims.split(",") if d.strip()]
+    generator = torch.Generator().manual_seed(1)
+    if dtype == "ones":
+        return name, torch.ones(shape, dtype=torch.long)
+    if dtype.startswith("int"):
+        return name, torch.randint(int(low or 0), int(high or 100), shape, generator=generator,
+                                   dtype=getattr(torch, dtype))
+    if dtype.startswith("float"):
+        return name, torch.randn(shape, generator=generator, dtype=getattr(torch, dtype))
+    fail(f"unknown dtype '{dtype}' in --input '{spec}'")
+
+
+def build(options):
+    kind, _, target = options.model.partition(":")
+    torch.manual_seed(0)
+    if kind == "zoo":
+        from hiertag import zoo
+        if target not in zoo.ALL:
+            fail(f"unknown zoo model '{target}' (one of {', '.join(zoo.ALL)})")
+        return zoo.ALL[target]()
+    if kind == "transformers":
+        import transformers
+        from hiertag.zoo import prepare_for_torchscript_export
+        model_class = getattr(transformers, target, None)
+        config_class = getattr(transformers, target.replace("ForCausalLM", "").replace("LMHeadModel", "")
+                               .replace("Model", "") + "Config", None)
+        if model_class is None or config_class is None:
+            fail(f"no transformers class '{target}' with a matching config class")
+        model = prepare_for_torchscript_export(model_class(config_class(**json.loads(options.config or "{}"))).eval())
+        inputs = dict(parse_input(spec) for spec in options.input)
+        if not inputs:
+            fail("transformers models need --input")
+        first, *rest = inputs.items()
+        return model, (first[1], dict(rest)) if rest else (first[1],)
+    if kind.endswith(".py") and target:
+        spec = importlib.util.spec_from_file_location("verified_model", kind)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        model, args = getattr(module, target)()
+        return model.eval() if isinstance(model, torch.nn.Module) else model, args
+    fail(f"MODEL must be zoo:NAME, transformers:CLASS or FILE.py:FUNCTION, not '{options.model}'")
+
+
+def extract_all(source, table, out_dir, tool=None):
+    """{boundary key: (path, extract's JSON) or (None, its error line)}, one per call."""
+    tool = tool or hiertag.tool_path()
+    extracted = {}
+    for index, tag in enumerate(table):
+        for call in range(checks.call_count(table, tag)):
+            key = checks.boundary_key(table, tag, call)
+            out = Path(out_dir) / f"module{index}_{call}.onnx"
+            command = [str(tool), "extract", str(source), "--module", tag, "-o", str(out), "--json"]
+            if key != tag:
+                command += ["--call", str(call)]
+            result = subprocess.run(command, capture_output=True, text=True)
+            extracted[key] = ((out, json.loads(result.stdout)) if result.returncode == 0
+                              else (None, result.stderr.strip()))
+    return extracted
+
+
+def verify_file(source, torch_model, args, out_dir, tool=None):
+    """Checks every call of every module of the tagged file `source` exported
+    from `torch_model` on `args`. Returns (rows, failure lines): a row
+    (key, nodes, extract result, boundary result, passed) per call."""
+    model = onnx.load(source)
+    table = checks.module_table(model)
+    reference = checks.eager_reference(torch_model)
+    feeds = checks.feeds_for(Path(source).read_bytes(), torch_model, args)
+    extracted = extract_all(source, table, out_dir, tool)
+    _, boundary_skipped, boundary_failures = checks.check_module_boundaries(model, reference, args, feeds)
+    wanted = sorted({n for path, info in extracted.values() if path for n in info["inputs"] + info["outputs"]})
+    values = checks.intermediate_values(model, feeds, wanted)
+    rows = []
+    rewritten_tags = checks.rewritten_boundaries(model)
+    for key, (path, info) in extracted.items():
+        rewritten = rewritten_tags.get(checks.key_tag(table, key))
+        not_checked = boundary_skipped.get(key)
+        if rewritten is not None:
+            refused_right = path is None and rewritten.split(":")[0] in info
+            extract_result = "refused (rewrite)" if refused_right else f"FAIL (not refused: {rewritten})"
+        elif path is None and "has no nodes" in info:
+            # It ran and left no node: nothing to cut out; the table says
+            # what its computation became, if anything.
+            folded = table[checks.key_tag(table, key)].get("folded_into")
+            extract_result = "no nodes" + (f" (folded into {', '.join(folded)})" if folded else "")
+        elif path is None:
+            extract_result = f"FAIL ({info})"
+        else:
+            session = onnxruntime.InferenceSession(str(path))
+            produced = session.run(info["outputs"], {n: values[n] for n in info["inputs"]})
+            worst = max(float(np.max(np.abs(p.astype(np.float64) - values[o].astype(np.float64))))
+                        if p.size else 0.0 for p, o in zip(produced, info["outputs"]))
+            ok = all(np.allclose(p, values[o], rtol=1e-4, atol=1e-5) for p, o in zip(produced, info["outputs"]))
+            extract_result = f"{'ok' if ok else 'FAIL'} (max diff {worst:.1e})"
+        problems = [f for f in boundary_failures if f.startswith(key + ":")]
+        boundary_result = (f"no boundary ({not_checked})" if not_checked is not None
+                           else "ok" if not problems else f"FAIL ({len(problems)} values)")
+        good = extract_result.startswith(("ok", "refused", "no nodes")) and not problems
+        rows.append((key, info["nodes"] if path else "-", extract_result, boundary_result, good))
+    return rows, boundary_failures
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="hiertag verify", description=__doc__.split("\n")[0])
+    parser.add_argument("model", help="zoo:NAME, transformers:CLASS or FILE.py:FUNCTION")
+    parser.add_argument("--config", help="JSON of the transformers config's arguments")
+    parser.add_argument("--input", action="append", default=[], help="NAME=SPEC (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    options = parser.parse_args(argv)
+    try:
+        return run(options)
+    except UsageError as error:
+        print(f"hiertag verify: {error}", file=sys.stderr)
+        return 2
+
+
+def run(options):
+    torch.ops.load_library(hiertag.library_path())
+    warnings.simplefilter("ignore")
+    onnxruntime.set_default_logger_severity(3)
+    torch_model, args = build(options)
+
+    with tempfile.TemporaryDirectory() as out_dir:
+        source = Path(out_dir) / "model.onnx"
+        with hiertag.tagging():
+            torch.onnx.export(torch_model, args, str(source), dynamo=False, opset_version=OPSET)
+        # The check runs the model again: a fresh one, as models cache state
+        # across calls (Levit keeps its attention biases after the first).
+        fresh_model, fresh_args = build(options)
+        rows, boundary_failures = verify_file(source, fresh_model, fresh_args, out_dir)
+        nodes = len(list(checks.walk_nodes(onnx.load(source).graph)))
+    passed = sum(row[-1] for row in rows)
+    if options.json:
+        print(json.dumps({"model": options.model, "nodes": nodes, "calls": len(rows), "passed": passed,
+                          "rows": [{"call": key, "nodes": count, "extract": extract_result,
+                                    "boundary": boundary_result, "passed": good}
+                                   for key, count, extract_result, boundary_result, good in rows],
+                          "boundary_failures": boundary_failures}))
+        return 0 if passed == len(rows) else 1
+    width = max(len(r[0]) for r in rows)
+    print(f"{'module (#call)':<{width}}  {'nodes':>5}  {'extract':<24}  boundary")
+    for key, count, extract_result, boundary_result, _ in rows:
+        print(f"{key:<{width}}  {count:>5}  {extract_result:<24}  {boundary_result}")
+    for failure in boundary_failures:
+        print(f"  boundary: {failure}")
+    print(f"{passed}/{len(rows)} module calls pass ({options.model}, {nodes} nodes)")
+    return 0 if passed == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
