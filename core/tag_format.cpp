@@ -10,8 +10,28 @@ namespace {
 // Marks an absolute qualifier (the full path of a module the caller does not own).
 constexpr char kAbsoluteMark = '~';
 
+// "#" separates a tag from a call number in call references (FormatCallRef).
 bool IsReservedInQualifier(char c) {
-  return c == '/' || c == '[' || c == ']' || c == '%';
+  return c == '/' || c == '[' || c == ']' || c == '%' || c == '#';
+}
+
+bool IsReservedInClass(char c) {
+  return IsReservedInQualifier(c) || c == '.';
+}
+
+std::string PercentEscaped(std::string_view raw, bool (*reserved)(char), char also = '\0') {
+  std::string out;
+  out.reserve(raw.size());
+  for (char c : raw) {
+    if (reserved(c) || (also != '\0' && c == also)) {
+      char buffer[4];
+      std::snprintf(buffer, sizeof(buffer), "%%%02X", static_cast<unsigned char>(c));
+      out += buffer;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
 }
 
 int HexValue(char c) {
@@ -26,6 +46,27 @@ bool SetError(std::string* error, std::string message) {
   return false;
 }
 
+// Unescapes %HH; false (with the reason) on a bad escape or a reserved character.
+bool Unescape(std::string_view escaped, bool (*reserved)(char), std::string_view segment, const char* part,
+              std::string* out, std::string* error) {
+  for (size_t i = 0; i < escaped.size(); ++i) {
+    char c = escaped[i];
+    if (c == '%') {
+      int hi = i + 2 < escaped.size() ? HexValue(escaped[i + 1]) : -1;
+      int lo = i + 2 < escaped.size() ? HexValue(escaped[i + 2]) : -1;
+      if (hi < 0 || lo < 0) return SetError(error, "segment '" + std::string(segment) + "' has a bad %-escape");
+      out->push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else if (reserved(c)) {
+      return SetError(error, "segment '" + std::string(segment) + "' has an unescaped '" + std::string(1, c) +
+                                 "' in its " + part);
+    } else {
+      out->push_back(c);
+    }
+  }
+  return true;
+}
+
 bool ParseSegment(std::string_view text, TagSegment* out, std::string* error) {
   if (text.empty()) return SetError(error, "empty segment");
   size_t class_end = 0;
@@ -34,7 +75,10 @@ bool ParseSegment(std::string_view text, TagSegment* out, std::string* error) {
     ++class_end;
   }
   if (class_end == 0) return SetError(error, "segment '" + std::string(text) + "' has no class name");
-  out->class_name = std::string(text.substr(0, class_end));
+  out->class_name.clear();
+  if (!Unescape(text.substr(0, class_end), IsReservedInClass, text, "class name", &out->class_name, error)) {
+    return false;
+  }
   std::string_view rest = text.substr(class_end);
   if (rest.empty()) return true;
   if (rest.front() == '.') {
@@ -64,23 +108,7 @@ bool ParseSegment(std::string_view text, TagSegment* out, std::string* error) {
     }
   }
   std::string qualifier;
-  for (size_t i = 0; i < escaped.size(); ++i) {
-    char c = escaped[i];
-    if (c == '%') {
-      int hi = i + 2 < escaped.size() ? HexValue(escaped[i + 1]) : -1;
-      int lo = i + 2 < escaped.size() ? HexValue(escaped[i + 2]) : -1;
-      if (hi < 0 || lo < 0) {
-        return SetError(error, "segment '" + std::string(text) + "' has a bad %-escape");
-      }
-      qualifier.push_back(static_cast<char>(hi * 16 + lo));
-      i += 2;
-    } else if (IsReservedInQualifier(c)) {
-      return SetError(error, "segment '" + std::string(text) + "' has an unescaped '" +
-                                 std::string(1, c) + "' in its qualifier");
-    } else {
-      qualifier.push_back(c);
-    }
-  }
+  if (!Unescape(escaped, IsReservedInQualifier, text, "qualifier", &qualifier, error)) return false;
   out->qualifier = std::move(qualifier);
   return true;
 }
@@ -88,22 +116,15 @@ bool ParseSegment(std::string_view text, TagSegment* out, std::string* error) {
 }  // namespace
 
 std::string EscapeQualifier(std::string_view raw) {
-  std::string out;
-  out.reserve(raw.size());
-  for (char c : raw) {
-    if (IsReservedInQualifier(c) || c == kAbsoluteMark) {
-      char buffer[4];
-      std::snprintf(buffer, sizeof(buffer), "%%%02X", static_cast<unsigned char>(c));
-      out += buffer;
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
+  return PercentEscaped(raw, IsReservedInQualifier, kAbsoluteMark);
+}
+
+std::string EscapeClassName(std::string_view raw) {
+  return PercentEscaped(raw, IsReservedInClass);
 }
 
 std::string FormatSegment(const TagSegment& segment) {
-  std::string out = segment.class_name;
+  std::string out = EscapeClassName(segment.class_name);
   if (segment.qualifier) {
     out += "[";
     if (segment.absolute) out.push_back(kAbsoluteMark);
@@ -142,6 +163,23 @@ std::string_view ParentTag(std::string_view tag) {
   size_t slash = tag.rfind('/');
   if (slash == std::string_view::npos || slash == 0) return {};
   return tag.substr(0, slash);
+}
+
+std::string FormatCallRef(std::string_view tag, std::optional<int64_t> call) {
+  return call ? std::string(tag) + "#" + std::to_string(*call) : std::string(tag);
+}
+
+std::optional<CallRef> ParseCallRef(std::string_view text) {
+  size_t hash = text.rfind('#');
+  if (hash == std::string_view::npos) return CallRef{std::string(text), std::nullopt};
+  std::string_view digits = text.substr(hash + 1);
+  if (digits.empty() || digits.size() > 12) return std::nullopt;
+  int64_t call = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    call = call * 10 + (c - '0');
+  }
+  return CallRef{std::string(text.substr(0, hash)), call};
 }
 
 }  // namespace hiertag

@@ -31,8 +31,8 @@ std::vector<int> HierarchyTagging::UsedTags() const {
   std::vector<int> used;
   for (const TaggedNode& tagged : nodes) {
     used.push_back(tagged.tag);
-    used.insert(used.end(), tagged.shared_with.begin(), tagged.shared_with.end());
-    used.insert(used.end(), tagged.spans.begin(), tagged.spans.end());
+    for (const TagRef& ref : tagged.shared_with) used.push_back(ref.tag);
+    for (const TagRef& ref : tagged.spans) used.push_back(ref.tag);
     used.insert(used.end(), tagged.folded_from.begin(), tagged.folded_from.end());
   }
   for (const auto& [tag, _] : calls) used.push_back(tag);
@@ -122,10 +122,15 @@ class Tagger {
     if (rewrites_ == nullptr) return;
     for (const RewriteRecord& record : rewrites_->records) {
       TagRewrite rewrite{record.kind, record.pass, {}, record.initializer};
-      for (const auto& scope : record.scopes) AddTag(resolver_.Resolve(scope).tag, &rewrite.tags);
-      std::sort(rewrite.tags.begin(), rewrite.tags.end());
-      if (rewrite.kind == RewriteRecord::Kind::kRemoved && rewrite.tags.size() < 2) continue;
-      if (rewrite.kind == RewriteRecord::Kind::kFolded && rewrite.tags.empty()) continue;
+      if (record.kind == RewriteRecord::Kind::kRewired) {
+        rewrite.refs = RewiredCalls(record);
+        if (!rewrite.refs.empty()) result_.rewrites.push_back(std::move(rewrite));
+        continue;
+      }
+      for (const auto& scope : record.scopes) AddRef(RefOf(scope), &rewrite.refs);
+      std::sort(rewrite.refs.begin(), rewrite.refs.end());
+      if (rewrite.kind == RewriteRecord::Kind::kRemoved && rewrite.refs.size() < 2) continue;
+      if (rewrite.kind == RewriteRecord::Kind::kFolded && rewrite.refs.empty()) continue;
       result_.rewrites.push_back(std::move(rewrite));
     }
   }
@@ -171,33 +176,101 @@ class Tagger {
       Settle(i, resolved.tag, TagRule::kRecorded);
       auto ordinal = resolved.call_scope ? call_ordinal_.find(resolved.call_scope) : call_ordinal_.end();
       if (ordinal != call_ordinal_.end()) tagged.call = ordinal->second;
-      if (loan) TakeLoan(*loan, tagged);
+      TagRef own{resolved.tag, ordinal == call_ordinal_.end() ? TagRef::kEveryCall : ordinal->second};
+      if (loan) TakeLoan(*loan, tagged, own);
     }
   }
 
   // shared_with and spans from a loan; a fused node moves to the common
   // ancestor of every module it carries.
-  void TakeLoan(const BorrowedScopes::Loan& loan, TaggedNode& tagged) {
-    for (const auto& other : loan.shared_with) AddTag(resolver_.Resolve(other).tag, &tagged.shared_with);
+  void TakeLoan(const BorrowedScopes::Loan& loan, TaggedNode& tagged, const TagRef& own) {
+    for (const auto& other : loan.shared_with) AddRef(RefOf(other), &tagged.shared_with);
     for (const auto& folded : loan.folded_from) AddTag(resolver_.Resolve(folded).tag, &tagged.folded_from);
-    std::vector<int> spans = {tagged.tag};
-    for (const auto& fused : loan.spans) AddTag(resolver_.Resolve(fused).tag, &spans);
+    std::vector<TagRef> spans = {own};
+    for (const auto& fused : loan.spans) AddRef(RefOf(fused), &spans);
     if (spans.size() > 1 && tagged.node->inputs().empty()) {
       // A fused node a later pass folded into a constant: no value crosses a
       // boundary through it any more (constants are weights), so it only says
       // what the modules' nodes became.
-      for (size_t k = 1; k < spans.size(); ++k) AddTag(spans[k], &tagged.folded_from);
+      for (size_t k = 1; k < spans.size(); ++k) AddTag(spans[k].tag, &tagged.folded_from);
     } else if (spans.size() > 1) {
-      int common = spans.front();
-      for (int span : spans) common = call_tags_.CommonAncestor(common, span);
+      int common = spans.front().tag;
+      for (const TagRef& span : spans) common = call_tags_.CommonAncestor(common, span.tag);
       tagged.tag = common;
       tagged.spans = std::move(spans);
       tagged.rewrite = loan.rewrite;
       std::sort(tagged.spans.begin(), tagged.spans.end());
     }
-    tagged.shared_with.erase(std::remove(tagged.shared_with.begin(), tagged.shared_with.end(), tagged.tag),
+    // Not shared with itself: its own call, or its own tag when the calls are unknown.
+    tagged.shared_with.erase(std::remove_if(tagged.shared_with.begin(), tagged.shared_with.end(),
+                                            [&](const TagRef& ref) {
+                                              return ref.tag == tagged.tag &&
+                                                     (ref.call == own.call || ref.call == TagRef::kEveryCall ||
+                                                      own.call == TagRef::kEveryCall);
+                                            }),
                              tagged.shared_with.end());
     std::sort(tagged.shared_with.begin(), tagged.shared_with.end());
+  }
+
+  // The calls holding a rewired reader and the node it read before, but
+  // neither the maker nor a reader of the value it reads now: where they read a
+  // value of their own, they now read one they never received. A graph input
+  // is the root call's; a parameter is nobody's data.
+  std::vector<TagRef> RewiredCalls(const RewriteRecord& record) {
+    bool user_input = record.graph_input >= 0 &&
+                      (user_input_count_ < 0 || record.graph_input < user_input_count_);
+    if (record.graph_input >= 0 && !user_input) return {};
+    std::vector<TagRef> held_before;
+    if (user_input) held_before.push_back({CallTags::kRoot, 0});
+    for (const auto& scope : record.value_scopes) {
+      for (const TagRef& ref : Chain(RefOf(scope))) held_before.push_back(ref);
+    }
+    auto same_call = [](const TagRef& a, const TagRef& b) {
+      return a.tag == b.tag && (a.call == b.call || a.call == TagRef::kEveryCall || b.call == TagRef::kEveryCall);
+    };
+    std::vector<TagRef> replaced = Chain(RefOf(record.replaced));
+    std::vector<TagRef> rewired;
+    for (const TagRef& ref : Chain(RefOf(record.reader))) {
+      auto in = [&](const std::vector<TagRef>& refs) {
+        return std::any_of(refs.begin(), refs.end(), [&](const TagRef& other) { return same_call(ref, other); });
+      };
+      if (in(replaced) && !in(held_before)) rewired.push_back(ref);
+    }
+    std::sort(rewired.begin(), rewired.end());
+    return rewired;
+  }
+
+  // A call and the calls it ran in, up to the root (calls unknown above a call
+  // whose own is unknown).
+  std::vector<TagRef> Chain(TagRef ref) const {
+    std::vector<TagRef> chain;
+    if (ref.tag < 0) ref = {CallTags::kRoot, 0};  // a blank scope: the root's own work
+    while (ref.tag >= 0) {
+      if (ref.call == TagRef::kEveryCall && result_.CallCount(ref.tag) == 1) ref.call = 0;
+      chain.push_back(ref);
+      int parent = call_tags_.Parent(ref.tag);
+      int call = TagRef::kEveryCall;
+      auto calls = result_.calls.find(ref.tag);
+      if (ref.call != TagRef::kEveryCall && calls != result_.calls.end() &&
+          ref.call < static_cast<int>(calls->second.parent_calls.size())) {
+        call = calls->second.parent_calls[ref.call];
+      } else if (parent >= 0 && result_.CallCount(parent) == 1) {
+        call = 0;
+      }
+      ref = {parent, call};
+    }
+    return chain;
+  }
+
+  // The call a scope records: its call tag, and which of that tag's calls it was.
+  TagRef RefOf(const torch::jit::ScopePtr& scope) {
+    ResolvedScope resolved = resolver_.Resolve(scope);
+    auto ordinal = resolved.call_scope ? call_ordinal_.find(resolved.call_scope) : call_ordinal_.end();
+    return {resolved.tag, ordinal == call_ordinal_.end() ? TagRef::kEveryCall : ordinal->second};
+  }
+
+  static void AddRef(const TagRef& ref, std::vector<TagRef>* refs) {
+    if (ref.tag >= 0 && std::find(refs->begin(), refs->end(), ref) == refs->end()) refs->push_back(ref);
   }
 
   static void AddTag(int tag, std::vector<int>* tags) {

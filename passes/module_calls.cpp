@@ -3,6 +3,9 @@
 
 #include <torch/csrc/jit/jit_log.h>
 
+#include <algorithm>
+#include <unordered_set>
+
 #include "hiertag/core/scope_names.h"
 
 namespace hiertag {
@@ -48,6 +51,7 @@ ModuleCalls::Entered ModuleCalls::Enter(int module, const std::string& scope_nam
     ++direct_calls_;
   }
   calls_.push_back({module, graph.current_scope()});
+  entered.last_before = graph.insertPoint()->prev();
   for (at::Tensor& input : inputs) {
     torch::jit::Value* traced = TracedValue(*state, input);
     if (traced == nullptr) continue;
@@ -57,7 +61,8 @@ ModuleCalls::Entered ModuleCalls::Enter(int module, const std::string& scope_nam
   return entered;
 }
 
-void ModuleCalls::Exit(Entered& entered, bool completed, BorrowedScopes& borrowed) {
+void ModuleCalls::Exit(Entered& entered, bool completed, const std::vector<at::Tensor>& returned,
+                       BorrowedScopes& borrowed) {
   std::shared_ptr<torch::jit::tracer::TracingState> state = torch::jit::tracer::getTracingState();
   if (!entered.recorded || !state) return;
   torch::jit::Graph& graph = *state->graph;
@@ -68,12 +73,63 @@ void ModuleCalls::Exit(Entered& entered, bool completed, BorrowedScopes& borrowe
       const auto& [tensor, before] = entered.inputs[i];
       torch::jit::Value* after = TracedValue(*state, tensor);
       if (after == nullptr || after == before || tensor._version() != entered.versions[i]) continue;
-      GRAPH_UPDATE("hiertag: ", *after->node(), " aliases an input of the call: shared with its caller");
-      borrowed.ShareWith(after->node(), caller);
+      bool is_result = std::any_of(returned.begin(), returned.end(),
+                                   [&](const at::Tensor& result) { return result.is_same(tensor); });
+      if (is_result) {
+        GRAPH_DEBUG("hiertag: ", *after->node(), " aliases an input the call returned: the module's result");
+        continue;
+      }
+      for (torch::jit::Node* node : AliasChain(before, after, entered.last_before)) {
+        GRAPH_UPDATE("hiertag: ", *node, " aliases an input of the call: shared with its caller");
+        borrowed.ShareWith(node, caller);
+      }
       ++aliases_;
     }
   }
   if (entered.pushed) graph.pop_scope();
+}
+
+std::vector<torch::jit::Node*> AliasChain(torch::jit::Value* before, torch::jit::Value* after,
+                                          torch::jit::Node* last_before) {
+  torch::jit::Node* end = after->node();
+  // The trace nests each module call's nodes in a block of its own
+  // (prim::TracedModuleForward, inlined later); the call's nodes are those after
+  // `last_before` in its block, and everything nested in them.
+  torch::jit::Block* call_block = last_before ? last_before->owningBlock() : end->owningBlock();
+  bool whole_block = last_before == nullptr || last_before->kind() == c10::prim::Param;
+  auto made_in_call = [&](torch::jit::Node* node) {
+    if (node->kind() == c10::prim::Param) return false;
+    torch::jit::Node* level = node;
+    while (level != nullptr && level->owningBlock() != call_block) level = level->owningBlock()->owningNode();
+    return level != nullptr && (whole_block || level->isAfter(last_before));
+  };
+  // Nodes made during the call from which `after` is reached.
+  std::unordered_set<torch::jit::Node*> upstream;
+  std::vector<torch::jit::Node*> work = {end};
+  while (!work.empty()) {
+    torch::jit::Node* node = work.back();
+    work.pop_back();
+    if (!made_in_call(node) || !upstream.insert(node).second) continue;
+    for (torch::jit::Value* input : node->inputs()) work.push_back(input->node());
+  }
+  std::vector<torch::jit::Node*> ordered(upstream.begin(), upstream.end());
+  std::sort(ordered.begin(), ordered.end(), [](torch::jit::Node* a, torch::jit::Node* b) { return b->isAfter(a); });
+  // Of those, the ones reached from `before`.
+  std::unordered_set<const torch::jit::Value*> reached = {before};
+  std::vector<torch::jit::Node*> chain;
+  for (torch::jit::Node* node : ordered) {
+    bool on_chain = std::any_of(node->inputs().begin(), node->inputs().end(),
+                                [&](const torch::jit::Value* input) { return reached.count(input) > 0; });
+    if (!on_chain) continue;
+    chain.push_back(node);
+    reached.insert(node->outputs().begin(), node->outputs().end());
+  }
+  if (std::find(chain.begin(), chain.end(), end) == chain.end()) {
+    GRAPH_DEBUG("hiertag: no data path from %", before->debugName(), " to %", after->debugName(),
+                " in the call; only its last link is shared");
+    return {end};
+  }
+  return chain;
 }
 
 namespace {

@@ -167,6 +167,7 @@ class Observer {
     if (scopes.empty()) return;
     std::vector<Node*> absorbers;
     std::vector<Node*> mergers;
+    std::vector<std::pair<Use, Value*>> rewired;  // a use and what it reads now
     bool bypassed = false;
     for (Node* node : group) {
       for (const Use& use : before_.at(node).uses) {
@@ -179,15 +180,16 @@ class Observer {
         Value* now = use.user->input(use.index);
         Node* producer = now->node();
         if (new_inputs_.count(now)) {
-          log_.records.push_back({RewriteRecord::Kind::kFolded, pass_, scopes, now->unique()});
+          log_.records.push_back({RewriteRecord::Kind::kFolded, pass_, scopes, now->unique(), nullptr, nullptr, {}, -1});
         } else if (Absorbing(producer)) {
           if (producer->inputs().empty()) {
             FoldInto(producer, scopes);
           } else {
             absorbers.push_back(producer);
           }
-        } else if (upstream.count(now)) {
+        } else if (upstream.count(now) || ComputedFrom(group, now)) {
           bypassed = true;
+          rewired.emplace_back(use, now);
         } else if (alive_.count(producer)) {
           mergers.push_back(producer);
         }
@@ -219,8 +221,56 @@ class Observer {
     }
     if (bypassed && scopes.size() > 1 && CrossesWithTensor(group)) {
       GRAPH_UPDATE("hiertag: ", pass_, " removed ", group.size(), " nodes of ", scopes.size(), " module calls");
-      log_.records.push_back({RewriteRecord::Kind::kRemoved, pass_, scopes, 0});
+      log_.records.push_back({RewriteRecord::Kind::kRemoved, pass_, scopes, 0, nullptr, nullptr, {}, -1});
+    } else {
+      for (const auto& [use, now] : rewired) RecordRewired(use, now);
     }
+  }
+
+  // Whether the group's nodes were computed from `value` (through nodes that
+  // are gone or alive alike).
+  bool ComputedFrom(const std::vector<Node*>& group, const Value* value) {
+    std::unordered_set<Node*> seen;
+    std::vector<Node*> work(group.begin(), group.end());
+    while (!work.empty()) {
+      Node* node = work.back();
+      work.pop_back();
+      if (!seen.insert(node).second) continue;
+      for (Value* input : before_.at(node).inputs) {
+        if (input == value) return true;
+        for (Node* producer : ProducersOf(input)) work.push_back(producer);
+      }
+    }
+    return false;
+  }
+
+  // `user` reads `now` instead of what it read before: a value of rank > 0
+  // that is data (not a constant) is recorded with who made and read it before.
+  void RecordRewired(const Use& use, Value* now) {
+    Node* user = use.user;
+    if (IsScalarLike(now) || now->node()->kind() == c10::onnx::Constant ||
+        now->node()->kind() == c10::prim::Constant) {
+      return;
+    }
+    const NodeBefore& read_before = before_.at(user);
+    std::vector<Node*> replaced = ProducersOf(read_before.inputs.at(use.index));
+    if (replaced.empty()) return;
+    RewriteRecord record{RewriteRecord::Kind::kRewired, pass_, {}, 0, read_before.scope,
+                         before_.at(replaced.front()).scope, {}, -1};
+    if (now->node()->kind() == c10::prim::Param && now->node()->owningBlock() == graph_.block()) {
+      record.graph_input = static_cast<int>(now->offset());
+    } else if (auto made = before_.find(now->node()); made != before_.end()) {
+      record.value_scopes.push_back(made->second.scope);
+    }
+    if (readers_.empty()) {
+      for (Node* node : order_) {
+        for (Value* input : before_.at(node).inputs) readers_[input].push_back(node);
+      }
+    }
+    for (Node* reader : readers_[now]) record.value_scopes.push_back(before_.at(reader).scope);
+    if (IsBlankScope(record.reader) || IsBlankScope(record.replaced)) return;
+    GRAPH_UPDATE("hiertag: ", pass_, " rewired ", *user, " to read %", now->debugName());
+    log_.records.push_back(std::move(record));
   }
 
   // Whether a value of rank > 0 passed between two module calls inside the
@@ -359,6 +409,7 @@ class Observer {
   std::vector<Node*> order_;                          // nodes before the pass, in graph order
   std::unordered_map<Node*, size_t> position_;
   std::unordered_map<Value*, Node*> producers_;
+  std::unordered_map<const Value*, std::vector<Node*>> readers_;  // before the pass
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "hiertag/core/json.h"
 #include "hiertag/core/tag_format.h"
 #include "hiertag/core/tagged_entries.h"
 
@@ -20,7 +21,12 @@ std::string NodeName(torch::jit::Node* node) {
 }
 
 const char* KindName(RewriteRecord::Kind kind) {
-  return kind == RewriteRecord::Kind::kRemoved ? "removed" : "folded";
+  switch (kind) {
+    case RewriteRecord::Kind::kRemoved: return "removed";
+    case RewriteRecord::Kind::kFolded: return "folded";
+    case RewriteRecord::Kind::kRewired: return "rewired";
+  }
+  return "?";
 }
 
 }  // namespace
@@ -29,20 +35,26 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
                                        const ModuleTable& modules, const torch::jit::Graph& graph) {
   TaggedModelEntries entries;
   std::vector<RewriteEntry> rewrites;
-  auto tags_of = [&](const std::vector<int>& ids) {
-    std::vector<std::string> tags;
-    for (int id : ids) tags.push_back(call_tags.Tag(id));
-    std::sort(tags.begin(), tags.end());
-    return tags;
+  // "TAG", or "TAG#K" for one call of a tag called more than once.
+  auto refs_of = [&](const std::vector<TagRef>& refs) {
+    std::vector<std::string> texts;
+    for (const TagRef& ref : refs) {
+      bool one_call = ref.call != TagRef::kEveryCall && tagging.CallCount(ref.tag) > 1;
+      std::string text = FormatCallRef(call_tags.Tag(ref.tag), one_call ? std::optional<int64_t>(ref.call)
+                                                                         : std::nullopt);
+      if (std::find(texts.begin(), texts.end(), text) == texts.end()) texts.push_back(std::move(text));
+    }
+    std::sort(texts.begin(), texts.end());
+    return texts;
   };
   for (const TaggedNode& tagged : tagging.nodes) {
     SerializedNodeTag entry;
     entry.op_type = tagged.node->kind().toUnqualString();
     entry.tag = call_tags.Tag(tagged.tag);
-    entry.shared_with = tags_of(tagged.shared_with);
+    entry.shared_with = refs_of(tagged.shared_with);
     if (tagging.CallCount(tagged.tag) > 1) entry.more.emplace_back(kCallKey, std::to_string(tagged.call));
-    if (!tagged.spans.empty()) {
-      std::vector<std::string> spans = tags_of(tagged.spans);
+    std::vector<std::string> spans = refs_of(tagged.spans);
+    if (spans.size() > 1) {
       entry.more.emplace_back(kSpansKey, WriteStringList(spans));
       entry.more.emplace_back(kRewriteKey, tagged.rewrite);
       rewrites.push_back({tagged.rewrite, "fused", std::move(spans), NodeName(tagged.node)});
@@ -74,10 +86,16 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
     if (rewrite.kind == RewriteRecord::Kind::kFolded) {
       auto name = initializer_names.find(rewrite.initializer);
       if (name == initializer_names.end()) continue;  // removed since (deduplicated, unused)
-      for (int tag : rewrite.tags) add_folded(tag, name->second);
+      for (const TagRef& ref : rewrite.refs) add_folded(ref.tag, name->second);
       continue;
     }
-    rewrites.push_back({rewrite.pass, KindName(rewrite.kind), tags_of(rewrite.tags), ""});
+    std::vector<std::string> modules = refs_of(rewrite.refs);
+    // Calls of one tag that ran only once are told apart no more.
+    if (rewrite.kind == RewriteRecord::Kind::kRemoved && modules.size() < 2) continue;
+    auto same = std::find_if(rewrites.begin(), rewrites.end(), [&](const RewriteEntry& entry) {
+      return entry.pass == rewrite.pass && entry.kind == KindName(rewrite.kind) && entry.modules == modules;
+    });
+    if (same == rewrites.end()) rewrites.push_back({rewrite.pass, KindName(rewrite.kind), std::move(modules), ""});
   }
 
   std::map<std::string, int> listed;

@@ -6,6 +6,7 @@
 
 #include "hiertag/core/call_tags.h"
 #include "hiertag/passes/assign_hierarchy_tags.h"
+#include "hiertag/passes/graph_walk.h"
 #include "hiertag/passes/mark_inlined_calls.h"
 #include "hiertag/passes/record_cse_sharing.h"
 #include "hiertag/passes/tagged_model_entries.h"
@@ -47,11 +48,41 @@ void ExportSession::RunTorch(const std::function<void()>& run, std::chrono::stea
   *torch_time += std::chrono::steady_clock::now() - start;
 }
 
+void ExportSession::BeforeFunctionSubstitution(torch::jit::Graph& graph) {
+  Expect({ExportStage::kTracing, ExportStage::kOptimizing}, "_jit_pass_onnx_function_substitution");
+  OwnWork own(*this);
+  std::vector<torch::jit::Node*> nodes;
+  CollectNodesAndReturns(graph.block(), &nodes);
+  for (torch::jit::Node* node : nodes) {
+    before_inlining_.insert(node);
+    const BorrowedScopes::Loan* loan = borrowed_.Find(node->scope());
+    if (node->kind() != c10::prim::CallFunction || loan == nullptr || loan->shared_with.empty()) continue;
+    InlinedAlias alias{{}, loan->shared_with};
+    for (torch::jit::Value* output : node->outputs()) {
+      for (const torch::jit::Use& use : output->uses()) alias.uses.emplace_back(use.user, use.offset);
+    }
+    inlined_aliases_.push_back(std::move(alias));
+  }
+}
+
 void ExportSession::AfterFunctionSubstitution(torch::jit::Graph& graph) {
   Expect({ExportStage::kTracing, ExportStage::kOptimizing}, "_jit_pass_onnx_function_substitution");
   stage_ = ExportStage::kOptimizing;
   OwnWork own(*this);
   MarkInlinedCalls(graph, borrowed_);
+  std::vector<torch::jit::Node*> nodes;
+  CollectNodesAndReturns(graph.block(), &nodes);
+  std::unordered_set<torch::jit::Node*> alive(nodes.begin(), nodes.end());
+  for (const InlinedAlias& alias : inlined_aliases_) {
+    for (const auto& [user, offset] : alias.uses) {
+      if (!alive.count(user) || !before_inlining_.count(user)) continue;  // inlined itself
+      torch::jit::Node* maker = user->input(offset)->node();
+      if (before_inlining_.count(maker)) continue;  // the function returned a value from before the call
+      for (const torch::jit::ScopePtr& caller : alias.shared_with) borrowed_.ShareWith(maker, caller);
+    }
+  }
+  inlined_aliases_.clear();
+  before_inlining_.clear();
 }
 
 void ExportSession::ObservePass(torch::jit::Graph& graph, const char* pass, const std::function<void()>& run) {

@@ -19,6 +19,24 @@ bool PythonIsRunning() {
   return is_initialized != nullptr && is_initialized() != 0;
 }
 
+// Raises ImportError(message) in the loading Python thread (which holds the
+// GIL while ctypes loads the library), so torch.ops.load_library fails at once
+// rather than leaving exports untagged. Python's API is looked up at run time:
+// this library does not link Python.
+void RaisePythonImportError(const std::string& message) {
+  using Ensure = int (*)();
+  using Release = void (*)(int);
+  using SetString = void (*)(void*, const char*);
+  auto ensure = reinterpret_cast<Ensure>(dlsym(RTLD_DEFAULT, "PyGILState_Ensure"));
+  auto release = reinterpret_cast<Release>(dlsym(RTLD_DEFAULT, "PyGILState_Release"));
+  auto set_string = reinterpret_cast<SetString>(dlsym(RTLD_DEFAULT, "PyErr_SetString"));
+  auto import_error = reinterpret_cast<void**>(dlsym(RTLD_DEFAULT, "PyExc_ImportError"));
+  if (ensure == nullptr || release == nullptr || set_string == nullptr || import_error == nullptr) return;
+  int gil = ensure();
+  set_string(*import_error, message.c_str());
+  release(gil);
+}
+
 void LoadPythonSide() {
   if (!PythonIsRunning()) return;
   Dl_info info;
@@ -31,7 +49,9 @@ void LoadPythonSide() {
   path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
          "libhiertag_python.so";
   if (dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
-    std::fprintf(stderr, "hiertag: plugin not installed: %s\n", dlerror());
+    std::string message = std::string("hiertag: plugin not installed: ") + dlerror();
+    std::fprintf(stderr, "%s\n", message.c_str());
+    RaisePythonImportError(message);
   }
 }
 

@@ -105,6 +105,9 @@ ExportOptions ReadOptionsOrThrow() {
   return *options;
 }
 
+// The tensors of a call's arguments or result: containers flattened, and a
+// function passed as an argument brings the tensors it closes over
+// (`lambda x: self.attn(x, x, x, mask)` hands the callee `mask`).
 void FlattenTensors(const py::handle& value, std::vector<at::Tensor>* out, int depth = 0) {
   if (depth > 8) return;
   if (THPVariable_Check(value.ptr())) {
@@ -113,6 +116,20 @@ void FlattenTensors(const py::handle& value, std::vector<at::Tensor>* out, int d
     for (py::handle item : value) FlattenTensors(item, out, depth + 1);
   } else if (py::isinstance<py::dict>(value)) {
     for (auto item : value.cast<py::dict>()) FlattenTensors(item.second, out, depth + 1);
+  } else if (PyFunction_Check(value.ptr())) {
+    PyObject* closure = PyFunction_GetClosure(value.ptr());
+    if (closure == nullptr) return;
+    for (py::handle cell : py::reinterpret_borrow<py::tuple>(closure)) {
+      PyObject* contents = PyCell_Get(cell.ptr());
+      if (contents == nullptr) {
+        PyErr_Clear();  // an empty cell
+        continue;
+      }
+      FlattenTensors(py::reinterpret_steal<py::object>(contents), out, depth + 1);
+    }
+  } else if (py::isinstance(value, py::module_::import("functools").attr("partial"))) {
+    FlattenTensors(value.attr("args"), out, depth + 1);
+    FlattenTensors(value.attr("keywords"), out, depth + 1);
   }
 }
 
@@ -135,10 +152,12 @@ class ForwardWrapper {
     try {
       result = original_(*args, **kwargs);
     } catch (...) {
-      session->calls().Exit(entered, false, session->borrowed());
+      session->calls().Exit(entered, false, {}, session->borrowed());
       throw;
     }
-    session->calls().Exit(entered, true, session->borrowed());
+    std::vector<at::Tensor> returned;
+    FlattenTensors(result, &returned);
+    session->calls().Exit(entered, true, returned, session->borrowed());
     return result;
   }
 
@@ -265,9 +284,11 @@ py::object CallScriptFunction(const py::object& original, py::args args, py::kwa
 }
 
 py::object SubstituteFunctions(const py::object& original, py::args args, py::kwargs kwargs) {
-  py::object result = original(*args, **kwargs);
   std::shared_ptr<torch::jit::Graph> graph = GraphArgument(args);
-  if (Session() && graph) Session()->AfterFunctionSubstitution(*graph);
+  if (!Session() || !graph) return original(*args, **kwargs);
+  Session()->BeforeFunctionSubstitution(*graph);
+  py::object result = original(*args, **kwargs);
+  Session()->AfterFunctionSubstitution(*graph);
   return result;
 }
 

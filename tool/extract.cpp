@@ -34,6 +34,7 @@
 #include "hiertag/core/onnx_fields.h"
 #include "hiertag/core/proto_wire.h"
 #include "hiertag/core/tag_format.h"
+#include "hiertag/tool/module_calls_in_file.h"
 #include "hiertag/tool/tool_commands.h"
 #include "hiertag/tool/value_types.h"
 #include "hiertag/tool/tagged_file.h"
@@ -68,15 +69,6 @@ std::string ClosestTags(const TaggedFile& file, const std::string& tag) {
   return list;
 }
 
-// The node's tag followed by its hiertag.shared_with tags.
-std::vector<std::string> NodeTags(const OnnxNode& node) {
-  std::vector<std::string> tags;
-  if (const std::string* own = NodeTag(node)) tags.push_back(*own);
-  std::vector<std::string> shared = NodeTagList(node, kSharedWithKey).value_or(std::vector<std::string>{});
-  tags.insert(tags.end(), shared.begin(), shared.end());
-  return tags;
-}
-
 std::string QuotedList(const std::vector<std::string>& names) {
   std::string text;
   for (size_t i = 0; i < names.size(); ++i) text += (i ? ", '" : "'") + names[i] + "'";
@@ -86,7 +78,17 @@ std::string QuotedList(const std::vector<std::string>& names) {
 class Extractor {
  public:
   Extractor(const TaggedFile& file, std::string tag, std::optional<int64_t> call)
-      : file_(file), tag_(std::move(tag)), call_(call), entry_(*file.FindModule(tag_)), types_(file.model) {}
+      : file_(file),
+        tag_(std::move(tag)),
+        call_(call),
+        target_{tag_, call_},
+        entry_(*file.FindModule(tag_)),
+        calls_(file),
+        types_(file.model) {
+    for (const ModuleEntry& module : file.modules) {
+      if (ParentTag(module.tag).empty()) root_ = {module.tag, 0};
+    }
+  }
 
   // Builds the extracted model into *bytes; false with a one-line reason.
   bool Run(std::string* bytes, std::string* error) {
@@ -100,7 +102,14 @@ class Extractor {
     for (const OnnxInitializer& initializer : main.initializers) initializers_[initializer.name] = &initializer;
     for (int index : main.nodes) {
       reads_[index] = CollectReads(index);
-      tags_[index] = NodeTags(file_.model.nodes[index]);
+      const OnnxNode& node = file_.model.nodes[index];
+      std::optional<std::vector<CallRef>> refs = calls_.NodeRefs(node, error);
+      if (!refs) {
+        const std::string* tag = NodeTag(node);
+        if (tag != nullptr && IsTagAncestorOrSelf(tag_, *tag)) return false;
+        refs = std::vector<CallRef>{{*tag, 0}};
+      }
+      refs_[index] = std::move(*refs);
       for (const std::string& output : file_.model.nodes[index].outputs) producer_[output] = index;
       for (const std::string& input : reads_[index]) consumers_[input].push_back(index);
     }
@@ -116,18 +125,12 @@ class Extractor {
     }
     for (int index : main.nodes) {
       if (weight_nodes_.count(index)) continue;  // copied in where needed
-      const std::vector<std::string>& tags = tags_.at(index);
-      auto within =
-          std::find_if(tags.begin(), tags.end(), [&](const std::string& t) { return IsTagAncestorOrSelf(tag_, t); });
-      if (within == tags.end()) continue;
-      if (call_) {
-        const OnnxNode& node = file_.model.nodes[index];
-        bool own = NodeTag(node) != nullptr && within == tags.begin();
-        std::optional<int64_t> call = CallOfModule(node, *within, own, error);
-        if (!call) return false;
-        if (*call != *call_) continue;
+      const std::vector<CallRef>& refs = refs_.at(index);
+      if (std::any_of(refs.begin(), refs.end(), [&](const CallRef& ref) {
+            return calls_.Place(ref, target_) != CallsInFile::Placement::kOutside;
+          })) {
+        selected_.insert(index);
       }
-      selected_.insert(index);
     }
     if (selected_.empty()) SelectConstantModule();
     if (selected_.empty()) {
@@ -150,8 +153,8 @@ class Extractor {
   // every call. The extracted model has no inputs.
   void SelectConstantModule() {
     for (int index : file_.model.graphs.at(0).nodes) {
-      const std::vector<std::string>& tags = tags_.at(index);
-      if (weight_nodes_.count(index) && !tags.empty() && IsTagAncestorOrSelf(tag_, tags.front())) {
+      const std::vector<CallRef>& refs = refs_.at(index);
+      if (weight_nodes_.count(index) && !refs.empty() && IsTagAncestorOrSelf(tag_, refs.front().tag)) {
         selected_.insert(index);
       }
     }
@@ -162,20 +165,34 @@ class Extractor {
     return (call_ ? "call " + std::to_string(*call_) + " of " : std::string()) + "module '" + tag_ + "'";
   }
 
-  // No rewrite may list a module within the extracted one and one outside it.
+  // No rewrite may list a call within the extracted one and one outside it
+  // (a call listed partly within counts as both); a "rewired" record refuses
+  // the calls it lists, whose nodes now read a value they never received.
   bool CheckRewrites(std::string* error) const {
     for (const Rewrite& rewrite : file_.rewrites) {
       std::vector<std::string> outside;
       bool lists_inside = false;
-      for (const std::string& tag : rewrite.modules) {
-        if (IsTagAncestorOrSelf(tag_, tag)) {
-          lists_inside = true;
-        } else if (std::find(outside.begin(), outside.end(), tag) == outside.end()) {
-          outside.push_back(tag);
+      bool lists_target = false;
+      for (const std::string& text : rewrite.modules) {
+        std::optional<CallRef> ref = ParseCallRef(text);
+        if (!ref) continue;  // validate reports it
+        CallsInFile::Placement placement = calls_.Place(*ref, target_);
+        lists_target |= ref->tag == tag_ && (!call_ || !ref->call || *ref->call == *call_);
+        if (placement != CallsInFile::Placement::kOutside) lists_inside = true;
+        if (placement != CallsInFile::Placement::kInside &&
+            std::find(outside.begin(), outside.end(), text) == outside.end()) {
+          outside.push_back(text);
         }
       }
+      if (rewrite.kind == "rewired") {
+        if (!lists_target) continue;
+        *error = Described() + " cannot be extracted: " + rewrite.pass + " rewired it" +
+                 (rewrite.node.empty() ? std::string() : ": node " + DescribeNamedNode(rewrite.node)) +
+                 " now reads a value it never received";
+        return false;
+      }
       if (!lists_inside || outside.empty()) continue;
-      *error = "module '" + tag_ + "' cannot be extracted: " + rewrite.pass;
+      *error = Described() + " cannot be extracted: " + rewrite.pass;
       if (rewrite.kind == "removed") {
         *error += " removed its boundary with " + QuotedList(outside) + " (nodes of both removed together)";
       } else if (rewrite.kind == "folded") {
@@ -195,35 +212,6 @@ class Extractor {
       if (node.name == name) return DescribeNode(node);
     }
     return "'" + name + "'";
-  }
-
-  // The ordinal, among the extracted module's calls, of the call a node belongs
-  // to, reached from `start`, its own tag (`own`) or a tag it is shared with,
-  // which holds no call of its own: 0. std::nullopt with a reason when the
-  // file's call ordinals do not lead there.
-  std::optional<int64_t> CallOfModule(const OnnxNode& node, const std::string& start, bool own,
-                                      std::string* error) const {
-    int64_t call = 0;
-    auto recorded = node.metadata.find(std::string(kCallKey));
-    if (own && recorded != node.metadata.end()) {
-      std::optional<int64_t> ordinal = ParseOrdinal(recorded->second);
-      if (!ordinal) {
-        *error = "node " + DescribeNode(node) + ": " + std::string(kCallKey) + " '" + recorded->second +
-                 "' is not a decimal call ordinal";
-        return std::nullopt;
-      }
-      call = *ordinal;
-    }
-    for (std::string tag = start;; tag = std::string(ParentTag(tag))) {
-      const ModuleEntry* entry = file_.FindModule(tag);
-      if (entry == nullptr || call >= entry->call_count()) {
-        *error = "node " + DescribeNode(node) + ": its call " + std::to_string(call) + " of '" + tag +
-                 "' is not a call the module table lists";
-        return std::nullopt;
-      }
-      if (tag == tag_) return call;
-      call = entry->parent_calls.empty() ? 0 : entry->parent_calls[call];
-    }
   }
 
   // Values a main-graph node reads (collected once in Run).
@@ -263,11 +251,17 @@ class Extractor {
   // (measured on SAM: a two-way attention block's Add merged with an identical
   // Add of the transformer holding it, which the block never returned).
   bool IsOtherSharersUse(int producer, int user) const {
-    const std::vector<std::string>& tags = tags_.at(producer);
-    const std::string* user_tag = NodeTag(file_.model.nodes[user]);
-    if (tags.size() < 2 || user_tag == nullptr) return false;
-    return std::any_of(tags.begin(), tags.end(), [&](const std::string& sharer) {
-      return !IsTagAncestorOrSelf(tag_, sharer) && IsTagAncestorOrSelf(sharer, *user_tag);
+    const std::vector<CallRef>& user_refs = refs_.at(user);
+    return !user_refs.empty() && IsOtherSharersRead(producer, user_refs.front());
+  }
+
+  // Whether a reader with reference `reader` belongs to one of `producer`'s
+  // references that lies outside the extracted call.
+  bool IsOtherSharersRead(int producer, const CallRef& reader) const {
+    const std::vector<CallRef>& refs = refs_.at(producer);
+    if (refs.size() < 2) return false;
+    return std::any_of(refs.begin(), refs.end(), [&](const CallRef& sharer) {
+      return calls_.Place(sharer, target_) == CallsInFile::Placement::kOutside && calls_.Belongs(reader, sharer);
     });
   }
 
@@ -300,6 +294,14 @@ class Extractor {
         auto producer = producer_.find(input);
         if (producer == producer_.end() || selected_.count(producer->second)) continue;
         if (downstream.count(producer->second)) {
+          if (!entry_.ran) {
+            // No boundary was ever claimed for it: its caller reached past it
+            // to its children, and ran code of its own between them.
+            *error = Described() + " never ran (its caller reached past it to its children) and its children's "
+                     "nodes are interleaved with its caller's: node " +
+                     DescribeNode(file_.model.nodes[producer->second]) + " lies between them";
+            return false;
+          }
           *error = Described() + " is not a convex region of the graph: node " +
                    DescribeNode(file_.model.nodes[producer->second]) +
                    " takes values from the module and gives values back to it";
@@ -362,7 +364,9 @@ class Extractor {
         bool used_outside = users != consumers_.end() &&
                             std::any_of(users->second.begin(), users->second.end(),
                                         [&](int user) { return Leaves(index, user); });
-        if (used_outside || model_outputs.count(output)) outputs_.push_back(output);
+        // A model output is read by the root's call 0.
+        bool model_output = model_outputs.count(output) && !IsOtherSharersRead(index, root_);
+        if (used_outside || model_output) outputs_.push_back(output);
       }
     }
     if (outputs_.empty()) {
@@ -416,7 +420,9 @@ class Extractor {
     }
     std::vector<std::pair<std::string_view, std::string>> entries{{kModuleTableKey, WriteJson(table)}};
     if (std::optional<Json> rewrites = RewritesWithin()) entries.emplace_back(kRewritesKey, WriteJson(*rewrites));
-    entries.emplace_back(kFormatVersionKey, std::string(kFormatVersion));
+    auto version = file_.model.metadata.find(std::string(kFormatVersionKey));
+    entries.emplace_back(kFormatVersionKey,
+                         version == file_.model.metadata.end() ? std::string(kFormatVersion) : version->second);
     wire::Reader reader(file_.model.bytes());
     wire::Field field;
     bool entries_written = false;
@@ -450,8 +456,9 @@ class Extractor {
     for (const Json& record : *records) {
       const Json* modules = FindMember(record, "modules");
       std::optional<std::vector<std::string>> tags = modules ? ReadStrings(*modules) : std::nullopt;
-      if (tags && !tags->empty() && std::all_of(tags->begin(), tags->end(), [&](const std::string& tag) {
-            return IsTagAncestorOrSelf(tag_, tag);
+      if (tags && !tags->empty() && std::all_of(tags->begin(), tags->end(), [&](const std::string& text) {
+            std::optional<CallRef> ref = ParseCallRef(text);
+            return ref && IsTagAncestorOrSelf(tag_, ref->tag);
           })) {
         within.push_back(record);
       }
@@ -463,11 +470,14 @@ class Extractor {
   const TaggedFile& file_;
   std::string tag_;
   std::optional<int64_t> call_;
+  ModuleCall target_;
   const ModuleEntry& entry_;
+  CallsInFile calls_;
+  CallRef root_;
   ValueTypes types_;
   std::map<std::string, const OnnxInitializer*> initializers_;
   std::map<int, std::vector<std::string>> reads_;  // per main-graph node
-  std::map<int, std::vector<std::string>> tags_;   // its tag, then its shared_with tags
+  std::map<int, std::vector<CallRef>> refs_;       // its own reference, then its shared_with ones
   std::map<std::string, int> producer_;
   std::map<std::string, std::vector<int>> consumers_;
   std::set<int> selected_;  // ordered: node indices are the source's order

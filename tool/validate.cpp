@@ -200,8 +200,8 @@ class Validator {
       }
       const Json* kind = FindMember(record, "kind");
       if (kind == nullptr || !kind->is_string() ||
-          (*kind != "fused" && *kind != "removed" && *kind != "folded")) {
-        AddRewriteProblem(i, "has no \"kind\" fused, removed or folded");
+          (*kind != "fused" && *kind != "removed" && *kind != "folded" && *kind != "rewired")) {
+        AddRewriteProblem(i, "has no \"kind\" fused, removed, folded or rewired");
       }
       const Json* node = FindMember(record, "node");
       if (node == nullptr || !node->is_string()) {
@@ -216,14 +216,7 @@ class Validator {
         AddRewriteProblem(i, "has no \"modules\" array of tags");
         continue;
       }
-      for (const std::string& tag : *tags) {
-        std::string reason;
-        if (!ParseTag(tag, &reason)) {
-          AddRewriteProblem(i, "tag '" + tag + "' does not parse: " + reason);
-        } else if (listed_.count(tag) == 0) {
-          AddRewriteProblem(i, "tag '" + tag + "' is not in the module table");
-        }
-      }
+      for (const std::string& tag : *tags) CheckRef(nullptr, tag, "tag", i);
     }
   }
 
@@ -239,6 +232,39 @@ class Validator {
       return false;
     }
     return true;
+  }
+
+  // A call reference ("TAG" or "TAG#K"): its tag parses and is listed, and K is
+  // one of its calls. Returns the tag when it is listed.
+  std::optional<std::string> CheckRef(const OnnxNode* node, const std::string& text, const char* what,
+                                      size_t record = 0) {
+    std::optional<CallRef> ref = ParseCallRef(text);
+    auto add = [&](const std::string& problem) {
+      if (node != nullptr) {
+        Add(node, problem);
+      } else {
+        AddRewriteProblem(record, problem);
+      }
+    };
+    if (!ref) {
+      add(std::string(what) + " '" + text + "' has a call number that is not a decimal ordinal");
+      return std::nullopt;
+    }
+    std::string reason;
+    if (!ParseTag(ref->tag, &reason)) {
+      add(std::string(what) + " '" + ref->tag + "' does not parse: " + reason);
+      return std::nullopt;
+    }
+    const ModuleEntry* entry = file_.FindModule(ref->tag);
+    if (listed_.count(ref->tag) == 0 || entry == nullptr) {
+      add(std::string(what) + " '" + ref->tag + "' is not in the module table");
+      return std::nullopt;
+    }
+    if (ref->call && *ref->call >= entry->call_count()) {
+      add(std::string(what) + " '" + text + "' names call " + std::to_string(*ref->call) + ", but '" + ref->tag +
+          "' has " + std::to_string(entry->call_count()) + " calls");
+    }
+    return ref->tag;
   }
 
   // The node's metadata value `key` as a JSON array of strings; reports anything else.
@@ -258,7 +284,7 @@ class Validator {
     }
     bool tag_listed = CheckTagged(node, *tag, "tag");
     if (std::optional<std::vector<std::string>> shared = TagList(node, kSharedWithKey)) {
-      for (const std::string& item : *shared) CheckTagged(node, item, "shared tag");
+      for (const std::string& item : *shared) CheckRef(&node, item, "shared tag");
     }
     auto call = node.metadata.find(std::string(kCallKey));
     if (call != node.metadata.end()) {
@@ -284,7 +310,8 @@ class Validator {
     std::optional<std::vector<std::string>> spans = TagList(node, kSpansKey);
     if (!spans) return;
     for (const std::string& spanned : *spans) {
-      if (CheckTagged(node, spanned, "spanned tag") && tag_listed && !IsTagAncestorOrSelf(tag, spanned)) {
+      std::optional<std::string> spanned_tag = CheckRef(&node, spanned, "spanned tag");
+      if (spanned_tag && tag_listed && !IsTagAncestorOrSelf(tag, *spanned_tag)) {
         Add(&node, "tag '" + tag + "' is not an ancestor of its spanned tag '" + spanned + "'");
       }
     }

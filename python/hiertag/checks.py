@@ -59,28 +59,97 @@ def call_at(table, tag, call, ancestor):
     return call
 
 
+# Module calls in a tagged file, and the module-boundary rule: README "Module
+# boundaries", stated once more in include/hiertag/tool/module_calls_in_file.h
+# for `hiertag extract`. A reference is (tag, call): call None means every call.
+
+def parse_ref(text):
+    """'TAG' -> (TAG, None); 'TAG#K' -> (TAG, K)."""
+    tag, hash_mark, call = text.rpartition("#")
+    if hash_mark and call.isdigit():
+        return tag, int(call)
+    return text, None
+
+
+def node_refs(node):
+    """The node's references: its own (tag, hiertag.call), then hiertag.shared_with's."""
+    props = node_props(node)
+    if TAG_KEY not in props:
+        return []
+    return [(props[TAG_KEY], int(props.get(CALL_KEY, "0")))] + \
+        [parse_ref(text) for text in json.loads(props.get(SHARED_KEY, "[]"))]
+
+
+def calls_at(table, ref, ancestor):
+    """The calls of `ancestor` in which the call(s) `ref` names ran."""
+    tag, call = ref
+    if not is_within(tag, ancestor):
+        return set()
+    calls = range(call_count(table, tag)) if call is None else [call]
+    return {call_at(table, tag, c, ancestor) for c in calls}
+
+
+INSIDE, PARTLY, OUTSIDE = "inside", "partly", "outside"
+
+
+def place(table, ref, tag, call):
+    """Whether `ref` lies inside module `tag` (its call `call`; None: all calls)."""
+    if not is_within(ref[0], tag):
+        return OUTSIDE
+    if call is None:
+        return INSIDE
+    calls = calls_at(table, ref, tag)
+    if call not in calls:
+        return OUTSIDE
+    return INSIDE if len(calls) == 1 else PARTLY
+
+
+def belongs(table, user, ref):
+    """Whether a reader whose own reference is `user` belongs to the call(s) `ref` names."""
+    if not is_within(user[0], ref[0]):
+        return False
+    return ref[1] is None or ref[1] in calls_at(table, user, ref[0])
+
+
 def model_props(model):
     return {p.key: p.value for p in model.metadata_props}
 
 
-def rewritten_boundaries(model):
-    """{tag: reason} for the modules whose boundary an export pass removed, as
-    the file records it: a fused node (hiertag.spans) or a rewrite record whose
-    modules lie partly inside the module and partly outside it."""
+def rewrite_records(model):
+    """hiertag.rewrites, and a fused record for every node with hiertag.spans."""
     records = json.loads(model_props(model).get(REWRITES_KEY, "[]"))
     for node in walk_nodes(model.graph):
         props = node_props(node)
         if SPANS_KEY in props:
             records.append({"pass": props.get(REWRITE_KEY, ""), "kind": "fused",
                             "modules": json.loads(props[SPANS_KEY]), "node": node.name})
+    return records
+
+
+def rewritten_boundaries(model):
+    """{boundary key: reason} for the module calls whose boundary an export pass
+    removed, as the file records it: a fused node (hiertag.spans) or a rewrite
+    record listing a call inside it and one outside it (a call partly inside
+    counts as both), or a "rewired" record listing it (its nodes now read a
+    value it never received)."""
+    table = module_table(model)
+    records = rewrite_records(model)
     reasons = {}
-    for tag in module_table(model):
-        for record in records:
-            inside = [t for t in record["modules"] if is_within(t, tag)]
-            outside = [t for t in record["modules"] if not is_within(t, tag)]
-            if inside and outside and tag not in reasons:
-                what = f"fused into node '{record['node']}'" if record["kind"] == "fused" else "removed"
-                reasons[tag] = f"{record['pass']}: {what} with {', '.join(outside)}"
+    for tag in table:
+        for call in range(call_count(table, tag)):
+            target = None if call_count(table, tag) == 1 else call
+            key = boundary_key(table, tag, call)
+            for record in records:
+                refs = [parse_ref(text) for text in record["modules"]]
+                if record["kind"] == "rewired":
+                    if any(ref[0] == tag and (ref[1] is None or target is None or ref[1] == target) for ref in refs):
+                        reasons.setdefault(key, f"{record['pass']}: rewired")
+                    continue
+                placed = [place(table, ref, tag, target) for ref in refs]
+                outside = [text for text, where in zip(record["modules"], placed) if where != INSIDE]
+                if any(where != OUTSIDE for where in placed) and outside and key not in reasons:
+                    what = f"fused into node '{record['node']}'" if record["kind"] == "fused" else record["kind"]
+                    reasons[key] = f"{record['pass']}: {what} with {', '.join(outside)}"
     return reasons
 
 
@@ -98,35 +167,42 @@ def strip_tags(model):
     return copy
 
 
-def flatten_tensors(value, out, depth=0):
-    """The tensors in a call's arguments or result. A function passed as an
-    argument brings the tensors it closes over (`lambda x: self.attn(x, x, x, mask)`
+def flatten_tensors(value, out, depth=0, copy=True):
+    """The tensors in a call's arguments or result (cloned; `copy` False: the
+    tensors themselves, numbers skipped). A function passed as an argument
+    brings the tensors it closes over (`lambda x: self.attn(x, x, x, mask)`
     hands the callee `mask`); a module passed as one brings only weights."""
     if depth > 8:
         return out
     if isinstance(value, torch.Tensor):
-        out.append(value.detach().clone())
+        out.append(value.detach().clone() if copy else value)
     elif isinstance(value, (bool,)):
         return out
     elif isinstance(value, (int, float)):
-        out.append(torch.tensor(value))
+        if copy:
+            out.append(torch.tensor(value))
     elif isinstance(value, dict):
         for item in value.values():
-            flatten_tensors(item, out, depth + 1)
+            flatten_tensors(item, out, depth + 1, copy)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            flatten_tensors(item, out, depth + 1)
+            flatten_tensors(item, out, depth + 1, copy)
     elif hasattr(value, "to_tuple"):
-        flatten_tensors(value.to_tuple(), out, depth + 1)
+        flatten_tensors(value.to_tuple(), out, depth + 1, copy)
     elif isinstance(value, functools.partial):
-        flatten_tensors((value.args, value.keywords), out, depth + 1)
+        flatten_tensors((value.args, value.keywords), out, depth + 1, copy)
     elif callable(value) and getattr(value, "__closure__", None):
         for cell in value.__closure__:
             try:
-                flatten_tensors(cell.cell_contents, out, depth + 1)
+                flatten_tensors(cell.cell_contents, out, depth + 1, copy)
             except ValueError:  # an empty cell
                 pass
     return out
+
+
+def _attribute_tensors(module):
+    """{name: tensor} of the tensors a module holds as plain attributes."""
+    return {name: value for name, value in vars(module).items() if isinstance(value, torch.Tensor)}
 
 
 # Scripted model -> the nn.Module it was scripted from (same paths, same
@@ -159,18 +235,33 @@ def record_module_io(model, args):
         original = module.forward
 
         @functools.wraps(original)
-        def forward(*call_args, _path=path, _original=original, **call_kwargs):
-            record = (flatten_tensors((call_args, call_kwargs), []), [])
+        def forward(*call_args, _path=path, _original=original, _module=module, **call_kwargs):
+            arguments = (call_args, call_kwargs)
+            record = (flatten_tensors(arguments, []), [])
             calls.setdefault(_path, []).append(record)
+            given = flatten_tensors(arguments, [], copy=False)
+            versions = [t._version for t in given]
+            attributes = _attribute_tensors(_module)
             result = _original(*call_args, **call_kwargs)
-            record[1].extend(flatten_tensors(result, []))
+            returned = record[1]
+            returned.extend(flatten_tensors(result, []))
+            # Results handed out otherwise: inputs changed in place, tensors put
+            # into argument containers (a list the caller reads), tensors set on
+            # the module's own attributes (an attention map kept for the caller).
+            returned.extend(t.detach().clone() for t, v in zip(given, versions) if t._version != v)
+            known = {id(t) for t in given}
+            returned.extend(t.detach().clone() for t in flatten_tensors(arguments, [], copy=False)
+                            if id(t) not in known)
+            returned.extend(value.detach().clone() for name, value in _attribute_tensors(_module).items()
+                            if attributes.get(name) is not value)
             return result
 
         wrapped.append((module, module.__dict__.get("forward")))
         module.forward = forward
     try:
-        with torch.no_grad():
-            torch.jit._get_trace_graph(model, tuple(decided), strict=False)
+        # With gradients on, as the exporter traces: modules take the same
+        # paths (nn.TransformerEncoderLayer's fast path runs only without them).
+        torch.jit._get_trace_graph(model, tuple(decided), strict=False)
     finally:
         for module, own in wrapped:
             if own is None:
@@ -195,9 +286,8 @@ def _implicit_inputs(node):
 
 
 def node_tags(node):
-    """The node's tag followed by its hiertag.shared_with tags."""
-    props = node_props(node)
-    return [props[TAG_KEY]] + json.loads(props.get(SHARED_KEY, "[]"))
+    """The node's tag followed by the tags of its hiertag.shared_with references."""
+    return [tag for tag, _ in node_refs(node)]
 
 
 def weights(graph):
@@ -212,44 +302,37 @@ def weights(graph):
     return found
 
 
-def node_call(node):
-    return int(node_props(node).get(CALL_KEY, "0"))
-
-
 def module_boundaries(model):
     """{(tag, call): (values consumed from outside, values produced for outside)}
-    over the main graph, for every call of every tag in the table.
+    over the main graph, for every call of every tag in the table (the rule of
+    README "Module boundaries").
 
-    A node belongs to call k of module M when its tag lies within M and its
-    call at M's level is k, or when one of its hiertag.shared_with tags lies
-    within M (a shared node belongs to every call). A use of a member's output
-    is outside M unless the user lies within another module the node was kept
-    for, outside M (that module's own copy of the computation; for a tracer
-    alias, the caller whose variable it is). Weights (`weights`) are not data
-    a module receives or returns, except for a constant module, whose nodes
-    all compute from weights: the values it makes for outside are its results."""
+    A node belongs to call k of module M when one of its references (its own:
+    tag and hiertag.call; hiertag.shared_with's) lies within M and names a call
+    that ran in M's call k. A value a member makes leaves M when a node outside
+    reads it, or it is a model output (read by the root's call 0), unless that
+    reader belongs to another reference of the maker lying outside M: that
+    module's own copy of a shared computation (CSE), or the caller whose
+    variable a tracer alias is. Weights (`weights`) are not data a module
+    receives or returns, except for a constant module, whose nodes all compute
+    from weights: the values it makes for outside are its results."""
     graph = model.graph
     table = module_table(model)
     constants = weights(graph)
     graph_outputs = {o.name for o in graph.output}
+    root = next(tag for tag in table if parent_tag(tag) == "")
+    nodes = list(graph.node)  # one wrapper per node: identities below are stable
+    refs = {id(node): node_refs(node) for node in nodes}
     consumers = {}
-    for node in graph.node:
+    for node in nodes:
         for name in _implicit_inputs(node):
             consumers.setdefault(name, []).append(node)
     boundaries = {}
     for tag in table:
         for call in range(call_count(table, tag)):
-            members = []
-            for node in graph.node:
-                tags = node_tags(node)
-                if is_within(tags[0], tag):
-                    if call_at(table, tags[0], node_call(node), tag) == call:
-                        members.append(node)
-                elif any(is_within(t, tag) for t in tags[1:]):
-                    members.append(node)
-            # A constant module (all its nodes compute from weights: a position
-            # table left as nodes) makes its values from weights alone; those
-            # values are what it returns (extract selects it the same way).
+            target = None if call_count(table, tag) == 1 else call
+            members = [node for node in nodes
+                       if any(place(table, ref, tag, target) != OUTSIDE for ref in refs[id(node)])]
             constant_module = bool(members) and all(o in constants for n in members for o in n.output)
             ids = {id(n) for n in members}
             produced = {o for n in members for o in n.output}
@@ -257,13 +340,17 @@ def module_boundaries(model):
                       if name not in produced and name not in constants}
             outputs = set()
             for node in members:
-                sharers = [t for t in node_tags(node) if not is_within(t, tag)]
+                others = [ref for ref in refs[id(node)] if place(table, ref, tag, target) == OUTSIDE]
+
+                def read_by_another(reader, others=others):
+                    return any(belongs(table, reader, ref) for ref in others)
+
                 for name in node.output:
                     if name in constants and not constant_module:
                         continue
                     outside = [c for c in consumers.get(name, []) if id(c) not in ids and
-                               not any(is_within(t, s) for t in node_tags(c) for s in sharers)]
-                    if name in graph_outputs or outside:
+                               not (refs[id(c)] and read_by_another(refs[id(c)][0]))]
+                    if outside or (name in graph_outputs and not read_by_another((root, 0))):
                         outputs.add(name)
             boundaries[(tag, call)] = (sorted(inputs), sorted(outputs))
     return boundaries
@@ -272,13 +359,34 @@ def module_boundaries(model):
 def feeds_for(model_bytes, torch_model, args):
     """ONNX Runtime feeds for an export of `torch_model` on `args`: the
     arguments as the exporter itself decided them (keywords placed by
-    signature, defaults such as GPT-2's logits_to_keep kept)."""
+    signature, defaults such as GPT-2's logits_to_keep kept), in order; an
+    argument torch dropped from the graph (read only for its shape, constant-
+    folded) is skipped, the graph's inputs matched in order by type and shape."""
     decided = exporter_utils._decide_input_format(torch_model, args)
     values = [v for v in decided if isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool)]
+    arrays = [v.numpy() if isinstance(v, torch.Tensor) else np.array(v) for v in values]
     inputs = onnxruntime.InferenceSession(model_bytes).get_inputs()
-    if len(inputs) != len(values):
-        raise ValueError(f"the model has {len(inputs)} inputs, the arguments give {len(values)} values")
-    return {i.name: (v.numpy() if isinstance(v, torch.Tensor) else np.array(v)) for i, v in zip(inputs, values)}
+    feeds = {}
+    position = 0
+    for graph_input in inputs:
+        while position < len(arrays) and not _fits(graph_input, arrays[position]):
+            position += 1
+        if position == len(arrays):
+            raise ValueError(f"no argument fits the model's input '{graph_input.name}' "
+                             f"({graph_input.type} {graph_input.shape})")
+        feeds[graph_input.name] = arrays[position]
+        position += 1
+    return feeds
+
+
+def _fits(graph_input, array):
+    """Whether `array` can feed ONNX Runtime input `graph_input` (its type and static dims)."""
+    expected = graph_input.type.removeprefix("tensor(").removesuffix(")")
+    names = {"float": "float32", "double": "float64", "bool": "bool"}
+    if names.get(expected, expected) != str(array.dtype):
+        return False
+    shape = graph_input.shape
+    return len(shape) == array.ndim and all(not isinstance(d, int) or d == n for d, n in zip(shape, array.shape))
 
 
 def intermediate_values(model, feeds, names):
@@ -348,8 +456,8 @@ def module_boundary_results(model, torch_model, args, feeds):
     for (tag, call), (inputs, outputs) in sorted(boundaries.items()):
         key = boundary_key(table, tag, call)
         entry = table[tag]
-        if tag in rewritten:
-            skipped[key] = rewritten[tag]
+        if key in rewritten:
+            skipped[key] = rewritten[key]
             continue
         if entry.get("ran", True) is False:
             skipped[key] = NEVER_RAN

@@ -9,51 +9,33 @@
 #include <utility>
 #include <vector>
 
+#include "hiertag/core/onnx_fields.h"
+#include "hiertag/core/proto_wire.h"
 #include "hiertag/core/tag_format.h"
 
 namespace hiertag {
 namespace {
 
-// onnx.proto field numbers the test writes or reads.
-constexpr uint32_t kModelIrVersion = 1;
-constexpr uint32_t kModelGraph = 7;
-constexpr uint32_t kModelOpsetImport = 8;
-constexpr uint32_t kModelMetadataProps = 14;
+using namespace onnx_field;  // NOLINT: the field numbers read as in onnx.proto
+
+// Fields onnx_fields.h has no use for elsewhere.
 constexpr uint32_t kModelTrainingInfo = 20;
-constexpr uint32_t kGraphNode = 1;
-constexpr uint32_t kGraphName = 2;
-constexpr uint32_t kGraphInitializer = 5;
-constexpr uint32_t kNodeInput = 1;
-constexpr uint32_t kNodeOutput = 2;
-constexpr uint32_t kNodeName = 3;
-constexpr uint32_t kNodeOpType = 4;
-constexpr uint32_t kNodeAttribute = 5;
-constexpr uint32_t kNodeMetadataProps = 9;
 constexpr uint32_t kAttributeName = 1;
-constexpr uint32_t kAttributeGraph = 6;
 constexpr uint32_t kAttributeType = 20;
-constexpr uint32_t kEntryKey = 1;
-constexpr uint32_t kEntryValue = 2;
 
 // ---- writer ----
 
-std::string Varint(uint64_t value) {
+std::string VarintField(uint32_t number, uint64_t value) {
   std::string out;
-  while (value >= 0x80) {
-    out.push_back(static_cast<char>((value & 0x7F) | 0x80));
-    value >>= 7;
-  }
-  out.push_back(static_cast<char>(value));
+  wire::AppendVarint(&out, static_cast<uint64_t>(number) << 3);
+  wire::AppendVarint(&out, value);
   return out;
 }
 
-std::string VarintField(uint32_t number, uint64_t value) {
-  return Varint(static_cast<uint64_t>(number) << 3) + Varint(value);
-}
-
 std::string BytesField(uint32_t number, std::string_view payload) {
-  return Varint((static_cast<uint64_t>(number) << 3) | 2) + Varint(payload.size()) +
-         std::string(payload);
+  std::string out;
+  wire::AppendLengthDelimited(&out, number, payload);
+  return out;
 }
 
 std::string NodeProto(std::string_view op_type, std::string_view name,
@@ -88,70 +70,31 @@ std::string ModelProto(const std::string& graph, const std::string& after_graph 
 
 // ---- reader ----
 
-struct WireField {
-  uint32_t number = 0;
-  uint32_t wire_type = 0;
-  uint64_t varint = 0;
-  std::string payload;  // length-delimited fields
-  std::string raw;      // the whole field, key included
-};
-
-bool ReadVarint(std::string_view bytes, size_t* position, uint64_t* value) {
-  *value = 0;
-  for (int shift = 0; shift < 64 && *position < bytes.size(); shift += 7) {
-    uint8_t byte = static_cast<uint8_t>(bytes[(*position)++]);
-    *value |= static_cast<uint64_t>(byte & 0x7F) << shift;
-    if ((byte & 0x80) == 0) return true;
-  }
-  return false;
-}
-
-std::vector<WireField> Decode(std::string_view bytes) {
-  std::vector<WireField> fields;
-  size_t position = 0;
-  while (position < bytes.size()) {
-    size_t start = position;
-    uint64_t key = 0;
-    WireField field;
-    if (!ReadVarint(bytes, &position, &key)) {
-      ADD_FAILURE() << "bad key at byte " << start;
+// Every field of a message (wire::Reader, the reader the tool and the plugin use).
+std::vector<wire::Field> Decode(std::string_view bytes) {
+  std::vector<wire::Field> fields;
+  wire::Reader reader(bytes);
+  wire::Field field;
+  while (!reader.done()) {
+    if (!reader.Next(&field)) {
+      ADD_FAILURE() << "malformed message";
       return fields;
     }
-    field.number = static_cast<uint32_t>(key >> 3);
-    field.wire_type = static_cast<uint32_t>(key & 7);
-    if (field.wire_type == 0) {
-      if (!ReadVarint(bytes, &position, &field.varint)) {
-        ADD_FAILURE() << "bad varint at byte " << position;
-        return fields;
-      }
-    } else if (field.wire_type == 2) {
-      uint64_t length = 0;
-      if (!ReadVarint(bytes, &position, &length) || length > bytes.size() - position) {
-        ADD_FAILURE() << "bad length at byte " << position;
-        return fields;
-      }
-      field.payload = std::string(bytes.substr(position, length));
-      position += length;
-    } else {
-      ADD_FAILURE() << "unexpected wire type " << field.wire_type;
-      return fields;
-    }
-    field.raw = std::string(bytes.substr(start, position - start));
-    fields.push_back(std::move(field));
+    fields.push_back(field);
   }
   return fields;
 }
 
 std::vector<uint32_t> FieldNumbers(std::string_view message) {
   std::vector<uint32_t> numbers;
-  for (const WireField& field : Decode(message)) numbers.push_back(field.number);
+  for (const wire::Field& field : Decode(message)) numbers.push_back(field.number);
   return numbers;
 }
 
 std::vector<std::string> Payloads(std::string_view message, uint32_t number) {
   std::vector<std::string> payloads;
-  for (const WireField& field : Decode(message)) {
-    if (field.number == number) payloads.push_back(field.payload);
+  for (const wire::Field& field : Decode(message)) {
+    if (field.number == number) payloads.push_back(std::string(field.payload));
   }
   return payloads;
 }
@@ -203,11 +146,11 @@ std::string StripGraph(std::string_view graph);
 
 std::string StripNode(std::string_view node) {
   std::string out;
-  for (const WireField& field : Decode(node)) {
+  for (const wire::Field& field : Decode(node)) {
     if (field.number == kNodeMetadataProps) continue;
     if (field.number == kNodeAttribute) {
       std::string attribute;
-      for (const WireField& inner : Decode(field.payload)) {
+      for (const wire::Field& inner : Decode(field.payload)) {
         attribute += inner.number == kAttributeGraph && inner.wire_type == 2
                          ? BytesField(kAttributeGraph, StripGraph(inner.payload))
                          : inner.raw;
@@ -222,7 +165,7 @@ std::string StripNode(std::string_view node) {
 
 std::string StripGraph(std::string_view graph) {
   std::string out;
-  for (const WireField& field : Decode(graph)) {
+  for (const wire::Field& field : Decode(graph)) {
     out += field.number == kGraphNode && field.wire_type == 2
                ? BytesField(kGraphNode, StripNode(field.payload))
                : field.raw;
@@ -232,7 +175,7 @@ std::string StripGraph(std::string_view graph) {
 
 std::string StripModel(std::string_view model) {
   std::string out;
-  for (const WireField& field : Decode(model)) {
+  for (const wire::Field& field : Decode(model)) {
     if (field.number == kModelMetadataProps) continue;
     out += field.number == kModelGraph ? BytesField(kModelGraph, StripGraph(field.payload))
                                        : field.raw;
@@ -473,7 +416,7 @@ TEST(ProtoTaggingTest, TruncatedModelFailsCleanly) {
   // wire format can reveal, so those sizes are left out.
   std::set<size_t> field_boundaries;
   size_t end = 0;
-  for (const WireField& field : Decode(model)) field_boundaries.insert(end += field.raw.size());
+  for (const wire::Field& field : Decode(model)) field_boundaries.insert(end += field.raw.size());
   for (size_t size = 1; size < model.size(); ++size) {
     if (field_boundaries.count(size)) continue;
     std::string tagged = "untouched", error;

@@ -270,5 +270,56 @@ TEST(TagFormatTest, ParentTagOfRootIsEmpty) {
   EXPECT_EQ(ParentTag("/Bottleneck[layer1.0]"), "");
 }
 
+TEST(TagFormatTest, ClassNameWithReservedCharactersIsEscapedAndRoundTrips) {
+  // Check that a class name holding "/", ".", "[", "]", "%" or "#" is %-escaped and reads back.
+  for (const std::string& name : {std::string("Blk[x]"), std::string("Block.1"), std::string("A/B"),
+                                   std::string("H#1"), std::string("50%")}) {
+    std::string segment = FormatSegment({name, std::nullopt, std::nullopt});
+    EXPECT_EQ(segment.find_first_of("/.[]#"), std::string::npos) << segment;
+    std::string error;
+    std::optional<std::vector<TagSegment>> parsed = ParseTag("/Net/" + segment, &error);
+    ASSERT_TRUE(parsed) << error;
+    EXPECT_EQ(parsed->back().class_name, name);
+    EXPECT_FALSE(parsed->back().index);
+    EXPECT_FALSE(parsed->back().qualifier);
+  }
+  EXPECT_EQ(FormatSegment({"Blk[x]", 2, std::nullopt}), "Blk%5Bx%5D.2");
+}
+
+TEST(TagFormatTest, OrdinaryClassNameIsNotEscaped) {
+  // Check that class names of letters, digits and underscores are written as they are.
+  EXPECT_EQ(FormatSegment({"GPT2Block_v2", 0, std::nullopt}), "GPT2Block_v2.0");
+}
+
+TEST(TagFormatTest, HashInClassOrQualifierMustBeEscaped) {
+  // Check that a raw "#" (it separates a call number) is refused in a tag, and escaped when written.
+  std::string error;
+  EXPECT_FALSE(ParseTag("/Net/H#1", &error));
+  EXPECT_NE(error.find("unescaped '#'"), std::string::npos) << error;
+  EXPECT_FALSE(ParseTag("/Net/Conv1D[a#b]", &error));
+  EXPECT_EQ(EscapeQualifier("a#b"), "a%23b");
+}
+
+TEST(TagFormatTest, CallRefRoundTrips) {
+  // Check that "TAG#K" names call K of TAG and "TAG" every call.
+  EXPECT_EQ(FormatCallRef("/Net/Block", 3), "/Net/Block#3");
+  EXPECT_EQ(FormatCallRef("/Net/Block", std::nullopt), "/Net/Block");
+  std::optional<CallRef> one = ParseCallRef("/Net/Block#3");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->tag, "/Net/Block");
+  EXPECT_EQ(one->call, 3);
+  std::optional<CallRef> every = ParseCallRef("/Net/Conv1D[c%23attn]");
+  ASSERT_TRUE(every);
+  EXPECT_EQ(every->tag, "/Net/Conv1D[c%23attn]");
+  EXPECT_FALSE(every->call);
+}
+
+TEST(TagFormatTest, CallRefWithNonDecimalCallIsRejected) {
+  // Check that something other than digits after "#" is no call reference.
+  EXPECT_FALSE(ParseCallRef("/Net/Block#"));
+  EXPECT_FALSE(ParseCallRef("/Net/Block#x1"));
+  EXPECT_FALSE(ParseCallRef("/Net/Block#-1"));
+}
+
 }  // namespace
 }  // namespace hiertag

@@ -177,3 +177,70 @@ def test_invalid_torch_modules_setting_is_an_error(monkeypatch):
     monkeypatch.setenv("HIERTAG_TORCH_MODULES", "Layer Norm;x")
     with pytest.raises(ValueError, match="HIERTAG_TORCH_MODULES"):
         tagged("containers")
+
+
+def shared_of(node):
+    return json.loads(checks.node_props(node).get(checks.SHARED_KEY, "[]"))
+
+
+def test_every_link_of_an_alias_chain_is_shared_with_the_caller():
+    # features.flatten(1) on 2-D features and an eval Dropout both return their
+    # input: the Flatten that survives carries the caller's sharing.
+    model = tagged("alias_chains")
+    (flatten,) = [n for n in model.graph.node if n.op_type == "Flatten"]
+    assert checks.node_props(flatten)[checks.TAG_KEY] == "/AliasChains/Head"
+    assert shared_of(flatten) == ["/AliasChains"]
+
+
+def test_a_module_returning_an_alias_of_its_input_keeps_it_as_its_result():
+    model = tagged("alias_chains")
+    (cast,) = [n for n in model.graph.node if checks.node_props(n)[checks.TAG_KEY] == "/AliasChains/ToFloat"]
+    assert cast.op_type == "Cast"
+    assert shared_of(cast) == []
+    boundaries = checks.module_boundaries(model)
+    assert boundaries[("/AliasChains/ToFloat", 0)][1] == [cast.output[0]]
+
+
+def test_an_alias_returned_by_a_script_function_is_shared_through_the_inlining():
+    model = tagged("alias_chains")
+    (branch,) = [n for n in model.graph.node if n.op_type == "If"]
+    assert checks.node_props(branch)[checks.TAG_KEY] == "/AliasChains/ScriptedClamp"
+    assert shared_of(branch) == ["/AliasChains"]
+
+
+def test_work_cse_merged_across_two_calls_is_shared_with_the_other_call():
+    model = tagged("calls_sharing_work")
+    merged = [n for n in model.graph.node if shared_of(n)]
+    assert merged and all(shared_of(n) == ["/CallsSharingWork/MaskedLayer#1"] for n in merged)
+    assert all(checks.node_props(n)[checks.CALL_KEY] == "0" for n in merged)
+    assert checks.module_boundaries(model)[("/CallsSharingWork/MaskedLayer", 1)][0] == \
+        sorted({model.graph.input[1].name, next(n for n in model.graph.node if n.op_type == "Add").output[0]})
+
+
+def test_export_pass_rewrites_across_calls_of_one_module_name_the_calls():
+    model = tagged("rewrites_across_calls")
+    records = json.loads(checks.model_props(model)[checks.REWRITES_KEY])
+    assert {(r["kind"], tuple(r["modules"])) for r in records} == {
+        ("fused", ("/RewritesAcrossCalls/BatchNormConv#0", "/RewritesAcrossCalls/BatchNormConv#1")),
+        ("removed", ("/RewritesAcrossCalls/NHWCScale#0", "/RewritesAcrossCalls/NHWCScale#1")),
+    }
+    assert set(checks.rewritten_boundaries(model)) == {
+        "/RewritesAcrossCalls/BatchNormConv#0", "/RewritesAcrossCalls/BatchNormConv#1",
+        "/RewritesAcrossCalls/NHWCScale#0", "/RewritesAcrossCalls/NHWCScale#1"}
+
+
+def test_a_module_rewired_to_read_what_it_never_received_is_recorded():
+    # PermuteBack's permute cancels PermuteOut's, which stays for the caller:
+    # PermuteBack's Add now reads PermuteOut's input.
+    model = tagged("cancelled_pair_kept")
+    records = json.loads(checks.model_props(model)[checks.REWRITES_KEY])
+    assert records == [{"pass": "_jit_pass_onnx_peephole", "kind": "rewired",
+                        "modules": ["/CancelledPairKept/PermuteBack"], "node": ""}]
+    assert set(checks.rewritten_boundaries(model)) == {"/CancelledPairKept/PermuteBack"}
+
+
+def test_class_names_the_tag_grammar_reserves_are_escaped():
+    table = checks.module_table(tagged("odd_class_names"))
+    assert {tag: entry["path"] for tag, entry in table.items() if entry["path"]} == {
+        "/OddClassNames/Blk%5Bx%5D": "bracket", "/OddClassNames/Block%2E1": "dotted",
+        "/OddClassNames/A%2FB": "slash", "/OddClassNames/H%231": "hash"}

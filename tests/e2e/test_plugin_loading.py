@@ -67,3 +67,18 @@ def test_torch_lacking_a_hooked_function_fails_at_load_and_refuses_tagged_export
     assert f"hiertag: plugin not installed: {reason}\n" in done.stderr
     assert f"load failed: hiertag: plugin not installed: {reason}" in done.stdout
     assert f"tagged export refused: hiertag: not installed ({reason}); HIERTAG=1 cannot tag this export" in done.stdout
+
+
+def test_plugin_without_its_python_side_fails_at_load(tmp_path):
+    shutil.copy(PLUGIN, tmp_path / "libhiertag.so")  # libhiertag_python.so left behind
+    script = f"""
+import torch
+try:
+    torch.ops.load_library({str(tmp_path / "libhiertag.so")!r})
+except OSError as error:
+    print("load failed:", error.__cause__.__context__)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("load failed: hiertag: plugin not installed: ")
+    assert "libhiertag_python.so" in done.stdout

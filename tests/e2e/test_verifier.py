@@ -24,18 +24,28 @@ def test_verifier_passes_every_module(name):
     assert refused == REFUSED.get(name, [])
     calls = [line.split()[0] for line in result.stdout.splitlines() if "#" in line.split()[0]]
     assert calls == CALLS.get(name, [])
+    never_ran = [line.split()[0] for line in result.stdout.splitlines() if "refused (never ran)" in line]
+    assert never_ran == NEVER_RAN.get(name, [])
     empty = [line.split()[0] for line in result.stdout.splitlines() if " no nodes" in line]
     assert empty == NO_NODES.get(name, [])
 
 
 # The modules whose boundary an export pass removed (the file records it).
 REFUSED = {"cross_module_rewrites": ["/CrossModuleRewrites/ChannelsFirst", "/CrossModuleRewrites/ChannelsLast",
-                                     "/CrossModuleRewrites/ConvBatchNorm/CustomConv"]}
+                                     "/CrossModuleRewrites/ConvBatchNorm/CustomConv"],
+           "rewrites_across_calls": ["/RewritesAcrossCalls/BatchNormConv#0", "/RewritesAcrossCalls/BatchNormConv#1",
+                                     "/RewritesAcrossCalls/NHWCScale#0", "/RewritesAcrossCalls/NHWCScale#1"],
+           "cancelled_pair_kept": ["/CancelledPairKept/PermuteBack"]}
+# Containers whose forward never ran, their children interleaved with their owner's work.
+NEVER_RAN = {"interleaved_container": ["/InterleavedContainer/Blocks"]}
 # Modules that ran but left no node: the exporter folded their computation.
 NO_NODES = {"folded_module": ["/FoldedModule/SinusoidalPositions"]}
 # Modules called more than once, checked call by call.
 CALLS = {
     "called_twice": ["/CalledTwice/Expert#0", "/CalledTwice/Expert#1"],
+    "calls_sharing_work": ["/CallsSharingWork/MaskedLayer#0", "/CallsSharingWork/MaskedLayer#1"],
+    "rewrites_across_calls": ["/RewritesAcrossCalls/BatchNormConv#0", "/RewritesAcrossCalls/BatchNormConv#1",
+                              "/RewritesAcrossCalls/NHWCScale#0", "/RewritesAcrossCalls/NHWCScale#1"],
     "shared_layer_stack": [f"/SharedLayerStack/Block{sub}#{k}" for sub in ("", "/Expert", "/Norm", "/Norm/Expert")
                            for k in range(3)],
 }
@@ -55,5 +65,5 @@ def test_verifier_builds_a_transformers_model_from_its_config():
 def test_verifier_rejects_an_unknown_model_spec():
     result = subprocess.run([sys.executable, "-m", "hiertag", "verify", "nowhere:Thing"],
                             capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == 2 and result.stderr.startswith("hiertag verify: MODEL must be")
+    assert result.returncode == 2 and result.stderr.startswith("hiertag verify: unknown model 'nowhere:Thing'")
     assert len(result.stderr.strip().splitlines()) == 1

@@ -87,6 +87,16 @@ class AssignHierarchyTagsTest : public testing::GraphTest {
     return tags;
   }
 
+  // The tag strings of call references, with "#K" for a known call, sorted.
+  std::vector<std::string> TagsOf(const std::vector<TagRef>& refs) {
+    std::vector<std::string> tags;
+    for (const TagRef& ref : refs) {
+      tags.push_back(call_tags_->Tag(ref.tag) + (ref.call == TagRef::kEveryCall ? "" : "#" + std::to_string(ref.call)));
+    }
+    std::sort(tags.begin(), tags.end());
+    return tags;
+  }
+
   TaggedModelEntries Describe(const HierarchyTagging& tagging) {
     return DescribeTaggedModel(tagging, *call_tags_, modules_, *graph_);
   }

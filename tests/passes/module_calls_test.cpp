@@ -1,5 +1,6 @@
 // Tests of RestoreTorchScopes: direct scopes removed, scope identity kept.
 // ModuleCalls::Enter/Exit need a live tracer; the end-to-end tests cover them.
+// AliasChain: the links of a tracer alias.
 #include "hiertag/passes/module_calls.h"
 
 #include <torch/csrc/jit/testing/file_check.h>
@@ -155,6 +156,43 @@ TEST_F(RestoreTorchScopesTest, RestoringTwiceChangesNothingTheSecondTime) {
 
   EXPECT_EQ(NodeOf("a")->scope(), a_once);
   EXPECT_EQ(NodeOf("b")->scope(), b_once);
+}
+
+// A call's no-op links on its input %x (as traced: the caller's %x rebound to %c),
+// a node before the call, and one beside the chain.
+constexpr const char* kAliasGraph = R"IR(
+graph(%x : Tensor, %y : Tensor):
+  %before : Tensor = aten::relu(%y)
+  %a : Tensor = aten::to(%x)
+  %s : int[] = aten::size(%a)
+  %c : Tensor = aten::view(%a, %s)
+  %beside : Tensor = aten::relu(%x)
+  %d : Tensor = aten::add(%c, %before)
+  return (%d, %beside)
+)IR";
+
+class AliasChainTest : public testing::GraphTest {};
+
+TEST_F(AliasChainTest, ChainHoldsEveryLinkFromTheInputToItsNewValue) {
+  // Check that the chain is every node made in the call on a path from %x to %c, in graph order.
+  Parse(kAliasGraph);
+  std::vector<Node*> chain = AliasChain(vmap_.at("x"), vmap_.at("c"), NodeOf("before"));
+  EXPECT_EQ(chain, (std::vector<Node*>{NodeOf("a"), NodeOf("s"), NodeOf("c")}));
+}
+
+TEST_F(AliasChainTest, NodesBeforeTheCallAreNotInTheChain) {
+  // Check that a link made before the call began (the call received %a) is no
+  // part of this call's chain.
+  Parse(kAliasGraph);
+  std::vector<Node*> chain = AliasChain(vmap_.at("a"), vmap_.at("c"), NodeOf("a"));
+  EXPECT_EQ(chain, (std::vector<Node*>{NodeOf("s"), NodeOf("c")}));
+}
+
+TEST_F(AliasChainTest, WithoutPathOnlyTheLastLinkIsTheChain) {
+  // Check that a new value not computed from the input gives just its own node.
+  Parse(kAliasGraph);
+  std::vector<Node*> chain = AliasChain(vmap_.at("y"), vmap_.at("c"), NodeOf("before"));
+  EXPECT_EQ(chain, std::vector<Node*>{NodeOf("c")});
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "hiertag/passes/record_cse_sharing.h"
 
 #include <torch/csrc/jit/passes/common_subexpression_elimination.h>
+#include <torch/csrc/jit/testing/file_check.h>
 
 #include <string>
 #include <vector>
@@ -285,6 +286,37 @@ TEST_F(RecordCseSharingTest, RemovedInlinedNodeContributesItsCallSite) {
   ASSERT_NE(loan, nullptr);
   EXPECT_EQ(loan->recorded, layer0_);
   EXPECT_EQ(loan->shared_with, (std::vector<ScopePtr>{layer1_}));
+}
+
+TEST_F(RecordCseSharingTest, IrShowsOneMergedNodeUnderABorrowedScopeAndBothConsumersReadingIt) {
+  // Check, on the IR dump, that one mul is left, under a borrowed level of
+  // layers.0's scope, and that layers.1's consumer reads it.
+  Parse(kTwoDuplicates);
+  SetScope("a", layer0_);
+  SetScope("c", layer0_);
+  SetScope("b", layer1_);
+  SetScope("d", layer1_);
+  RunPass();
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK: %a : Tensor = aten::mul(%x, %x), scope: hiertag.m0|pkg.Net::/hiertag.m2|pkg.Layer::layers.0/hiertag.borrowed.
+# CHECK: aten::relu(%a), scope: hiertag.m0|pkg.Net::/hiertag.m2|pkg.Layer::layers.0
+# CHECK-NOT: aten::mul
+# CHECK: aten::sigmoid(%a), scope: hiertag.m0|pkg.Net::/hiertag.m5|pkg.Layer::layers.1
+)",
+                                       *graph_);
+}
+
+TEST_F(RecordCseSharingTest, IrShowsNoBorrowedScopeForDuplicatesInOneScope) {
+  // Check, on the IR dump, that duplicates CSE merges inside one module call lend nothing.
+  Parse(kTwoDuplicates);
+  for (const char* name : {"a", "b", "c", "d"}) SetScope(name, layer0_);
+  RunPass();
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK: aten::mul(%x, %x)
+# CHECK-NOT: hiertag.borrowed
+# CHECK: return
+)",
+                                       *graph_);
 }
 
 }  // namespace

@@ -64,6 +64,16 @@ class RecordRewritesTest : public testing::GraphTest {
     return tags;
   }
 
+  // The tag strings of call references, with "#K" for a known call, sorted.
+  std::vector<std::string> TagsOf(const std::vector<TagRef>& refs) {
+    std::vector<std::string> tags;
+    for (const TagRef& ref : refs) {
+      tags.push_back(call_tags_->Tag(ref.tag) + (ref.call == TagRef::kEveryCall ? "" : "#" + std::to_string(ref.call)));
+    }
+    std::sort(tags.begin(), tags.end());
+    return tags;
+  }
+
   // Scopes in a fixed order, for comparing lists whose order the pass does not promise.
   static std::vector<ScopePtr> Sorted(std::vector<ScopePtr> scopes) {
     std::sort(scopes.begin(), scopes.end(), [](const ScopePtr& a, const ScopePtr& b) { return a.get() < b.get(); });
@@ -142,7 +152,8 @@ TEST_F(RecordRewritesTest, TransposePairAcrossModulesIsRecordedRemoved) {
 }
 
 TEST_F(RecordRewritesTest, TransposePairInOneModuleIsNotRecorded) {
-  // Check that a Transpose and its inverse cancelled inside one module call record nothing.
+  // Check that a Transpose and its inverse cancelled inside one module call
+  // leave no rewrite: the next module reads the same value it received.
   Parse(kTransposePair);
   SetScope("t1", to_last_);
   SetScope("t2", to_last_);
@@ -151,8 +162,60 @@ TEST_F(RecordRewritesTest, TransposePairInOneModuleIsNotRecorded) {
   RunPass(CancelTransposePair(vmap_));
 
   EXPECT_EQ(testing::CountKind(graph_->block(), c10::Symbol::onnx("Transpose")), 0);
-  EXPECT_TRUE(log_.records.empty());
+  for (const RewriteRecord& record : log_.records) EXPECT_EQ(record.kind, RewriteRecord::Kind::kRewired);
+  EXPECT_TRUE(Tag().rewrites.empty());
   EXPECT_TRUE(borrowed_.empty());
+}
+
+// A module permutes to channels-last, and its output is read twice: by the
+// next module, which permutes it back, and by the caller.
+constexpr const char* kTransposeKeptForAnotherReader = R"IR(
+graph(%x : Tensor, %scale : Tensor):
+  %t1 : Tensor = onnx::Transpose[perm=[0, 2, 3, 1]](%x)
+  %t2 : Tensor = onnx::Transpose[perm=[0, 3, 1, 2]](%t1)
+  %y : Tensor = onnx::Mul(%t2, %scale)
+  %z : Tensor = onnx::Relu(%t1)
+  return (%y, %z)
+)IR";
+
+TEST_F(RecordRewritesTest, InverseTransposeCancelledAgainstAKeptOneIsRecordedRewired) {
+  // Check that when only the second Transpose goes (the first stays for the
+  // caller), the module that read the first one's output is recorded rewired.
+  Parse(kTransposeKeptForAnotherReader);
+  SetScope("t1", to_last_);
+  SetScope("t2", to_first_);
+  SetScope("y", to_first_);
+  SetScope("z", head_);
+  Node* t2 = NodeOf("t2");
+  Value* x = vmap_.at("x");
+  RunPass([t2, x] {
+    t2->output()->replaceAllUsesWith(x);
+    t2->destroy();
+  });
+
+  ASSERT_EQ(log_.records.size(), 1u);
+  EXPECT_EQ(log_.records[0].kind, RewriteRecord::Kind::kRewired);
+  HierarchyTagging tagging = Tag();
+  ASSERT_EQ(tagging.rewrites.size(), 1u);
+  EXPECT_EQ(tagging.rewrites[0].kind, RewriteRecord::Kind::kRewired);
+  EXPECT_EQ(TagsOf(tagging.rewrites[0].refs), std::vector<std::string>{"/Net/ToFirst#0"});
+}
+
+TEST_F(RecordRewritesTest, ReaderOfTheValueBeforeIsNotRewired) {
+  // Check that a module that already read the value it now reads keeps its boundary.
+  Parse(kTransposeKeptForAnotherReader);
+  SetScope("t1", to_last_);
+  SetScope("t2", to_last_);
+  SetScope("y", to_last_);
+  SetScope("z", head_);
+  Node* t2 = NodeOf("t2");
+  Value* x = vmap_.at("x");
+  RunPass([t2, x] {
+    t2->output()->replaceAllUsesWith(x);
+    t2->destroy();
+  });
+
+  EXPECT_TRUE(Tag().rewrites.empty());
 }
 
 TEST_F(RecordRewritesTest, RemovedRecordResolvesToBothTagsWhenTagging) {
@@ -168,8 +231,8 @@ TEST_F(RecordRewritesTest, RemovedRecordResolvesToBothTagsWhenTagging) {
   ASSERT_EQ(tagging.rewrites.size(), 1u);
   EXPECT_EQ(tagging.rewrites[0].kind, RewriteRecord::Kind::kRemoved);
   EXPECT_EQ(tagging.rewrites[0].pass, kPass);
-  EXPECT_TRUE(std::is_sorted(tagging.rewrites[0].tags.begin(), tagging.rewrites[0].tags.end()));
-  EXPECT_EQ(TagsOf(tagging.rewrites[0].tags), (std::vector<std::string>{"/Net/ToFirst", "/Net/ToLast"}));
+  EXPECT_TRUE(std::is_sorted(tagging.rewrites[0].refs.begin(), tagging.rewrites[0].refs.end()));
+  EXPECT_EQ(TagsOf(tagging.rewrites[0].refs), (std::vector<std::string>{"/Net/ToFirst", "/Net/ToLast"}));
 }
 
 // A Conv and the BatchNormalization after it, then a consumer.
@@ -427,7 +490,7 @@ TEST_F(RecordRewritesTest, FoldedInitializerNamesTheModuleThatLeftNoNode) {
 
   ASSERT_EQ(tagging.rewrites.size(), 1u);
   EXPECT_EQ(tagging.rewrites[0].kind, RewriteRecord::Kind::kFolded);
-  EXPECT_EQ(TagsOf(tagging.rewrites[0].tags), (std::vector<std::string>{"/Net/ToLast"}));
+  EXPECT_EQ(TagsOf(tagging.rewrites[0].refs), (std::vector<std::string>{"/Net/ToLast"}));
   EXPECT_EQ(tagging.rewrites[0].initializer, folded->unique());
 }
 

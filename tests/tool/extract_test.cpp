@@ -834,6 +834,77 @@ ModelSpec RemovedModel(const std::vector<std::string>& removed) {
   return model;
 }
 
+ModelSpec CallsSharingANodeModel();
+
+// Check that a module a rewired record lists (its nodes read a value it never received) is refused.
+TEST_F(ExtractTest, RewiredModuleIsRefused) {
+  ModelSpec model = RemovedModel({"/Net/A", "/Net/B"});
+  model.rewrites[0].kind = "rewired";
+  model.rewrites[0].modules = {"/Net/B"};
+  ExpectRefused(model, "/Net/B",
+                "module '/Net/B' cannot be extracted: _jit_pass_onnx_peephole rewired it now reads a value it never "
+                "received");
+}
+
+// Check that a rewired record refuses only the modules it lists: not their callers, not their neighbours.
+TEST_F(ExtractTest, ModulesARewiredRecordDoesNotListAreWritten) {
+  ModelSpec model = RemovedModel({"/Net/B"});
+  model.rewrites[0].kind = "rewired";
+  for (const char* tag : {"/Net", "/Net/A", "/Net/C"}) {
+    ASSERT_TRUE(ExtractOk(model, tag)) << tag;
+  }
+}
+
+// Check that a fused node across two calls of one module refuses each call, not the module as a whole.
+TEST_F(ExtractTest, FusionAcrossCallsRefusesEachCall) {
+  ModelSpec model = CallsSharingANodeModel();
+  model.graph.Find("m0").metadata.resize(1);
+  model.Rewrite(kEvalPeephole, "fused", {"/Net/Block#0", "/Net/Block#1"}, "m0");
+  std::string path = WriteModel(model);
+  RunResult call0 = Extract(path, "/Net/Block", OutPath(), /*json=*/false, 0);
+  EXPECT_EQ(call0.code, 2);
+  EXPECT_NE(call0.err.find("call 0 of module '/Net/Block' cannot be extracted: _jit_pass_onnx_eval_peephole fused "
+                           "its computation with '/Net/Block#1' into node 'm0' (Mul)"),
+            std::string::npos)
+      << call0.err;
+  EXPECT_EQ(Extract(path, "/Net/Block", OutPath(), /*json=*/false, 1).code, 2);
+  EXPECT_EQ(Extract(path, "/Net", OutPath()).code, 0);
+}
+
+// A container whose forward never ran, its owner's Add between its two children:
+//   e0   Relu(x) -> p     /Net/Blocks/Expert.0
+//   add  Add(x, p) -> q   /Net
+//   e1   Relu(q) -> y     /Net/Blocks/Expert.1      y: model output
+ModelSpec InterleavedContainerModel() {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  for (const char* value : {"x", "p", "q", "y"}) model.graph.Type(value, {2, 3});
+  model.graph.Add(Node("e0", "Relu").In({"x"}).Out({"p"}).Tag("/Net/Blocks/Expert.0"))
+      .Add(Node("add", "Add").In({"x", "p"}).Out({"q"}).Tag("/Net"))
+      .Add(Node("e1", "Relu").In({"q"}).Out({"y"}).Tag("/Net/Blocks/Expert.1"));
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Blocks", "blocks", "test.Blocks")
+      .Module("/Net/Blocks/Expert.0", "blocks.0", "test.Expert")
+      .Module("/Net/Blocks/Expert.1", "blocks.1", "test.Expert");
+  model.FindModule("/Net/Blocks").Field("ran", "false");
+  return model;
+}
+
+// Check that a never-run container whose children its owner interleaves is refused saying so.
+TEST_F(ExtractTest, InterleavedNeverRunContainerIsRefusedSayingItNeverRan) {
+  ExpectRefused(InterleavedContainerModel(), "/Net/Blocks",
+                "module '/Net/Blocks' never ran (its caller reached past it to its children) and its children's "
+                "nodes are interleaved with its caller's: node 'add' (Add) lies between them");
+}
+
+// Check that the same region in a container that ran is refused as not convex.
+TEST_F(ExtractTest, InterleavedContainerThatRanIsNotConvex) {
+  ModelSpec model = InterleavedContainerModel();
+  model.FindModule("/Net/Blocks").fields.clear();
+  ExpectRefused(model, "/Net/Blocks", "module '/Net/Blocks' is not a convex region of the graph");
+}
+
 // Check that a module whose boundary with another the removal of both sides' nodes erased is refused.
 TEST_F(ExtractTest, ModuleWithRemovedBoundaryIsRefused) {
   ExpectRefused(RemovedModel({"/Net/A", "/Net/B"}), "/Net/A",
@@ -966,23 +1037,67 @@ TEST_F(ExtractTest, CallZeroOfOneCallModuleIsWholeModule) {
   EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"const1", "mul1", "add1", "sub1"}));
 }
 
-// Check that a node selected through a module it is shared with, its own tag elsewhere, counts
-// as that module's call 0 (its hiertag.call numbers its own tag's calls).
-TEST_F(ExtractTest, SharedNodeCountsAsCallZeroOfSharer) {
-  ModelSpec model = TwoCallModel();
-  model.graph.Find("mid").SharedWith({"/Net/Block"});
-  model.graph.outputs.push_back("h2");
-  std::string path = WriteModel(model);
+// /Net/Block runs twice on x; CSE kept one x*x for both calls (format 3: "TAG#K"):
+//   m0  Mul(x, x) -> m    /Net/Block call 0, hiertag.shared_with ["/Net/Block#1"]
+//   b0  Add(m, x) -> h    /Net/Block call 0
+//   b1  Add(m, h) -> y    /Net/Block call 1      y: model output
+ModelSpec CallsSharingANodeModel() {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  for (const char* value : {"x", "m", "h", "y"}) model.graph.Type(value, {2, 3});
+  model.graph.Add(Node("m0", "Mul").In({"x", "x"}).Out({"m"}).Tag("/Net/Block").SharedWith({"/Net/Block#1"}))
+      .Add(Node("b0", "Add").In({"m", "x"}).Out({"h"}).Tag("/Net/Block"))
+      .Add(Node("b1", "Add").In({"m", "h"}).Out({"y"}).Tag("/Net/Block").Call(1));
+  model.Module("/Net", "", "test.Net").Module("/Net/Block", "block", "test.Block");
+  model.FindModule("/Net/Block").Calls({0, 1});
+  return model;
+}
+
+// Check that a node shared by two calls of one module belongs to each call, and
+// that the other call's read of it is no output of either.
+TEST_F(ExtractTest, NodeSharedByTwoCallsBelongsToEach) {
+  std::string path = WriteModel(CallsSharingANodeModel());
+  ASSERT_EQ(Validate(path).code, 0) << Validate(path).out;
   std::string error;
   ASSERT_EQ(Extract(path, "/Net/Block", OutPath(), /*json=*/false, 0).code, 0);
   std::optional<OnnxModel> written = OnnxModel::Load(OutPath(), &error);
   ASSERT_TRUE(written) << error;
-  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"i0", "b0", "mid"}));
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"m0", "b0"}));
+  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), std::vector<std::string>{"x"});
+  EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"h"});
   ASSERT_EQ(Extract(path, "/Net/Block", OutPath(), /*json=*/false, 1).code, 0);
   written = OnnxModel::Load(OutPath(), &error);
   ASSERT_TRUE(written) << error;
-  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"i1", "i2", "b1"}));
-  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), std::vector<std::string>{"h2"});
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"m0", "b1"}));
+  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), (std::vector<std::string>{"x", "h"}));
+  EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"y"});
+}
+
+// Check that a node shared with one call of another module is not taken by that module's other call.
+TEST_F(ExtractTest, NodeSharedWithOneCallIsNotInTheOther) {
+  ModelSpec model = CallsSharingANodeModel();
+  model.graph.Find("m0").metadata.clear();
+  model.graph.Find("m0").Tag("/Net/Block").SharedWith({"/Net/Block#0"});
+  std::string path = WriteModel(model);
+  ASSERT_EQ(Extract(path, "/Net/Block", OutPath(), /*json=*/false, 1).code, 0);
+  std::string error;
+  std::optional<OnnxModel> written = OnnxModel::Load(OutPath(), &error);
+  ASSERT_TRUE(written) << error;
+  EXPECT_EQ(NodeNames(*written), std::vector<std::string>{"b1"});
+  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), (std::vector<std::string>{"m", "h"}));
+}
+
+// Check that a shared call reference to a call the module does not have is reported by validate.
+TEST_F(ExtractTest, SharedCallOutOfRangeIsInvalid) {
+  ModelSpec model = CallsSharingANodeModel();
+  model.graph.Find("m0").metadata.clear();
+  model.graph.Find("m0").Tag("/Net/Block").SharedWith({"/Net/Block#2"});
+  RunResult result = Validate(WriteModel(model));
+  EXPECT_EQ(result.code, 1);
+  EXPECT_NE(result.out.find("shared tag '/Net/Block#2' names call 2, but '/Net/Block' has 2 calls"),
+            std::string::npos)
+      << result.out;
 }
 
 // Check that a node's hiertag.call that is not a decimal is refused under --call.

@@ -563,7 +563,7 @@ TEST_F(ValidateTest, MalformedRewriteRecordsAreReported) {
   model.Rewrite("_jit_pass_onnx_peephole", "merged", {"/Net/Layer.0"})
       .Rewrite("", "removed", {"/Net/Layer.0", "/Net/Layer.9"})
       .Rewrite("_jit_pass_onnx_peephole", "fused", {}, "n9");
-  ExpectProblems(model, {"hiertag.rewrites: record 0 has no \"kind\" fused, removed or folded",
+  ExpectProblems(model, {"hiertag.rewrites: record 0 has no \"kind\" fused, removed, folded or rewired",
                          "hiertag.rewrites: record 1 has no \"pass\" name",
                          "hiertag.rewrites: record 1 tag '/Net/Layer.9' is not in the module table",
                          "hiertag.rewrites: record 2 names node 'n9', which is not in the model",
@@ -595,7 +595,7 @@ TEST_F(ValidateTest, JsonNamesSubjectOfRewriteProblem) {
   EXPECT_EQ(FindMember(problem, "node"), nullptr);
   ASSERT_NE(FindMember(problem, "subject"), nullptr) << result.out;
   EXPECT_EQ(FindMember(problem, "subject")->get<std::string>(), "hiertag.rewrites");
-  EXPECT_EQ(FindMember(problem, "problem")->get<std::string>(), "record 0 has no \"kind\" fused, removed or folded");
+  EXPECT_EQ(FindMember(problem, "problem")->get<std::string>(), "record 0 has no \"kind\" fused, removed, folded or rewired");
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 //   tag       := "/" segment *( "/" segment )
 //   segment   := class [ "." index ]            plain segment
 //              | class "[" qualifier "]"        disambiguated segment
-//   class     := 1*( any char but "/" "." "[" "]" )    short Python class name
+//   class     := 1*( any char but "/" "." "[" "]" "%" "#" | "%" HEXDIG HEXDIG )
+//                short Python class name, %-escaped where it holds one of those
 //   index     := 1*DIGIT                       the module's attribute name when it is a list index
 //   qualifier := relative | "~" absolute
 //   relative  := path-text, not starting with "~"
@@ -16,7 +17,12 @@
 //   absolute  := path-text
 //                the module's full qualified path, for a module its caller (the
 //                parent tag's module) does not own (format 2: the tag tree is the call tree)
-//   path-text := 1*( any char but "/" "[" "]" "%" | "%" HEXDIG HEXDIG )
+//   path-text := 1*( any char but "/" "[" "]" "%" "#" | "%" HEXDIG HEXDIG )
+//
+// A call reference names a tag, or one of its calls (format 3: in
+// hiertag.shared_with, hiertag.spans and hiertag.rewrites, for a tag with
+// several calls):
+//   call-ref  := tag [ "#" 1*DIGIT ]
 //
 // Writers escape "~" too (%7E), so only an absolute qualifier starts with one.
 // Readers take a "~" after a qualifier's first character literally: format 1
@@ -27,6 +33,7 @@
 //          /Transformer/EncoderLayer.0/SublayerConnection.0/Linear[~generator.proj]
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -77,7 +84,7 @@ inline constexpr std::string_view kRewritesKey = "hiertag.rewrites";
 // optional table fields, and its tag tree is the module tree; format 2's is the
 // call tree: a tag's parent is the module whose forward called it.
 inline constexpr std::string_view kFormatVersionKey = "hiertag.format_version";
-inline constexpr std::string_view kFormatVersion = "2";
+inline constexpr std::string_view kFormatVersion = "3";
 
 struct TagSegment {
   std::string class_name;
@@ -100,8 +107,24 @@ bool IsTagAncestorOrSelf(std::string_view ancestor, std::string_view tag);
 // The tag of the parent module; "" for a root tag.
 std::string_view ParentTag(std::string_view tag);
 
-// Percent-escapes the characters a qualifier may not hold ("/", "[", "]", "%")
-// and "~", which at a qualifier's start marks it absolute.
+// Percent-escapes the characters a qualifier may not hold ("/", "[", "]", "%",
+// "#") and "~", which at a qualifier's start marks it absolute.
 std::string EscapeQualifier(std::string_view raw);
+
+// Percent-escapes the characters a class name may not hold ("/", ".", "[", "]",
+// "%", "#"); ordinary class names are unchanged.
+std::string EscapeClassName(std::string_view raw);
+
+// A tag, or one call of it.
+struct CallRef {
+  std::string tag;
+  std::optional<int64_t> call;  // std::nullopt: every call of the tag
+};
+
+// "TAG" or "TAG#K".
+std::string FormatCallRef(std::string_view tag, std::optional<int64_t> call);
+// Splits at the last "#" when digits follow it; std::nullopt when something
+// else does. The tag part is not checked against the grammar.
+std::optional<CallRef> ParseCallRef(std::string_view text);
 
 }  // namespace hiertag

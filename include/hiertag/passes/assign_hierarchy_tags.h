@@ -39,8 +39,9 @@
 // data the node touches, so a rule never moves a node into a sibling's subtree.
 //
 // Shared nodes (RecordCseSharing, tracer aliases of ModuleCalls) also list the
-// tags of the other modules they compute for (minus their own tag) in
-// `shared_with`. With the recorded module calls (ModuleCalls), every tag that
+// other calls they compute for in `shared_with` (another call of their own tag
+// too: CSE merging the same computation of a layer applied twice); fused nodes
+// list in `spans`, and rewrite records in `refs`, the calls they cross. With the recorded module calls (ModuleCalls), every tag that
 // was called is used, nodes or not, and each tag's calls are numbered in the
 // order they ran: `call` is the node's call of its tag.
 //
@@ -69,13 +70,25 @@ enum class TagRule { kRecorded, kParameterOwner, kEnclosing, kConsumers, kNeighb
 inline constexpr int kTagRuleCount = 6;
 const char* TagRuleName(TagRule rule);
 
+// A call tag, or one of its calls (written "TAG#K" when the tag has several).
+struct TagRef {
+  static constexpr int kEveryCall = -1;
+  int tag = -1;
+  int call = kEveryCall;  // which call of `tag`; kEveryCall when not known
+
+  bool operator==(const TagRef& other) const { return tag == other.tag && call == other.call; }
+  bool operator<(const TagRef& other) const {
+    return tag != other.tag ? tag < other.tag : call < other.call;
+  }
+};
+
 struct TaggedNode {
   torch::jit::Node* node = nullptr;
   int tag = -1;                        // call tag (CallTags)
   int tag_module = -1;                 // the module of that call tag (ModuleTable index)
   int call = 0;                        // which call of its tag the node belongs to
-  std::vector<int> shared_with;        // call tags it also computes for
-  std::vector<int> spans;              // call tags whose nodes a pass fused into it
+  std::vector<TagRef> shared_with;     // other calls it also computes for (its own tag's among them)
+  std::vector<TagRef> spans;           // calls whose nodes a pass fused into it
   std::string rewrite;                 // that pass
   std::vector<int> folded_from;        // call tags whose nodes a pass folded into this constant
   TagRule rule = TagRule::kRoot;
@@ -91,7 +104,7 @@ struct TagCalls {
 struct TagRewrite {
   RewriteRecord::Kind kind = RewriteRecord::Kind::kRemoved;
   std::string pass;
-  std::vector<int> tags;      // ascending
+  std::vector<TagRef> refs;   // the calls whose nodes it removed or folded, ascending
   size_t initializer = 0;     // folded: the initializer value's unique()
 };
 

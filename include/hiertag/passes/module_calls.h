@@ -16,11 +16,17 @@
 //   tracer aliases a call after which a tensor the module received is bound to
 //                  a value the call made, its data unchanged (version counter):
 //                  `x.to(torch.float32)` on a float32 tensor returns `x` itself
-//                  and torch's tracer rebinds the caller's `x` to the Cast. That
-//                  node is shared with the caller (BorrowedScopes::ShareWith):
-//                  the caller reads it as its own variable, so it is no value
-//                  the module returned. An input changed in place (its version
-//                  moved) is a real result of the call and is left alone.
+//                  and torch's tracer rebinds the caller's `x` to the Cast; each
+//                  link of `x.float().contiguous()` or `x.flatten(1)` on a 2-D
+//                  tensor rebinds it again. Every node of that chain (AliasChain)
+//                  is shared with the caller (BorrowedScopes::ShareWith): the
+//                  caller reads the result as its own variable, so it is no value
+//                  the module returned; the link that survives the ONNX
+//                  conversion carries the sharing whichever it is. Unless the
+//                  call returned that very tensor (`return x.float()`): then it
+//                  is the module's result, which the caller reads. An input
+//                  changed in place (its version moved) is a real result of the
+//                  call and is left alone.
 //
 // Precondition: torch's tracer is running (Enter/Exit are no-ops otherwise).
 //
@@ -51,6 +57,7 @@ class ModuleCalls {
   struct Entered {
     bool recorded = false;   // false: no tracer, nothing to undo
     bool pushed = false;     // a direct scope was pushed
+    torch::jit::Node* last_before = nullptr;  // the trace's last node when the call began
     std::vector<std::pair<at::Tensor, torch::jit::Value*>> inputs;  // traced inputs before the call
     std::vector<int64_t> versions;
   };
@@ -60,8 +67,9 @@ class ModuleCalls {
   // received (positional and keyword, containers flattened).
   Entered Enter(int module, const std::string& scope_name, std::vector<at::Tensor> inputs);
 
-  // After the forward returned (or raised: then only the scope is popped).
-  void Exit(Entered& entered, bool completed, BorrowedScopes& borrowed);
+  // After the forward returned `returned` (its tensors, containers flattened),
+  // or raised (completed false: then only the scope is popped).
+  void Exit(Entered& entered, bool completed, const std::vector<at::Tensor>& returned, BorrowedScopes& borrowed);
 
   const std::vector<ModuleCall>& calls() const { return calls_; }
   int direct_calls() const { return direct_calls_; }
@@ -72,6 +80,15 @@ class ModuleCalls {
   int direct_calls_ = 0;
   int aliases_ = 0;
 };
+
+// The nodes of a tracer alias: those after `last_before` (made during the
+// call) on a data path from `before` to `after`, in graph order; just
+// `after`'s node when no such path exists.
+//   %a = aten::to(%x, ...)        <- on the chain (x -> a -> c)
+//   %s = aten::size(%a, ...)      <- on the chain: it feeds c
+//   %c = aten::view(%a, %s)       after
+std::vector<torch::jit::Node*> AliasChain(torch::jit::Value* before, torch::jit::Value* after,
+                                          torch::jit::Node* last_before);
 
 // Gives every node (nested blocks included) the scope torch itself would have
 // recorded: the chain without direct scopes. Distinct scope objects stay

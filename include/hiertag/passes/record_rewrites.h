@@ -25,6 +25,13 @@
 //             as folded_from. So a module folded whole is still listed;
 //   merged    the users read an older node elsewhere that computed the same
 //             value: that node is shared with the group's scopes (as CSE).
+// A user that now reads a value from further up (the group's input, or a value
+// the group was computed from: a transpose cancelled against one that stays for
+// another reader) reads the same value as before, but maybe not one its module
+// received: when no removed record covers the group, it is recorded as rewired,
+// with the scope of the node it read before and the scopes that made or read
+// the new value before the pass. At tagging time, the module calls holding the
+// user and that old node but none of those read a value they never received.
 // Scopes are resolved to tags only at tagging time (AssignHierarchyTags).
 //
 // Precondition: any graph stage of the export; a pass that returns a new graph
@@ -49,11 +56,18 @@
 namespace hiertag {
 
 struct RewriteRecord {
-  enum class Kind { kRemoved, kFolded };
+  enum class Kind { kRemoved, kFolded, kRewired };
   Kind kind = Kind::kRemoved;
   std::string pass;
-  std::vector<torch::jit::ScopePtr> scopes;  // scopes of the nodes it removed
+  std::vector<torch::jit::ScopePtr> scopes;  // removed, folded: scopes of the nodes it removed
   size_t initializer = 0;                    // folded: the initializer value's unique()
+  // rewired: the reading node's scope; the scope of the node whose value it
+  // read before; the scopes that made and read the value it reads now, before
+  // the pass; that value's graph input offset, or -1.
+  torch::jit::ScopePtr reader;
+  torch::jit::ScopePtr replaced;
+  std::vector<torch::jit::ScopePtr> value_scopes;
+  int graph_input = -1;
 };
 
 struct RewriteLog {

@@ -57,8 +57,13 @@ class ExportSession {
   ModuleCalls& calls() { return calls_; }
   BorrowedScopes& borrowed() { return borrowed_; }
 
-  // kTracing/kOptimizing -> kOptimizing. After torch inlined the script
-  // functions called while tracing: lends their call sites' scopes (MarkInlinedCalls).
+  // kTracing. Before torch inlines the script functions called while tracing:
+  // notes the calls whose result a caller reads as its own variable (a tracer
+  // alias: the function returned its argument).
+  void BeforeFunctionSubstitution(torch::jit::Graph& graph);
+  // kTracing/kOptimizing -> kOptimizing. After torch inlined them: lends the
+  // call sites' scopes to the inlined nodes (MarkInlinedCalls), and an alias
+  // call's sharing to the inlined nodes that now make its result.
   void AfterFunctionSubstitution(torch::jit::Graph& graph);
   // kTracing/kOptimizing -> kOptimizing. Runs torch's pass `pass` (by `run`)
   // and records what it removed or merged across modules (RecordRewrites;
@@ -105,6 +110,13 @@ class ExportSession {
   std::unordered_set<std::string> member_names_;
   ExportOptions options_;
   ExportStage stage_ = ExportStage::kTracing;
+  // Alias calls about to be inlined: where their results were read, and with whom they are shared.
+  struct InlinedAlias {
+    std::vector<std::pair<torch::jit::Node*, size_t>> uses;
+    std::vector<torch::jit::ScopePtr> shared_with;
+  };
+  std::vector<InlinedAlias> inlined_aliases_;
+  std::unordered_set<torch::jit::Node*> before_inlining_;
   int user_input_count_ = -1;  // leading graph inputs that are not initializers
   BorrowedScopes borrowed_;
   ModuleCalls calls_;

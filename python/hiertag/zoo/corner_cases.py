@@ -406,6 +406,250 @@ class ReachedPast(nn.Module):
         return x
 
 
+class Head(nn.Module):
+    """A classifier head on pooled 2-D features: `flatten(1)` and an eval-mode
+    dropout each return their input itself, so the tracer rebinds the caller's
+    features once per link; the caller returns the features too."""
+
+    def __init__(self, width=8, classes=3):
+        super().__init__()
+        self.drop = nn.Dropout(0.2)
+        self.fc = nn.Linear(width, classes)
+
+    def forward(self, features):
+        return self.fc(self.drop(features.flatten(1)))
+
+
+class ToFloat(nn.Module):
+    """Returns a no-op conversion of its input: the module's result is the alias."""
+
+    def forward(self, x):
+        return x.float().contiguous()
+
+
+@torch.jit.script
+def clamp_if_large(x: torch.Tensor) -> torch.Tensor:
+    if bool(x.abs().max() > 100.0):
+        return x.clamp(-100.0, 100.0)
+    return x
+
+
+class ScriptedClamp(nn.Module):
+    def __init__(self, width=8):
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        return self.proj(clamp_if_large(x))
+
+
+class AliasChains(nn.Module):
+    """Tracer aliases through chains of no-op links, through a module whose
+    result is the alias, and through a script function returning its argument."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.to_float = ToFloat()
+        self.clamp = ScriptedClamp(width)
+        self.head = Head(width)
+
+    def forward(self, x):
+        x = self.clamp(self.to_float(x)) + x
+        return self.head(x), x
+
+
+class MaskedLayer(nn.Module):
+    def __init__(self, width=8):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+
+    def forward(self, x, mask):
+        return self.fc(x) + (1.0 - mask) * -1e4
+
+
+class CallsSharingWork(nn.Module):
+    """One layer applied twice to the same mask: CSE keeps one computation of
+    the mask term for both calls."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.layer = MaskedLayer(width)
+
+    def forward(self, x, mask):
+        return self.layer(self.layer(x, mask), mask)
+
+
+class NHWCScale(nn.Module):
+    def __init__(self, channels=4):
+        super().__init__()
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, channels))
+
+    def forward(self, x):
+        return (x.permute(0, 2, 3, 1) * self.scale).permute(0, 3, 1, 2)
+
+
+class BatchNormConv(nn.Module):
+    def __init__(self, channels=4):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(channels)
+        self.conv = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x):
+        return self.conv(self.bn(x))
+
+
+class RewritesAcrossCalls(nn.Module):
+    """Export passes that rewrite across two calls of one instance: the first
+    call's trailing permute cancels the second's leading one, and the Conv of
+    one call absorbs the next call's BatchNorm."""
+
+    def __init__(self, channels=4):
+        super().__init__()
+        self.scale = NHWCScale(channels)
+        self.block = BatchNormConv(channels)
+
+    def forward(self, x):
+        return self.block(self.block(self.scale(self.scale(x))))
+
+
+class PermuteOut(nn.Module):
+    def forward(self, x):
+        return x.permute(0, 2, 3, 1)
+
+
+class PermuteBack(nn.Module):
+    def forward(self, x):
+        return x.permute(0, 3, 1, 2) + 1.0
+
+
+class CancelledPairKept(nn.Module):
+    """One module permutes its output, the next permutes it back; the caller
+    reads the first's output too, so only the second permute goes, and the next
+    module's Add reads the first's input."""
+
+    def __init__(self):
+        super().__init__()
+        self.out = PermuteOut()
+        self.back = PermuteBack()
+
+    def forward(self, x):
+        y = self.out(x)
+        return self.back(y), y.sum(-1)
+
+
+class Blocks(nn.ModuleList):
+    """A ModuleList subclass: a tagged container whose forward never runs."""
+
+
+class InterleavedContainer(nn.Module):
+    """The owner runs a residual add between the container's children."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.blocks = Blocks([Expert(width) for _ in range(2)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return x
+
+
+class AppliesFunction(nn.Module):
+    def __init__(self, width=8):
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x, function):
+        return self.proj(function(x))
+
+
+class KeepsAttention(nn.Module):
+    """Keeps its attention map on itself; the caller reads it afterwards."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.query = nn.Linear(width, width)
+        self.last_attention = None
+
+    def forward(self, x):
+        attention = torch.softmax(self.query(x) @ x.transpose(-1, -2), -1)
+        self.last_attention = attention
+        return attention @ x
+
+
+class CollectsFeatures(nn.Module):
+    """Appends its features to a list the caller passed in."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x, features: list):
+        y = self.proj(x)
+        features.append(y)
+        return torch.relu(y)
+
+
+class ScalesInPlace(nn.Module):
+    """Changes its input in place and returns something else."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        x.mul_(2.0)
+        return self.proj(x)
+
+
+class SideChannels(nn.Module):
+    """Values that cross a call other than through its arguments and result: a
+    tensor a lambda closes over (converted inside the call: a tracer alias), an
+    attribute the callee sets, a list it appends to, an input it changes in place."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.applies = AppliesFunction(width)
+        self.keeps = KeepsAttention(width)
+        self.collects = CollectsFeatures(width)
+        self.scales = ScalesInPlace(width)
+
+    def forward(self, x, bias):
+        y = self.applies(x, lambda t: t + bias.float())
+        y = self.keeps(y) + self.keeps.last_attention.sum(-1, keepdim=True) + bias
+        features = []
+        y = self.collects(y, features)
+        h = y + 1.0
+        return self.scales(h) + h + features[0]
+
+
+# Classes whose names hold what the tag grammar reserves.
+BracketClass = type("Blk[x]", (Expert,), {"__module__": __name__})
+DottedClass = type("Block.1", (Expert,), {"__module__": __name__})
+SlashClass = type("A/B", (Expert,), {"__module__": __name__})
+HashClass = type("H#1", (Expert,), {"__module__": __name__})
+
+
+class OddClassNames(nn.Module):
+    def __init__(self, width=8):
+        super().__init__()
+        self.bracket = BracketClass(width)
+        self.dotted = DottedClass(width)
+        self.slash = SlashClass(width)
+        self.hash = HashClass(width)
+
+    def forward(self, x):
+        return self.hash(self.slash(self.dotted(self.bracket(x))))
+
+
+def _rewrites_across_calls():
+    model = RewritesAcrossCalls()
+    with torch.no_grad():  # statistics a trained BatchNorm would have
+        model.block.bn.running_mean.uniform_(-0.5, 0.5)
+        model.block.bn.running_var.uniform_(0.5, 1.5)
+    return model, (torch.randn(1, 4, 3, 3),)
+
+
 def _scripted_model():
     # torch 2.13 inlines the scripted classes' forward graphs in place on export,
     # so only the first export of a scripted class in a process has the node
@@ -447,4 +691,11 @@ MODELS = {
     "tracer_alias": lambda: (TracerAlias(), (torch.randn(1, 4, 8),)),
     "folded_module": lambda: (FoldedModule(), (torch.randn(1, 6, 8),)),
     "reached_past": lambda: (ReachedPast(), _width_input()),
+    "alias_chains": lambda: (AliasChains(), _width_input()),
+    "calls_sharing_work": lambda: (CallsSharingWork(), (torch.randn(2, 8), torch.ones(2, 8))),
+    "rewrites_across_calls": _rewrites_across_calls,
+    "cancelled_pair_kept": lambda: (CancelledPairKept(), (torch.randn(1, 4, 2, 2),)),
+    "interleaved_container": lambda: (InterleavedContainer(), _width_input()),
+    "odd_class_names": lambda: (OddClassNames(), _width_input()),
+    "side_channels": lambda: (SideChannels(), (torch.randn(4, 8), torch.randn(4, 8))),
 }
