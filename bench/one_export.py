@@ -7,7 +7,6 @@ import os
 import sys
 import tempfile
 import warnings
-from pathlib import Path
 
 import torch
 

@@ -46,23 +46,28 @@ _FLAGS = ("HIERTAG", "HIERTAG_TORCH_MODULES", "HIERTAG_REPORT")
 
 
 @contextlib.contextmanager
-def tagging(torch_modules=None, report=False):
-    """Tags the exports inside the block: sets HIERTAG=1 (and HIERTAG_TORCH_MODULES,
-    HIERTAG_REPORT) for its duration and restores the environment on exit.
+def tagging(torch_modules=None, report=None):
+    """Tags the exports inside the block: sets HIERTAG=1 (and, when given,
+    HIERTAG_TORCH_MODULES and HIERTAG_REPORT) for its duration and restores the
+    environment on exit.
 
-    torch_modules: None or False (torch.nn modules get no tag segment), True
-    (every module does), or an iterable of torch.nn class names ("LayerNorm").
-    The plugin must be loaded (torch.ops.load_library(hiertag.library_path()))."""
+    torch_modules: False (torch.nn modules get no tag segment), True (every
+    module does), or class names ("LayerNorm", or an iterable of them); None
+    leaves HIERTAG_TORCH_MODULES as the environment has it. report: True or
+    False for HIERTAG_REPORT; None leaves it. The plugin must be loaded
+    (torch.ops.load_library(hiertag.library_path()))."""
     saved = {name: os.environ.get(name) for name in _FLAGS}
-    if torch_modules is None or torch_modules is False:
-        modules = "0"
-    elif torch_modules is True:
-        modules = "1"
-    elif isinstance(torch_modules, str):
-        modules = torch_modules
-    else:
-        modules = ",".join(torch_modules)
-    os.environ.update(HIERTAG="1", HIERTAG_TORCH_MODULES=modules, HIERTAG_REPORT="1" if report else "0")
+    settings = {"HIERTAG": "1"}
+    if torch_modules is not None:
+        if torch_modules is True or torch_modules is False:
+            settings["HIERTAG_TORCH_MODULES"] = "1" if torch_modules else "0"
+        elif isinstance(torch_modules, str):
+            settings["HIERTAG_TORCH_MODULES"] = torch_modules
+        else:
+            settings["HIERTAG_TORCH_MODULES"] = ",".join(torch_modules)
+    if report is not None:
+        settings["HIERTAG_REPORT"] = "1" if report else "0"
+    os.environ.update(settings)
     try:
         yield
     finally:

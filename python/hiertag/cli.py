@@ -14,6 +14,7 @@ VERBS = {
     "validate": (None, "check every node's tag against the grammar and the module table"),
     "tree": (None, "print the module tree with node, op and parameter counts"),
     "extract": (None, "write one module (or one of its calls) as a standalone ONNX model"),
+    "export": ("hiertag.hf_export", "export a HuggingFace model (id, directory or class + config) with tags"),
     "verify": ("hiertag.verify", "check every module of a model's export against PyTorch"),
 }
 

@@ -19,19 +19,16 @@ a constant, or computing nothing) has nothing to extract: "no nodes", with
 what the table says it became.
 
 usage: hiertag verify MODEL [--config JSON] [--input NAME=SPEC ...] [--json]
-MODEL is one of
-  zoo:NAME                    a bundled model (hiertag.zoo): bert, gpt2, t5, ...
-  transformers:CLASS          a transformers model built from --config (random
-                              weights), inputs from --input
-  path/to/file.py:FUNCTION    FUNCTION() returns (model, args) as torch.onnx.export takes them
-SPEC is DTYPE[D0,D1,...] with an optional range for integers: int64[1,16]:0..1000,
-float32[1,3,224,224], ones[1,16] (an int64 tensor of ones)."""
+MODEL is zoo:NAME (a bundled model of hiertag.zoo: bert, gpt2, t5, ...), or
+anything `hiertag export` takes (hiertag export --help): a transformers class
+built from --config with random weights (BertModel, transformers:BertModel), a
+save_pretrained directory, a cached hub id, or path/to/file.py:FUNCTION
+returning (model, args). Example inputs come from the config; --input
+NAME=SPEC replaces or adds one (SPEC: DTYPE[D0,D1,...], int64[1,16]:0..1000,
+ones[1,16])."""
 
 import argparse
-import importlib.util
 import json
-import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -55,24 +52,10 @@ def fail(message):
     raise UsageError(message)
 
 
-def parse_input(spec):
-    found = re.fullmatch(r"([A-Za-z_][\w.]*)=(\w+)\[([\d,\s]*)\](?::(-?\d+)\.\.(-?\d+))?", spec)
-    if not found:
-        fail(f"bad --input '{spec}' (expected NAME=DTYPE[D0,D1,...] or NAME=int64[...]:LOW..HIGH)")
-    name, dtype, dims, low, high = found.groups()
-    shape = [int(d) for d in dims.split(",") if d.strip()]
-    generator = torch.Generator().manual_seed(1)
-    if dtype == "ones":
-        return name, torch.ones(shape, dtype=torch.long)
-    if dtype.startswith("int"):
-        return name, torch.randint(int(low or 0), int(high or 100), shape, generator=generator,
-                                   dtype=getattr(torch, dtype))
-    if dtype.startswith("float"):
-        return name, torch.randn(shape, generator=generator, dtype=getattr(torch, dtype))
-    fail(f"unknown dtype '{dtype}' in --input '{spec}'")
-
-
 def build(options):
+    """(model, args) of MODEL: a bundled model, or anything `hiertag export`
+    builds (hiertag.hf_export.build: transformers classes from a config, local
+    directories, cached hub ids, FILE.py:FUNCTION)."""
     kind, _, target = options.model.partition(":")
     torch.manual_seed(0)
     if kind == "zoo":
@@ -80,27 +63,12 @@ def build(options):
         if target not in zoo.ALL:
             fail(f"unknown zoo model '{target}' (one of {', '.join(zoo.ALL)})")
         return zoo.ALL[target]()
-    if kind == "transformers":
-        import transformers
-        from hiertag.zoo import prepare_for_torchscript_export
-        model_class = getattr(transformers, target, None)
-        config_class = getattr(transformers, target.replace("ForCausalLM", "").replace("LMHeadModel", "")
-                               .replace("Model", "") + "Config", None)
-        if model_class is None or config_class is None:
-            fail(f"no transformers class '{target}' with a matching config class")
-        model = prepare_for_torchscript_export(model_class(config_class(**json.loads(options.config or "{}"))).eval())
-        inputs = dict(parse_input(spec) for spec in options.input)
-        if not inputs:
-            fail("transformers models need --input")
-        first, *rest = inputs.items()
-        return model, (first[1], dict(rest)) if rest else (first[1],)
-    if kind.endswith(".py") and target:
-        spec = importlib.util.spec_from_file_location("verified_model", kind)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        model, args = getattr(module, target)()
-        return model.eval() if isinstance(model, torch.nn.Module) else model, args
-    fail(f"MODEL must be zoo:NAME, transformers:CLASS or FILE.py:FUNCTION, not '{options.model}'")
+    from hiertag import hf_export
+    try:
+        model, args = hf_export.build(options.model, config=options.config, inputs=options.input)
+    except hf_export.ExportError as error:
+        fail(str(error))
+    return model.eval() if isinstance(model, torch.nn.Module) else model, args
 
 
 def extract_all(source, table, out_dir, tool=None):
@@ -133,13 +101,18 @@ def verify_file(source, torch_model, args, out_dir, tool=None):
     wanted = sorted({n for path, info in extracted.values() if path for n in info["inputs"] + info["outputs"]})
     values = checks.intermediate_values(model, feeds, wanted)
     rows = []
-    rewritten_tags = checks.rewritten_boundaries(model)
+    rewritten_keys = checks.rewritten_boundaries(model)
     for key, (path, info) in extracted.items():
-        rewritten = rewritten_tags.get(checks.key_tag(table, key))
+        rewritten = rewritten_keys.get(key)
         not_checked = boundary_skipped.get(key)
+        never_ran = table[checks.key_tag(table, key)].get("ran", True) is False
         if rewritten is not None:
             refused_right = path is None and rewritten.split(":")[0] in info
             extract_result = "refused (rewrite)" if refused_right else f"FAIL (not refused: {rewritten})"
+        elif path is None and never_ran and "never ran" in info:
+            # A container its caller reached past: no boundary was claimed, and
+            # its children's nodes are interleaved with its caller's.
+            extract_result = "refused (never ran)"
         elif path is None and "has no nodes" in info:
             # It ran and left no node: nothing to cut out; the table says
             # what its computation became, if anything.

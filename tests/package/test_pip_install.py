@@ -78,7 +78,7 @@ def test_pip_install_of_the_checkout_tags_exports_from_another_folder(installed,
 
 def test_installed_command_lists_every_verb(installed):
     done = run([str(installed / "bin" / "hiertag"), "--help"])
-    for verb in ("validate", "tree", "extract", "verify"):
+    for verb in ("validate", "tree", "extract", "export", "verify"):
         assert f"  {verb}" in done.stdout
 
 

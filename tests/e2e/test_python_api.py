@@ -1,0 +1,61 @@
+"""The package's Python API: library_path(), tool_path(), tagging()."""
+
+import io
+import os
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+
+import hiertag
+from hiertag import checks, zoo
+
+
+def test_library_and_tool_paths_are_absolute_and_exist():
+    for path in (hiertag.library_path(), hiertag.tool_path()):
+        assert Path(path).is_absolute() and Path(path).exists(), path
+
+
+def test_tagging_tags_the_exports_inside_the_block_only(monkeypatch):
+    monkeypatch.delenv("HIERTAG", raising=False)
+    model, args = zoo.ALL["called_twice"]()
+
+    def export():
+        buffer = io.BytesIO()
+        torch.onnx.export(model, args, buffer, dynamo=False, opset_version=hiertag.OPSET)
+        return onnx.load_from_string(buffer.getvalue())
+
+    with hiertag.tagging():
+        inside = export()
+    outside = export()
+    assert checks.TABLE_KEY in checks.model_props(inside)
+    assert checks.TABLE_KEY not in checks.model_props(outside)
+
+
+def test_tagging_sets_the_flags_given_and_restores_all_of_them(monkeypatch):
+    monkeypatch.setenv("HIERTAG", "0")
+    monkeypatch.setenv("HIERTAG_TORCH_MODULES", "LayerNorm")
+    monkeypatch.delenv("HIERTAG_REPORT", raising=False)
+    with hiertag.tagging(torch_modules=["LayerNorm", "Embedding"], report=True):
+        assert (os.environ["HIERTAG"], os.environ["HIERTAG_TORCH_MODULES"], os.environ["HIERTAG_REPORT"]) == \
+            ("1", "LayerNorm,Embedding", "1")
+    assert os.environ["HIERTAG"] == "0" and os.environ["HIERTAG_TORCH_MODULES"] == "LayerNorm"
+    assert "HIERTAG_REPORT" not in os.environ
+
+
+def test_tagging_leaves_flags_not_given_as_the_environment_has_them(monkeypatch):
+    monkeypatch.setenv("HIERTAG_TORCH_MODULES", "1")
+    with hiertag.tagging():
+        assert os.environ["HIERTAG_TORCH_MODULES"] == "1"
+    with hiertag.tagging(torch_modules=False):
+        assert os.environ["HIERTAG_TORCH_MODULES"] == "0"
+    assert os.environ["HIERTAG_TORCH_MODULES"] == "1"
+
+
+def test_tagging_restores_the_environment_after_an_error(monkeypatch):
+    monkeypatch.delenv("HIERTAG", raising=False)
+    with pytest.raises(RuntimeError):
+        with hiertag.tagging(torch_modules=True):
+            raise RuntimeError("export failed")
+    assert "HIERTAG" not in os.environ
