@@ -6,6 +6,8 @@
 #include "hiertag/core/proto_tagging.h"
 
 #include <cstdint>
+#include <optional>
+#include <unordered_map>
 
 #include "hiertag/core/json.h"
 #include "hiertag/core/onnx_fields.h"
@@ -36,7 +38,16 @@ class PlanBuilder {
   };
 
   PlanBuilder(const std::vector<SerializedNodeTag>& nodes, TaggedModelPlan* plan, std::string* error)
-      : nodes_(nodes), plan_(plan), error_(error) {}
+      : nodes_(nodes), plan_(plan), error_(error), used_(nodes.size(), false) {
+    for (const SerializedNodeTag& entry : nodes) by_identity_ |= !entry.outputs.empty();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i].outputs.empty()) {
+        without_outputs_.push_back(i);
+      } else {
+        by_outputs_.emplace(OutputsKey(nodes[i].outputs), i);
+      }
+    }
+  }
 
   bool BuildModel(std::string_view model, const std::vector<ModelMetadataEntry>& entries) {
     Reader reader(model);
@@ -67,9 +78,12 @@ class PlanBuilder {
     }
     if (!entries_written) write_entries();
     if (!saw_graph) return Fail("the model has no graph");
-    if (next_node_ != nodes_.size()) {
-      return Fail("the model has " + std::to_string(next_node_) + " nodes, the graph had " +
-                  std::to_string(nodes_.size()));
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (!used_[i]) {
+        return Fail("the graph's " + nodes_[i].op_type + " node " + DescribeOutputs(nodes_[i].outputs) +
+                    " is not in the model (" + std::to_string(written_) + " nodes written, " +
+                    std::to_string(nodes_.size()) + " tagged)");
+      }
     }
     plan_->chunks_ = std::move(out.chunks);
     plan_->size_ = out.size;
@@ -139,23 +153,32 @@ class PlanBuilder {
   }
 
   bool BuildNode(std::string_view node, int depth, Rebuilt* out) {
-    if (next_node_ >= nodes_.size()) {
-      return Fail("the model has more nodes than the graph (" + std::to_string(nodes_.size()) + ")");
-    }
-    const SerializedNodeTag& expected = nodes_[next_node_++];
-    Reader reader(node);
+    ++written_;
+    // The node's identity first, so its entry is taken before its bodies' nodes take theirs.
+    Reader scan(node);
     Field field;
-    bool op_type_seen = false;
+    std::optional<std::string_view> op_type;
+    std::vector<std::string> outputs;
+    while (!scan.done()) {
+      if (!scan.Next(&field)) return Fail("a NodeProto is not well-formed");
+      if (field.number == kNodeOpType && field.wire_type == kLengthDelimited) op_type = field.payload;
+      if (field.number == kNodeOutput && field.wire_type == kLengthDelimited) outputs.emplace_back(field.payload);
+    }
+    if (!op_type) return Fail("a NodeProto has no op_type");
+    std::optional<size_t> match = Match(outputs);
+    if (!match) {
+      return Fail("the model's " + std::string(*op_type) + " node " + DescribeOutputs(outputs) +
+                  " has no tag: the graph has no node with those outputs");
+    }
+    const SerializedNodeTag& expected = nodes_[*match];
+    if (*op_type != expected.op_type) {
+      return Fail("node " + DescribeOutputs(outputs) + " is '" + std::string(*op_type) + "' in the model but '" +
+                  expected.op_type + "' in the graph");
+    }
+    Reader reader(node);
     while (!reader.done()) {
-      if (!reader.Next(&field)) return Fail("a NodeProto is not well-formed");
-      if (field.number == kNodeOpType && field.wire_type == kLengthDelimited) {
-        op_type_seen = true;
-        if (field.payload != expected.op_type) {
-          return Fail("node " + std::to_string(next_node_ - 1) + " is '" + std::string(field.payload) +
-                      "' in the model but '" + expected.op_type + "' in the graph");
-        }
-        Borrow(out, field.raw);
-      } else if (field.number == kNodeAttribute && field.wire_type == kLengthDelimited) {
+      reader.Next(&field);
+      if (field.number == kNodeAttribute && field.wire_type == kLengthDelimited) {
         Rebuilt attribute;
         if (!BuildAttribute(field.payload, depth, &attribute)) return false;
         Splice(out, kNodeAttribute, std::move(attribute));
@@ -163,7 +186,6 @@ class PlanBuilder {
         Borrow(out, field.raw);
       }
     }
-    if (!op_type_seen) return Fail("a NodeProto has no op_type");
     std::string entries;
     AppendLengthDelimited(&entries, kNodeMetadataProps, StringEntry(kHierarchyTagKey, expected.tag));
     if (!expected.shared_with.empty()) {
@@ -194,10 +216,45 @@ class PlanBuilder {
     return true;
   }
 
+  static std::string OutputsKey(const std::vector<std::string>& outputs) {
+    std::string key;
+    for (const std::string& output : outputs) key += output + '\0';
+    return key;
+  }
+
+  static std::string DescribeOutputs(const std::vector<std::string>& outputs) {
+    if (outputs.empty()) return "without outputs";
+    std::string text = "making '" + outputs.front() + "'";
+    if (outputs.size() > 1) text += " (and " + std::to_string(outputs.size() - 1) + " more)";
+    return text;
+  }
+
+  // The entry of the node with these outputs, each entry taken once; a node
+  // without outputs takes the next entry without outputs.
+  std::optional<size_t> Match(const std::vector<std::string>& outputs) {
+    size_t index = 0;
+    if (outputs.empty() || !by_identity_) {
+      if (next_without_outputs_ >= without_outputs_.size()) return std::nullopt;
+      index = without_outputs_[next_without_outputs_++];
+    } else {
+      auto found = by_outputs_.find(OutputsKey(outputs));
+      if (found == by_outputs_.end()) return std::nullopt;
+      index = found->second;
+    }
+    if (used_[index]) return std::nullopt;
+    used_[index] = true;
+    return index;
+  }
+
   const std::vector<SerializedNodeTag>& nodes_;
   TaggedModelPlan* plan_;
   std::string* error_;
-  size_t next_node_ = 0;
+  std::vector<bool> used_;
+  bool by_identity_ = false;  // some entry knows its outputs: match every node with outputs by them
+  std::unordered_map<std::string, size_t> by_outputs_;
+  std::vector<size_t> without_outputs_;  // entries without outputs, in pre-order
+  size_t next_without_outputs_ = 0;
+  size_t written_ = 0;
 };
 
 void TaggedModelPlan::ForEachChunk(const std::function<void(std::string_view)>& sink) const {

@@ -49,6 +49,7 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
   };
   for (const TaggedNode& tagged : tagging.nodes) {
     SerializedNodeTag entry;
+    for (const torch::jit::Value* output : tagged.node->outputs()) entry.outputs.push_back(output->debugName());
     entry.op_type = tagged.node->kind().toUnqualString();
     entry.tag = call_tags.Tag(tagged.tag);
     entry.shared_with = refs_of(tagged.shared_with);

@@ -454,5 +454,52 @@ TEST(ProtoTaggingTest, NodeWithoutOpTypeFails) {
   EXPECT_FALSE(error.empty());
 }
 
+// The Loop model's tags with each node's outputs (NodeProto writes "<name>_out"), in another order.
+std::vector<SerializedNodeTag> LoopModelTagsByIdentity() {
+  return {{"Identity", "/Net", {}, {}, {"/Identity_out"}},
+          {"Mul", "/Net/Layer.1", {}, {}, {"/layer.1/Mul_out"}},
+          {"Relu", "/Net/Layer.0", {}, {}, {"/layer.0/Relu_out"}},
+          {"Loop", "/Net/Layer.1", {}, {}, {"/layer.1/Loop_out"}},
+          {"Constant", "/Net", {}, {}, {"/Constant_out"}},
+          {"Add", "/Net/Layer.1/Attn", {}, {}, {"/layer.1/Add_out"}}};
+}
+
+TEST(ProtoTaggingTest, NodesTakeTheTagsOfTheirOutputsWhateverTheOrder) {
+  // Check that with outputs known, each node takes the entry making its outputs, not the one at its place.
+  std::string tagged, error;
+  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(), LoopModelTagsByIdentity(), kModelEntries, &tagged, &error))
+      << error;
+  std::vector<SeenNode> nodes = NodesOf(tagged);
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"/layer.0/Relu", "/Net/Layer.0"}, {"/Constant", "/Net"},
+      {"/layer.1/Loop", "/Net/Layer.1"}, {"/layer.1/Add", "/Net/Layer.1/Attn"},
+      {"/layer.1/Mul", "/Net/Layer.1"},  {"/Identity", "/Net"}};
+  ASSERT_EQ(nodes.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(nodes[i].name, expected[i].first) << i;
+    EXPECT_EQ(nodes[i].metadata, (Entries{{"hierarchy_tag", expected[i].second}})) << i;
+  }
+}
+
+TEST(ProtoTaggingTest, NodeWhoseOutputsNoEntryMakesFails) {
+  // Check that a node the graph does not know by its outputs stops the plan, naming it.
+  std::vector<SerializedNodeTag> tags = LoopModelTagsByIdentity();
+  tags[2].outputs = {"/layer.0/Relu_renamed"};
+  std::string tagged = "untouched", error;
+  EXPECT_FALSE(AddTagsToSerializedModel(LoopModel(), tags, kModelEntries, &tagged, &error));
+  EXPECT_EQ(tagged, "untouched");
+  EXPECT_EQ(error, "the model's Relu node making '/layer.0/Relu_out' has no tag: the graph has no node with those "
+                   "outputs");
+}
+
+TEST(ProtoTaggingTest, SameOutputsWithAnotherOpTypeFail) {
+  // Check that identity is outputs and op_type together: a Relu where the graph made a Sigmoid fails.
+  std::vector<SerializedNodeTag> tags = LoopModelTagsByIdentity();
+  tags[2].op_type = "Sigmoid";
+  std::string tagged = "untouched", error;
+  EXPECT_FALSE(AddTagsToSerializedModel(LoopModel(), tags, kModelEntries, &tagged, &error));
+  EXPECT_EQ(error, "node making '/layer.0/Relu_out' is 'Relu' in the model but 'Sigmoid' in the graph");
+}
+
 }  // namespace
 }  // namespace hiertag

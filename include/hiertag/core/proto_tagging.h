@@ -21,9 +21,11 @@
 // After:   node { ... op_type: "Relu"
 //                 metadata_props { key: "hierarchy_tag" value: "/Net/Layer.0" } }
 //
-// Fails (returns false with a one-line reason) when the bytes are not a
-// well-formed ModelProto or the nodes do not match `nodes` one to one by
-// op_type: a file is never written with tags on the wrong nodes. Not idempotent.
+// Each NodeProto takes the entry whose outputs are its outputs (its identity,
+// not its position), and must have that entry's op_type. Fails (returns false
+// with a one-line reason) when the bytes are not a well-formed ModelProto, a
+// node has no entry, or an entry no node: a file is never written with tags on
+// the wrong nodes. Not idempotent.
 #pragma once
 
 #include <deque>
@@ -40,6 +42,11 @@ struct SerializedNodeTag {
   std::string tag;                      // value of hierarchy_tag
   std::vector<std::string> shared_with;  // empty: no hiertag.shared_with entry
   std::vector<std::pair<std::string, std::string>> more;  // further entries, key and value, in order
+  // The node's identity: its output names as torch's naming pass set them,
+  // which NodeProto.output holds. A node without outputs is matched by its
+  // place in pre-order among such nodes (and every node so when no entry of
+  // the list has outputs: a caller that knows none).
+  std::vector<std::string> outputs = {};
 };
 
 struct ModelMetadataEntry {
