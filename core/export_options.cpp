@@ -69,6 +69,21 @@ std::optional<ExportOptions> ReadExportOptions(const EnvironmentLookup& lookup, 
   options.torch_modules = std::move(*segments);
   const char* report = lookup("HIERTAG_REPORT");
   options.report = report != nullptr && std::string(report) == "1";
+  const char* inject = lookup("HIERTAG_INJECT_FAILURE");
+  if (inject != nullptr && inject[0] != '\0') {
+    std::string step = inject;
+    std::string steps;
+    bool known = false;
+    for (std::string_view name : kInjectableSteps) {
+      known |= name == step;
+      steps += (steps.empty() ? "" : ", ") + std::string(name);
+    }
+    if (!known) {
+      *error = "hiertag: HIERTAG_INJECT_FAILURE='" + step + "' is not a step of the export: use one of " + steps;
+      return std::nullopt;
+    }
+    options.inject_failure_at = step;
+  }
   return options;
 }
 

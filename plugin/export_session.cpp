@@ -37,6 +37,12 @@ void ExportSession::Expect(std::initializer_list<ExportStage> allowed, const cha
                            "); this torch's exporter runs its stages in another order; nothing written");
 }
 
+void ExportSession::MaybeFailAt(std::string_view step) const {
+  if (options_.inject_failure_at == step) {
+    throw std::runtime_error("hiertag: injected failure at " + std::string(step) + " (HIERTAG_INJECT_FAILURE)");
+  }
+}
+
 void ExportSession::RunTorch(const std::function<void()>& run, std::chrono::steady_clock::duration* torch_time) {
   auto start = std::chrono::steady_clock::now();
   try {
@@ -68,6 +74,7 @@ void ExportSession::BeforeFunctionSubstitution(torch::jit::Graph& graph) {
 void ExportSession::AfterFunctionSubstitution(torch::jit::Graph& graph) {
   Expect({ExportStage::kTracing, ExportStage::kOptimizing}, "_jit_pass_onnx_function_substitution");
   stage_ = ExportStage::kOptimizing;
+  MaybeFailAt("function-substitution");
   OwnWork own(*this);
   MarkInlinedCalls(graph, borrowed_);
   std::vector<torch::jit::Node*> nodes;
@@ -88,6 +95,7 @@ void ExportSession::AfterFunctionSubstitution(torch::jit::Graph& graph) {
 void ExportSession::ObservePass(torch::jit::Graph& graph, const char* pass, const std::function<void()>& run) {
   Expect({ExportStage::kTracing, ExportStage::kOptimizing}, pass);
   stage_ = ExportStage::kOptimizing;
+  MaybeFailAt("graph-pass");
   std::chrono::steady_clock::duration torch_time{};
   auto start = std::chrono::steady_clock::now();
   RecordRewrites(graph, pass, borrowed_, rewrites_, [&] { RunTorch(run, &torch_time); });
@@ -97,6 +105,7 @@ void ExportSession::ObservePass(torch::jit::Graph& graph, const char* pass, cons
 void ExportSession::ObserveCse(torch::jit::Graph& graph, const std::function<void()>& run) {
   Expect({ExportStage::kTracing, ExportStage::kOptimizing}, "_jit_pass_cse");
   stage_ = ExportStage::kOptimizing;
+  MaybeFailAt("cse");
   std::chrono::steady_clock::duration torch_time{};
   auto start = std::chrono::steady_clock::now();
   RecordCseSharing(graph, borrowed_, [&] { RunTorch(run, &torch_time); });
@@ -105,11 +114,13 @@ void ExportSession::ObserveCse(torch::jit::Graph& graph, const std::function<voi
 
 void ExportSession::NoteInitializers(const torch::jit::Graph& graph, size_t initializer_count) {
   Expect({ExportStage::kOptimizing}, "_jit_pass_onnx_eliminate_unused_items");
+  MaybeFailAt("unused-items");
   user_input_count_ = static_cast<int>(graph.inputs().size()) - static_cast<int>(initializer_count);
 }
 
 void ExportSession::TagFinalGraph(torch::jit::Graph& graph, const std::function<void()>& name_nodes) {
   Expect({ExportStage::kOptimizing}, "_jit_pass_onnx_assign_scoped_names_for_node_and_value");
+  MaybeFailAt("tagging");
   CallTags call_tags(modules_);
   HierarchyTagging tagging;
   {
@@ -143,6 +154,7 @@ void ExportSession::TagFinalGraph(torch::jit::Graph& graph, const std::function<
 
 void ExportSession::PlanFile(std::string_view serialized) {
   Expect({ExportStage::kTagged, ExportStage::kPlanned}, "Graph._export_onnx");
+  MaybeFailAt("plan");
   OwnWork own(*this);
   std::string error;
   if (!PlanTaggedModel(serialized, node_tags_, model_entries_, &plan_, &error)) {
@@ -153,6 +165,7 @@ void ExportSession::PlanFile(std::string_view serialized) {
 
 void ExportSession::WriteFile(const std::function<void(std::string_view)>& sink) {
   Expect({ExportStage::kPlanned}, "_export_file");
+  MaybeFailAt("write");
   auto start = std::chrono::steady_clock::now();
   plan_.ForEachChunk(sink);
   write_time_ += std::chrono::steady_clock::now() - start;

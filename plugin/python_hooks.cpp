@@ -16,6 +16,8 @@
 //   onnx_proto_utils._export_file    writes the planned chunks to torch's file
 //   utils._reset_trace_module_map    ends the session (torch's finally), unwraps
 //                                    every forward, prints the report
+//   exporter._compat.export_compat   torch's default (dynamo) export: refused with
+//                                    HIERTAG=1 before anything is written
 //   the graph passes of the export   handed to the session's stages
 // If this torch lacks a function hiertag hooks, nothing is wrapped: loading
 // raises ImportError naming the torch version and the function, and HIERTAG=1
@@ -46,6 +48,7 @@ namespace {
 
 constexpr const char* kExporterUtils = "torch.onnx._internal.torchscript_exporter.utils";
 constexpr const char* kExporterProtoUtils = "torch.onnx._internal.torchscript_exporter.onnx_proto_utils";
+constexpr const char* kDynamoExporter = "torch.onnx._internal.exporter._compat";
 constexpr const char* kInstalledMarker = "_hiertag_plugin_installed";
 constexpr const char* kInstallFailureMarker = "_hiertag_plugin_install_failure";
 #ifndef HIERTAG_TORCH_VERSION
@@ -147,6 +150,7 @@ class ForwardWrapper {
     std::vector<at::Tensor> inputs;
     FlattenTensors(args, &inputs);
     FlattenTensors(kwargs, &inputs);
+    session->MaybeFailAt("trace");
     ModuleCalls::Entered entered = session->calls().Enter(module_, scope_name_, std::move(inputs));
     py::object result;
     try {
@@ -231,6 +235,7 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
     for (py::handle item : model.attr(members)()) member_names.insert(item.cast<py::tuple>()[0].cast<std::string>());
   }
   current.session = std::make_unique<ExportSession>(std::move(modules), std::move(member_names), std::move(options));
+  current.session->MaybeFailAt("module-map");
 }
 
 std::shared_ptr<torch::jit::Graph> GraphArgument(const py::args& args) {
@@ -243,6 +248,10 @@ std::string_view BytesView(const py::handle& bytes) {
   Py_ssize_t size = 0;
   if (PyBytes_AsStringAndSize(bytes.ptr(), &data, &size) != 0) throw py::error_already_set();
   return std::string_view(data, static_cast<size_t>(size));
+}
+
+std::string TorchVersion() {
+  return py::str(py::module_::import("torch").attr("__version__")).cast<std::string>();
 }
 
 // ---- The hooks: (the function each replaces, the call's arguments). ----
@@ -348,21 +357,48 @@ py::object ExportFile(const py::object& original, py::args args, py::kwargs kwar
     Session()->PlanFile(BytesView(model_bytes));
     Current()->planned_bytes = model_bytes;
   }
+  // A path is written beside the target and renamed into place once whole:
+  // a failure leaves no half-written file (a file object is written as given).
+  py::module_ os = py::module_::import("os");
+  py::object target = args[1];
+  bool is_path = py::isinstance<py::str>(target) || py::isinstance(target, os.attr("PathLike"));
+  py::object destination = is_path ? py::object(os.attr("fspath")(target).attr("__add__")(".hiertag-partial")) : target;
   py::object open_file_like = py::module_::import("torch.serialization").attr("_open_file_like");
-  py::object context = open_file_like(args[1], "wb");
-  py::object opened = context.attr("__enter__")();
   try {
-    py::object write = opened.attr("write");
-    Session()->WriteFile([&](std::string_view chunk) {
-      write(py::memoryview::from_memory(chunk.data(), static_cast<py::ssize_t>(chunk.size())));
-    });
-  } catch (py::error_already_set& error) {
-    context.attr("__exit__")(error.type(), error.value(), error.trace());
+    py::object context = open_file_like(destination, "wb");
+    py::object opened = context.attr("__enter__")();
+    try {
+      py::object write = opened.attr("write");
+      Session()->WriteFile([&](std::string_view chunk) {
+        write(py::memoryview::from_memory(chunk.data(), static_cast<py::ssize_t>(chunk.size())));
+      });
+    } catch (py::error_already_set& error) {
+      context.attr("__exit__")(error.type(), error.value(), error.trace());
+      throw;
+    } catch (const std::exception&) {
+      context.attr("__exit__")(py::none(), py::none(), py::none());
+      throw;
+    }
+    context.attr("__exit__")(py::none(), py::none(), py::none());
+    if (is_path) os.attr("replace")(destination, target);
+  } catch (...) {
+    if (is_path && py::bool_(os.attr("path").attr("exists")(destination))) os.attr("remove")(destination);
     throw;
   }
-  context.attr("__exit__")(py::none(), py::none(), py::none());
   Current()->planned_bytes = py::object();
   return py::none();
+}
+
+// torch's default (dynamo) exporter records no scopes hiertag could tag from:
+// with HIERTAG=1 the call stops before anything is written.
+py::object DynamoExport(const py::object& original, py::args args, py::kwargs kwargs) {
+  if (ReadOptionsOrThrow().tag) {
+    throw py::value_error(
+        "hiertag: HIERTAG=1 tags torch's TorchScript-based exporter, and this call runs the dynamo exporter "
+        "(torch " + TorchVersion() + "'s default); nothing written: pass dynamo=False to torch.onnx.export, "
+        "or turn a dynamo export's own metadata into tags with `hiertag import-dynamo`");
+  }
+  return original(*args, **kwargs);
 }
 
 py::object ResetTraceModuleMap(const py::object& original, py::args args, py::kwargs kwargs) {
@@ -395,6 +431,7 @@ std::vector<HookSite> HookSites() {
       {kExporterUtils, nullptr, "_setup_trace_module_map", SetupTraceModuleMap},
       {kExporterUtils, nullptr, "_reset_trace_module_map", ResetTraceModuleMap},
       {kExporterProtoUtils, nullptr, "_export_file", ExportFile},
+      {kDynamoExporter, nullptr, "export_compat", DynamoExport},
       {"torch._C", "ScriptFunction", "__call__", CallScriptFunction},
       {"torch._C", "Graph", "_export_onnx", ExportOnnx},
       {"torch._C", nullptr, "_jit_pass_onnx_function_substitution", SubstituteFunctions},
@@ -404,10 +441,6 @@ std::vector<HookSite> HookSites() {
   };
   AddPassSites(&sites, std::make_index_sequence<std::size(kObservedPasses)>());
   return sites;
-}
-
-std::string TorchVersion() {
-  return py::str(py::module_::import("torch").attr("__version__")).cast<std::string>();
 }
 
 void Install() {

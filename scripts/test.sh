@@ -13,5 +13,5 @@ env -i PATH=/usr/bin:/bin cmake -S . -B build/tool-only -DHIERTAG_BUILD_PLUGIN=O
   { cat build/tool-only.log; exit 1; }
 cmake --build build/tool-only -j2 >>build/tool-only.log 2>&1 || { tail -40 build/tool-only.log; exit 1; }
 (cd build/tool-only && ctest --output-on-failure >>../tool-only.log 2>&1) || { tail -60 build/tool-only.log; exit 1; }
-echo "tool-only build (no torch): $(grep -o '[0-9]* tests passed.*' build/tool-only.log | tail -1)"
+echo "tool-only build (no torch): $(grep -o '[0-9]*% tests passed.*' build/tool-only.log | tail -1)"
 .venv/bin/python -m pytest -q tests

@@ -6,6 +6,10 @@
 //                          segment; "1": every module does; a comma list of class
 //                          names ("LayerNorm,Embedding"): only those torch classes.
 //   HIERTAG_REPORT         "1": one stderr line per tagged export (export_report.h).
+//   HIERTAG_INJECT_FAILURE for tests: the name of a step of the export session
+//                          (kInjectableSteps) at which hiertag raises an error,
+//                          to show that a failure anywhere leaves torch's
+//                          exporter as it was.
 //
 // Read at every export, so the flags can change between exports in one process.
 // No torch, no Python: the environment comes in as a lookup function.
@@ -28,10 +32,15 @@ struct TorchModuleSegments {
   bool KeepsSegment(std::string_view qualified, std::string_view short_name) const;
 };
 
+// The steps of an export session a test can make fail (HIERTAG_INJECT_FAILURE).
+inline constexpr std::string_view kInjectableSteps[] = {
+    "module-map", "trace", "function-substitution", "graph-pass", "cse", "unused-items", "tagging", "plan", "write"};
+
 struct ExportOptions {
   bool tag = false;
   TorchModuleSegments torch_modules;
   bool report = false;
+  std::string inject_failure_at;  // one of kInjectableSteps, or empty
 };
 
 // Looks a variable up: its value, or nullptr when unset (std::getenv's contract).
@@ -39,7 +48,7 @@ using EnvironmentLookup = std::function<const char*(const char*)>;
 
 // The options of one export; std::nullopt with a one-line error (naming the
 // variable, its value and the accepted values) when a variable is malformed.
-// HIERTAG_TORCH_MODULES and HIERTAG_REPORT are read only when HIERTAG asks for tags.
+// The other variables are read only when HIERTAG asks for tags.
 std::optional<ExportOptions> ReadExportOptions(const EnvironmentLookup& lookup, std::string* error);
 
 // True for a class of torch.nn or torch.ao (torch.typename of the class).

@@ -86,6 +86,9 @@ class ExportSession {
   // The HIERTAG_REPORT line (with newline) once written; "" otherwise.
   std::string ReportLine() const;
 
+  // Raises the injected failure (HIERTAG_INJECT_FAILURE) when `step` is it.
+  void MaybeFailAt(std::string_view step) const;
+
   // Counts `time` as hiertag's own work (the session's set-up, timed by its maker).
   void AddOwnWork(std::chrono::steady_clock::duration time) { own_time_ += time; }
 
