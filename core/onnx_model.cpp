@@ -2,6 +2,9 @@
 #include "hiertag/core/onnx_model.h"
 
 #include <filesystem>
+#include <limits>
+#include <map>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
@@ -108,6 +111,8 @@ class Decoder {
     out->raw = bytes;
     out->elements = 1;
     uint64_t data_type = 0;
+    bool external = false;
+    ExternalData where;
     Reader reader(bytes);
     Field field;
     while (!reader.done()) {
@@ -115,33 +120,59 @@ class Decoder {
       if (field.number == kTensorName && field.wire_type == kLengthDelimited) out->name = field.payload;
       if (field.number == kTensorDataType && field.wire_type == kVarint) data_type = field.varint;
       if (field.number == kTensorDims && field.wire_type == kVarint) {
-        out->elements *= static_cast<int64_t>(field.varint);
+        out->elements = SaturatingProduct(out->elements, field.varint);
       }
       if (field.number == kTensorDims && field.wire_type == kLengthDelimited) {  // packed dims
-        out->elements *= PackedProduct(field.payload);
+        if (!MultiplyPacked(field.payload, &out->elements)) return Fail("an initializer's dims are not well-formed");
+      }
+      if (field.number == kTensorDataLocation && field.wire_type == kVarint) {
+        external = field.varint == kDataLocationExternal;
+      }
+      if (field.number == kTensorExternalData && field.wire_type == kLengthDelimited) {
+        std::map<std::string, std::string> entry;
+        if (!DecodeEntry(field.payload, &entry)) return false;
+        for (const auto& [key, value] : entry) {
+          if (key == "location") {
+            where.location = value;
+          } else if (key == "offset" || key == "length") {
+            std::optional<uint64_t> number = ParseDecimal(value);
+            if (!number) return Fail("initializer '" + out->name + "': external data " + key + " '" + value + "' is no number");
+            (key == "offset" ? where.offset : where.length.emplace()) = *number;
+          }
+        }
       }
     }
-    out->bytes = out->elements * ElementSize(data_type);
+    out->bytes = static_cast<int64_t>(SaturatingProduct(out->elements, static_cast<uint64_t>(ElementSize(data_type))));
+    if (external) out->external = std::move(where);
     return true;
   }
 
-  // The product of a packed repeated varint field.
-  static int64_t PackedProduct(std::string_view packed) {
-    int64_t product = 1;
+  static int64_t SaturatingProduct(int64_t product, uint64_t factor) {
+    constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    if (product < 0 || factor > kMax) return std::numeric_limits<int64_t>::max();
+    if (factor != 0 && static_cast<uint64_t>(product) > kMax / factor) return std::numeric_limits<int64_t>::max();
+    return static_cast<int64_t>(static_cast<uint64_t>(product) * factor);
+  }
+
+  static std::optional<uint64_t> ParseDecimal(std::string_view text) {
+    if (text.empty() || text.size() > 19) return std::nullopt;
     uint64_t value = 0;
-    int shift = 0;
-    for (char c : packed) {
-      uint8_t byte = static_cast<uint8_t>(c);
-      value |= static_cast<uint64_t>(byte & 0x7F) << shift;
-      if (byte & 0x80) {
-        shift += 7;
-      } else {
-        product *= static_cast<int64_t>(value);
-        value = 0;
-        shift = 0;
-      }
+    for (char c : text) {
+      if (c < '0' || c > '9') return std::nullopt;
+      value = value * 10 + static_cast<uint64_t>(c - '0');
     }
-    return product;
+    return value;
+  }
+
+  // Multiplies *product by every value of a packed repeated varint field.
+  static bool MultiplyPacked(std::string_view packed, int64_t* product) {
+    wire::Reader values(packed);
+    while (!values.done()) {
+      uint64_t value = 0;
+      if (!values.NextVarint(&value)) return false;
+      *product = SaturatingProduct(*product, value);
+    }
+    return true;
   }
 
   bool DecodeGraph(std::string_view bytes, int holder, int depth) {
@@ -256,7 +287,9 @@ std::optional<OnnxModel> OnnxModel::Load(const std::string& path, std::string* e
     *error = "the file is empty";
     return std::nullopt;
   }
-  return Parse(std::move(bytes), error);
+  std::optional<OnnxModel> model = Parse(std::move(bytes), error);
+  if (model) model->directory = std::filesystem::path(path).parent_path().string();
+  return model;
 }
 
 }  // namespace hiertag

@@ -14,7 +14,8 @@ constexpr const char* kToolUsage =
     "\n"
     "Commands over ONNX files tagged by hiertag (build/libhiertag.so, HIERTAG=1):\n"
     "  validate MODEL.onnx [--json]              check every node's tag against the grammar and the module table\n"
-    "  tree MODEL.onnx [--json] [--depth N]      print the module tree with node, op and parameter counts\n"
+    "  tree MODEL.onnx [--json | --csv] [--depth N]\n"
+    "                                            print the module tree with node, op and parameter counts\n"
     "  extract MODEL.onnx --module TAG [--call K] [-o OUT]\n"
     "                                            write one module (or one of its calls) as a standalone ONNX model\n"
     "\n"
@@ -34,18 +35,21 @@ constexpr const char* kValidateUsage =
     "Exit status: 0 valid, 1 problems found, 2 missing, truncated, non-ONNX or untagged file.\n";
 
 constexpr const char* kTreeUsage =
-    "usage: hiertag tree MODEL.onnx [--json] [--depth N]\n"
+    "usage: hiertag tree MODEL.onnx [--json | --csv] [--depth N]\n"
     "\n"
     "Prints the module tree (format 2: the call tree): per module its class, qualified path, node\n"
     "counts (own and with descendants), op-type histogram, parameters (initializers whose consumers\n"
     "all lie within the module: count and bytes), its calls when more than one, the initializers its\n"
     "computation was folded into, and the rewrites across its boundary; children in graph order.\n"
     "  --json      print the modules as JSON\n"
+    "  --csv       print one CSV row per module (pre-order), under the header\n"
+    "              tag,class,path,depth,nodes_own,nodes_total,params_own,params_total,bytes_own,bytes_total,calls,ran\n"
+    "              (fields with commas, quotes or line breaks quoted, quotes doubled)\n"
     "  --depth N   only modules at most N levels below the root\n"
     "Exit status: 0 success, 2 missing, truncated, non-ONNX or untagged file.\n";
 
 constexpr const char* kExtractUsage =
-    "usage: hiertag extract MODEL.onnx --module TAG [--call K] [-o OUT.onnx] [--json]\n"
+    "usage: hiertag extract MODEL.onnx --module TAG [--call K] [-o OUT.onnx] [--external-data MODE] [--json]\n"
     "\n"
     "Writes the nodes tagged TAG or a descendant of TAG (and nodes CSE kept for them,\n"
     "hiertag.shared_with) as a standalone model: its inputs are the values they read from\n"
@@ -54,6 +58,11 @@ constexpr const char* kExtractUsage =
     "are copied; node order, opsets and IR version are the source's.\n"
     "  --module TAG   the module's tag (hiertag tree lists them)\n"
     "  --call K       only the nodes of TAG's call K (0-based; hiertag tree shows the calls)\n"
+    "  --external-data MODE\n"
+    "                 initializers the source keeps in external data files: auto (default: inline\n"
+    "                 when the output stays under 2 GiB, else copy), inline, copy (into OUT.data beside\n"
+    "                 the output), reference (the source's files, which must lie inside OUT's folder);\n"
+    "                 a location leading outside the source's folder is refused\n"
     "  -o OUT.onnx    where to write (default: MODEL.<tag>.onnx, MODEL.<tag>.callK.onnx)\n"
     "  --json         print the result as JSON\n"
     "Exit status: 0 written, 2 bad input, unknown module (the closest are listed), a call out of\n"
@@ -87,18 +96,36 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   std::string module;
   std::string out_path;
   std::optional<int64_t> call;
+  ExternalDataMode external_data = ExternalDataMode::kAuto;
   bool json = false;
+  bool csv = false;
   int depth = -1;
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--json") {
       json = true;
+    } else if (arg == "--csv" && command == "tree") {
+      csv = true;
     } else if (arg == "--depth" && command == "tree") {
       if (i + 1 >= args.size()) return UsageError("--depth needs a number", err);
       const std::string& value = args[++i];
       auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), depth);
       if (error != std::errc() || end != value.data() + value.size() || depth < 0) {
         return UsageError("--depth takes a whole number >= 0, not '" + value + "'", err);
+      }
+    } else if (arg == "--external-data" && command == "extract") {
+      if (i + 1 >= args.size()) return UsageError("--external-data needs a mode", err);
+      const std::string& value = args[++i];
+      if (value == "auto") {
+        external_data = ExternalDataMode::kAuto;
+      } else if (value == "inline") {
+        external_data = ExternalDataMode::kInline;
+      } else if (value == "copy") {
+        external_data = ExternalDataMode::kCopy;
+      } else if (value == "reference") {
+        external_data = ExternalDataMode::kReference;
+      } else {
+        return UsageError("--external-data takes auto, inline, copy or reference, not '" + value + "'", err);
       }
     } else if (arg == "--call" && command == "extract") {
       if (i + 1 >= args.size()) return UsageError("--call needs a number", err);
@@ -122,9 +149,12 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   if (model.empty()) return UsageError(command + " needs MODEL.onnx", err);
   if (command == "validate") return RunValidate(model, json, out, err);
-  if (command == "tree") return RunTree(model, json, depth, out, err);
+  if (command == "tree") {
+    if (json && csv) return UsageError("tree takes --json or --csv, not both", err);
+    return RunTree(model, csv ? TreeFormat::kCsv : json ? TreeFormat::kJson : TreeFormat::kText, depth, out, err);
+  }
   if (module.empty()) return UsageError("extract needs --module TAG", err);
-  return RunExtract(model, module, call, out_path, json, out, err);
+  return RunExtract(model, module, call, out_path, external_data, json, out, err);
 }
 
 }  // namespace hiertag

@@ -31,6 +31,7 @@
 #include <ostream>
 #include <set>
 
+#include "hiertag/core/external_data.h"
 #include "hiertag/core/onnx_fields.h"
 #include "hiertag/core/proto_wire.h"
 #include "hiertag/core/tag_format.h"
@@ -77,8 +78,11 @@ std::string QuotedList(const std::vector<std::string>& names) {
 
 class Extractor {
  public:
-  Extractor(const TaggedFile& file, std::string tag, std::optional<int64_t> call)
+  Extractor(const TaggedFile& file, std::string tag, std::optional<int64_t> call, std::string target,
+            ExternalDataMode mode)
       : file_(file),
+        output_path_(std::move(target)),
+        mode_(mode),
         tag_(std::move(tag)),
         call_(call),
         target_{tag_, call_},
@@ -146,6 +150,10 @@ class Extractor {
   const std::vector<std::string>& inputs() const { return inputs_; }
   const std::vector<std::string>& outputs() const { return outputs_; }
   size_t initializer_count() const { return needed_initializers_.size(); }
+  // The ranges of the source's external data files to copy, in order, into the
+  // data file beside the output (--external-data copy); empty when none.
+  const std::vector<DataCopy>& data_copies() const { return data_copies_; }
+  std::string data_file_name() const { return std::filesystem::path(output_path_).filename().string() + ".data"; }
 
  private:
   // A module whose own nodes all compute from weights (a position table the
@@ -376,8 +384,16 @@ class Extractor {
     std::string graph;
     for (int index : selected_) wire::AppendLengthDelimited(&graph, kGraphNode, file_.model.nodes[index].raw);
     wire::AppendLengthDelimited(&graph, kGraphName, "hiertag_extract");
+    ExternalDataMode mode = mode_;
+    if (mode == ExternalDataMode::kAuto) {
+      std::optional<uint64_t> external_bytes = ExternalBytes(error);
+      if (!external_bytes) return false;
+      mode = *external_bytes + graph.size() < kInlineLimit ? ExternalDataMode::kInline : ExternalDataMode::kCopy;
+    }
     for (const std::string& name : needed_initializers_) {
-      wire::AppendLengthDelimited(&graph, kGraphInitializer, initializers_.at(name)->raw);
+      std::optional<std::string> tensor = TensorForOutput(*initializers_.at(name), mode, error);
+      if (!tensor) return false;
+      wire::AppendLengthDelimited(&graph, kGraphInitializer, *tensor);
     }
     for (const auto& [field, names] : {std::pair{kGraphInput, &inputs_}, std::pair{kGraphOutput, &outputs_}}) {
       for (const std::string& name : *names) {
@@ -392,6 +408,59 @@ class Extractor {
     }
     AssembleModel(graph, bytes);
     return true;
+  }
+
+  // The bytes of the initializers the output keeps outside, as they are in the source.
+  std::optional<uint64_t> ExternalBytes(std::string* error) const {
+    uint64_t total = 0;
+    for (const std::string& name : needed_initializers_) {
+      const OnnxInitializer& initializer = *initializers_.at(name);
+      if (!initializer.external) continue;
+      std::optional<uint64_t> size = ExternalDataSize(file_.model.directory, *initializer.external, error);
+      if (!size) {
+        *error = "initializer '" + name + "': " + *error;
+        return std::nullopt;
+      }
+      total += *size;
+    }
+    return total;
+  }
+
+  // An initializer as the output holds it: as in the source when its data is
+  // inline; else its data inline, copied into the output's data file, or
+  // referenced where it lies (from the output's folder).
+  std::optional<std::string> TensorForOutput(const OnnxInitializer& initializer, ExternalDataMode mode,
+                                             std::string* error) {
+    if (!initializer.external) return std::string(initializer.raw);
+    const ExternalData& where = *initializer.external;
+    auto fail = [&](const std::string& reason) -> std::optional<std::string> {
+      *error = "initializer '" + initializer.name + "': " + reason;
+      return std::nullopt;
+    };
+    std::string reason;
+    if (mode == ExternalDataMode::kInline) {
+      std::optional<std::string> data = ReadExternalData(file_.model.directory, where, initializer.bytes, &reason);
+      if (!data) return fail(reason);
+      return TensorWithInlineData(initializer.raw, *data);
+    }
+    std::optional<uint64_t> length = ExternalDataSize(file_.model.directory, where, &reason);
+    if (!length) return fail(reason);
+    namespace fs = std::filesystem;
+    fs::path source_folder = file_.model.directory.empty() ? fs::path(".") : fs::path(file_.model.directory);
+    if (mode == ExternalDataMode::kCopy) {
+      data_copies_.push_back({source_folder / where.location, where.offset, *length});
+      ExternalData copied{data_file_name(), data_file_size_, *length};
+      data_file_size_ += *length;
+      return TensorWithExternalData(initializer.raw, copied);
+    }
+    std::error_code status;
+    fs::path target_folder = fs::weakly_canonical(fs::absolute(output_path_).parent_path(), status);
+    fs::path relative = fs::weakly_canonical(source_folder / where.location, status).lexically_relative(target_folder);
+    if (status || relative.empty() || UnsafeLocationReason(relative.string())) {
+      return fail("its data file '" + where.location + "' is not inside the output's folder; write it with "
+                  "--external-data copy or inline");
+    }
+    return TensorWithExternalData(initializer.raw, {relative.string(), where.offset, where.length});
   }
 
   // The source's ModelProto fields with the new graph, a module table restricted
@@ -467,7 +536,14 @@ class Extractor {
     return within;
   }
 
+  // A protobuf message cannot pass 2 GiB; a margin is left for the graph's own bytes.
+  static constexpr uint64_t kInlineLimit = (uint64_t{2} << 30) - (uint64_t{64} << 20);
+
   const TaggedFile& file_;
+  std::string output_path_;
+  ExternalDataMode mode_;
+  std::vector<DataCopy> data_copies_;
+  uint64_t data_file_size_ = 0;
   std::string tag_;
   std::optional<int64_t> call_;
   ModuleCall target_;
@@ -518,8 +594,36 @@ bool WriteFileAtomically(const std::string& path, const std::string& bytes, std:
 
 }  // namespace
 
+// Streams the copies into `path`; false with a reason.
+bool WriteDataFile(const std::string& path, const std::vector<DataCopy>& copies, std::string* error) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  std::vector<char> buffer(1 << 20);
+  for (const DataCopy& copy : copies) {
+    std::ifstream source(copy.source, std::ios::binary);
+    source.seekg(static_cast<std::streamoff>(copy.offset));
+    for (uint64_t left = copy.length; left > 0 && source && file;) {
+      std::streamsize chunk = static_cast<std::streamsize>(std::min<uint64_t>(left, buffer.size()));
+      source.read(buffer.data(), chunk);
+      file.write(buffer.data(), source.gcount());
+      left -= static_cast<uint64_t>(source.gcount());
+      if (source.gcount() == 0) break;
+    }
+    if (!source || !file) {
+      *error = "cannot copy external data from " + copy.source.string() + " to " + path;
+      return false;
+    }
+  }
+  return true;
+}
+
 int RunExtract(const std::string& path, const std::string& tag, std::optional<int64_t> call,
                const std::string& out_path, bool json, std::ostream& out, std::ostream& err) {
+  return RunExtract(path, tag, call, out_path, ExternalDataMode::kAuto, json, out, err);
+}
+
+int RunExtract(const std::string& path, const std::string& tag, std::optional<int64_t> call,
+               const std::string& out_path, ExternalDataMode external_data, bool json, std::ostream& out,
+               std::ostream& err) {
   std::string error;
   std::optional<TaggedFile> file = LoadTaggedFile(path, &error);
   if (!file) {
@@ -530,14 +634,27 @@ int RunExtract(const std::string& path, const std::string& tag, std::optional<in
     err << path << ": unknown module '" << tag << "'; closest: " << ClosestTags(*file, tag) << "\n";
     return 2;
   }
-  Extractor extractor(*file, tag, call);
+  std::string target = out_path.empty() ? DefaultOutputPath(path, tag, call) : out_path;
+  Extractor extractor(*file, tag, call, target, external_data);
   std::string bytes;
   if (!extractor.Run(&bytes, &error)) {
     err << path << ": " << error << "\n";
     return 2;
   }
-  std::string target = out_path.empty() ? DefaultOutputPath(path, tag, call) : out_path;
+  // The data file first, then the model that names it: a model is never
+  // written that references a file not there.
+  std::string data_path;
+  if (!extractor.data_copies().empty()) {
+    data_path = (std::filesystem::path(target).parent_path() / extractor.data_file_name()).string();
+    std::string partial = data_path + ".hiertag-partial";
+    if (!WriteDataFile(partial, extractor.data_copies(), &error) || std::rename(partial.c_str(), data_path.c_str()) != 0) {
+      std::remove(partial.c_str());
+      err << path << ": " << (error.empty() ? "cannot write " + data_path : error) << "\n";
+      return 2;
+    }
+  }
   if (!WriteFileAtomically(target, bytes, &error)) {
+    if (!data_path.empty()) std::remove(data_path.c_str());
     err << path << ": " << error << "\n";
     return 2;
   }
@@ -549,12 +666,13 @@ int RunExtract(const std::string& path, const std::string& tag, std::optional<in
     result["inputs"] = extractor.inputs();
     result["outputs"] = extractor.outputs();
     result["initializers"] = extractor.initializer_count();
+    if (!data_path.empty()) result["data_file"] = data_path;
     out << WriteJson(result) << "\n";
   } else {
     out << target << ": " << tag << (call ? " call " + std::to_string(*call) : std::string()) << ": "
         << extractor.node_count() << " nodes, " << extractor.inputs().size()
         << " inputs, " << extractor.outputs().size() << " outputs, " << extractor.initializer_count()
-        << " initializers\n";
+        << " initializers" << (data_path.empty() ? "" : " (data in " + data_path + ")") << "\n";
   }
   return 0;
 }

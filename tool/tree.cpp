@@ -1,5 +1,6 @@
 // hiertag tree: the module tree (format 2: the call tree) with node, op-type and
-// parameter counts, calls, folded initializers and rewrites across boundaries.
+// parameter counts, calls, folded initializers and rewrites across boundaries,
+// as text, JSON or CSV.
 #include <algorithm>
 #include <iomanip>
 #include <map>
@@ -120,6 +121,21 @@ std::string Thousands(int64_t value) {
   return digits;
 }
 
+// One CSV field (RFC 4180): quoted when it holds a comma, a quote or a line
+// break, quotes inside doubled. Class names and qualifiers in tags may hold any of them.
+std::string CsvField(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"') quoted += '"';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+constexpr const char* kCsvHeader =
+    "tag,class,path,depth,nodes_own,nodes_total,params_own,params_total,bytes_own,bytes_total,calls,ran\n";
+
 std::string HumanBytes(int64_t bytes) {
   std::ostringstream text;
   text << std::fixed << std::setprecision(1);
@@ -169,6 +185,17 @@ class TreePrinter {
            << rewrite->pass << "\n";
     }
     for (const std::string& child : Children(stats)) PrintText(child);
+  }
+
+  // Writes one CSV row for the module and its descendants (pre-order).
+  void PrintCsv(const std::string& tag) {
+    const ModuleStats& stats = modules_.at(tag);
+    if (depth_ >= 0 && stats.depth > depth_) return;
+    out_ << CsvField(tag) << ',' << CsvField(stats.entry->class_name) << ',' << CsvField(stats.entry->path) << ','
+         << stats.depth << ',' << stats.own_nodes << ',' << stats.total_nodes << ',' << stats.own_params << ','
+         << stats.total_params << ',' << stats.own_bytes << ',' << stats.total_bytes << ','
+         << stats.entry->call_count() << ',' << (stats.entry->ran ? "true" : "false") << "\n";
+    for (const std::string& child : Children(stats)) PrintCsv(child);
   }
 
   // Appends the module and its descendants (pre-order) to `modules`.
@@ -239,7 +266,7 @@ class TreePrinter {
 
 }  // namespace
 
-int RunTree(const std::string& path, bool json, int depth, std::ostream& out, std::ostream& err) {
+int RunTree(const std::string& path, TreeFormat format, int depth, std::ostream& out, std::ostream& err) {
   std::string error;
   std::optional<TaggedFile> file = LoadTaggedFile(path, &error);
   if (!file) {
@@ -256,12 +283,20 @@ int RunTree(const std::string& path, bool json, int depth, std::ostream& out, st
     return 2;
   }
   TreePrinter printer(modules, depth, out);
-  if (json) {
-    Json listed = Json::array();
-    printer.AddJson(roots[0], &listed);
-    out << WriteJson({{"file", path}, {"modules", std::move(listed)}}) << "\n";
-  } else {
-    printer.PrintText(roots[0]);
+  switch (format) {
+    case TreeFormat::kJson: {
+      Json listed = Json::array();
+      printer.AddJson(roots[0], &listed);
+      out << WriteJson({{"file", path}, {"modules", std::move(listed)}}) << "\n";
+      break;
+    }
+    case TreeFormat::kCsv:
+      out << kCsvHeader;
+      printer.PrintCsv(roots[0]);
+      break;
+    case TreeFormat::kText:
+      printer.PrintText(roots[0]);
+      break;
   }
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <ostream>
 #include <set>
 
+#include "hiertag/core/external_data.h"
 #include "hiertag/core/tag_format.h"
 #include "hiertag/tool/tool_commands.h"
 #include "hiertag/tool/tagged_file.h"
@@ -59,6 +60,7 @@ class Validator {
   std::vector<Problem> Run() {
     CheckTable();
     CheckRewrites();
+    CheckExternalData();
     for (const OnnxNode& node : file_.model.nodes) CheckNode(node);
     return std::move(problems_);
   }
@@ -69,6 +71,25 @@ class Validator {
   }
   void AddRewriteProblem(size_t record, const std::string& text) {
     problems_.push_back({nullptr, std::string(kRewritesKey), "record " + std::to_string(record) + " " + text});
+  }
+
+  // Initializers kept in external data files: the location stays inside the
+  // model's folder and the file holds the bytes the tensor needs.
+  void CheckExternalData() {
+    for (const OnnxGraph& graph : file_.model.graphs) {
+      for (const OnnxInitializer& initializer : graph.initializers) {
+        if (!initializer.external) continue;
+        std::string reason;
+        std::optional<uint64_t> size = ExternalDataSize(file_.model.directory, *initializer.external, &reason);
+        if (size && initializer.bytes > 0 && *size != static_cast<uint64_t>(initializer.bytes)) {
+          reason = "external data of '" + initializer.external->location + "' is " + std::to_string(*size) +
+                   " bytes, the tensor needs " + std::to_string(initializer.bytes);
+        } else if (size) {
+          continue;
+        }
+        problems_.push_back({nullptr, "initializer '" + initializer.name + "'", reason});
+      }
+    }
   }
 
   void CheckTable() {

@@ -1,6 +1,7 @@
 // Tests of the tool's command line (RunTool): usage, options, dispatch, usage errors.
 #include <gtest/gtest.h>
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -55,8 +56,8 @@ TEST_F(CliTest, ValidateHelpPrintsUsage) {
 
 // Check that tree --help prints tree's usage, even with a model and options around it.
 TEST_F(CliTest, TreeHelpPrintsUsage) {
-  ExpectUsage({"tree", "--help"}, "usage: hiertag tree MODEL.onnx [--json] [--depth N]");
-  ExpectUsage({"tree", "missing.onnx", "--depth", "1", "-h"}, "usage: hiertag tree MODEL.onnx [--json] [--depth N]");
+  ExpectUsage({"tree", "--help"}, "usage: hiertag tree MODEL.onnx [--json | --csv] [--depth N]");
+  ExpectUsage({"tree", "missing.onnx", "--depth", "1", "-h"}, "usage: hiertag tree MODEL.onnx [--json | --csv] [--depth N]");
 }
 
 // Check that a known command with a model runs it.
@@ -156,6 +157,32 @@ TEST_F(CliTest, InvalidModelExitsOne) {
   RunResult result = Tool({"validate", path});
   EXPECT_EQ(result.code, 1);
   EXPECT_NE(result.out.find(path + ": node 'n1' (Relu): has no hierarchy_tag\n"), std::string::npos) << result.out;
+}
+
+// Check that tree --csv (with --depth) reaches the command and prints what RunTree prints as CSV.
+TEST_F(CliTest, CsvReachesTree) {
+  std::string path = WriteModel(LayeredModel());
+  RunResult result = Tool({"tree", path, "--csv", "--depth", "1"});
+  EXPECT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.err, "");
+  std::ostringstream out, err;
+  EXPECT_EQ(RunTree(path, TreeFormat::kCsv, 1, out, err), 0);
+  EXPECT_EQ(result.out, out.str());
+  EXPECT_EQ(Lines(result.out).size(), 4u) << result.out;  // the header, the root and its two children
+}
+
+// Check that --csv together with --json is a usage error, in either order.
+TEST_F(CliTest, CsvWithJsonIsUsageError) {
+  std::string path = WriteModel(LayeredModel());
+  ExpectUsageError({"tree", path, "--csv", "--json"}, "--json or --csv, not both");
+  ExpectUsageError({"tree", "--json", path, "--csv"}, "--json or --csv, not both");
+}
+
+// Check that --csv, an option of tree only, is a usage error for validate and extract.
+TEST_F(CliTest, CsvIsUnknownToValidateAndExtract) {
+  std::string path = WriteModel(LayeredModel());
+  ExpectUsageError({"validate", path, "--csv"}, "unknown option '--csv'");
+  ExpectUsageError({"extract", path, "--module", "/Net", "--csv"}, "unknown option '--csv'");
 }
 
 }  // namespace

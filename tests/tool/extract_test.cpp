@@ -11,6 +11,7 @@
 #include <optional>
 #include <ostream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -743,7 +744,8 @@ TEST_F(ExtractTest, CommandLineHelpPrintsUsage) {
   EXPECT_EQ(result.err, "");
   std::vector<std::string> lines = Lines(result.out);
   ASSERT_GT(lines.size(), 1u) << result.out;
-  EXPECT_EQ(lines[0], "usage: hiertag extract MODEL.onnx --module TAG [--call K] [-o OUT.onnx] [--json]");
+  EXPECT_EQ(lines[0],
+            "usage: hiertag extract MODEL.onnx --module TAG [--call K] [-o OUT.onnx] [--external-data MODE] [--json]");
 }
 
 constexpr const char* kEvalPeephole = "_jit_pass_onnx_eval_peephole";
@@ -1147,6 +1149,166 @@ TEST_F(ExtractTest, CommandLinePassesCall) {
   }
   RunResult missing = Tool({"extract", path, "--module", "/Net/Block", "--call"});
   EXPECT_EQ(missing.err, "hiertag: --call needs a number (see 'hiertag --help')\n");
+}
+
+// The chain model with Layer.1's weight w1 (FLOAT [2,3]: 24 bytes) kept in
+// "weights.bin" at offset 8 beside the model: 8 bytes of another tensor first.
+ModelSpec ExternalWeightModel(const std::string& location = "weights.bin") {
+  ModelSpec model = ChainModel();
+  model.graph.initializers[1].external = ExternalData{location, 8, 24};
+  return model;
+}
+
+class ExtractExternalDataTest : public ExtractTest {
+ protected:
+  // The data file beside the model: 8 bytes of filler, then w1's 24 bytes 1..24.
+  void WriteWeights(const std::string& name = "weights.bin") {
+    std::string data(8, '\xee');
+    for (int i = 1; i <= 24; ++i) data.push_back(static_cast<char>(i));
+    std::ofstream((dir_ / name).string(), std::ios::binary) << data;
+  }
+  std::string Weights() const {
+    std::string data;
+    for (int i = 1; i <= 24; ++i) data.push_back(static_cast<char>(i));
+    return data;
+  }
+  RunResult ExtractWith(const std::string& path, ExternalDataMode mode, const std::string& out) {
+    RunResult result;
+    std::ostringstream out_stream, err_stream;
+    result.code = RunExtract(path, kLayer1, std::nullopt, out, mode, false, out_stream, err_stream);
+    result.out = out_stream.str();
+    result.err = err_stream.str();
+    return result;
+  }
+  // The written tensor w1 as onnx reads it.
+  onnx::TensorProto WrittenWeight(const std::string& out) {
+    onnx::ModelProto model;
+    std::ifstream in(out, std::ios::binary);
+    EXPECT_TRUE(model.ParseFromIstream(&in));
+    for (const onnx::TensorProto& tensor : model.graph().initializer()) {
+      if (tensor.name() == "w1") return tensor;
+    }
+    ADD_FAILURE() << "no w1 in " << out;
+    return {};
+  }
+};
+
+// Check that --external-data inline puts the tensor's bytes into the output itself.
+TEST_F(ExtractExternalDataTest, InlineHoldsTheBytes) {
+  WriteWeights();
+  std::string path = WriteModel(ExternalWeightModel());
+  RunResult result = ExtractWith(path, ExternalDataMode::kInline, OutPath());
+  ASSERT_EQ(result.code, 0) << result.err;
+  onnx::TensorProto weight = WrittenWeight(OutPath());
+  EXPECT_EQ(weight.data_location(), onnx::TensorProto::DEFAULT);
+  EXPECT_EQ(weight.raw_data(), Weights());
+  EXPECT_EQ(weight.external_data_size(), 0);
+}
+
+// Check that --external-data copy writes OUT.data holding just the bytes the module needs.
+TEST_F(ExtractExternalDataTest, CopyWritesADataFileBesideTheOutput) {
+  WriteWeights();
+  std::string path = WriteModel(ExternalWeightModel());
+  RunResult result = ExtractWith(path, ExternalDataMode::kCopy, OutPath());
+  ASSERT_EQ(result.code, 0) << result.err;
+  std::ifstream data(OutPath() + ".data", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(data), {}), Weights());
+  onnx::TensorProto weight = WrittenWeight(OutPath());
+  EXPECT_EQ(weight.data_location(), onnx::TensorProto::EXTERNAL);
+  ASSERT_EQ(weight.external_data_size(), 3);
+  EXPECT_EQ(weight.external_data(0).value(), "out.onnx.data");
+  EXPECT_EQ(weight.external_data(1).value(), "0");
+  EXPECT_EQ(weight.external_data(2).value(), "24");
+}
+
+// Check that --external-data reference points at the source's file from the output's folder.
+TEST_F(ExtractExternalDataTest, ReferenceKeepsTheSourcesFile) {
+  WriteWeights();
+  std::string path = WriteModel(ExternalWeightModel());
+  RunResult result = ExtractWith(path, ExternalDataMode::kReference, OutPath());
+  ASSERT_EQ(result.code, 0) << result.err;
+  onnx::TensorProto weight = WrittenWeight(OutPath());
+  EXPECT_EQ(weight.external_data(0).value(), "weights.bin");
+  EXPECT_EQ(weight.external_data(1).value(), "8");
+  EXPECT_FALSE(std::filesystem::exists(OutPath() + ".data"));
+}
+
+// Check that reference is refused when the source's file is not inside the output's folder.
+TEST_F(ExtractExternalDataTest, ReferenceOutsideTheOutputsFolderIsRefused) {
+  WriteWeights();
+  std::string path = WriteModel(ExternalWeightModel());
+  std::filesystem::create_directories(dir_ / "elsewhere");
+  std::string out = (dir_ / "elsewhere" / "out.onnx").string();
+  RunResult result = ExtractWith(path, ExternalDataMode::kReference, out);
+  EXPECT_EQ(result.code, 2);
+  EXPECT_EQ(result.err, path + ": initializer 'w1': its data file 'weights.bin' is not inside the output's folder; "
+                               "write it with --external-data copy or inline\n");
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+// Check that a location leading outside the model's folder is refused, nothing opened or written.
+TEST_F(ExtractExternalDataTest, TraversingLocationIsRefused) {
+  std::string path = WriteModel(ExternalWeightModel("../../etc/passwd"));
+  for (ExternalDataMode mode : {ExternalDataMode::kAuto, ExternalDataMode::kInline, ExternalDataMode::kCopy,
+                                ExternalDataMode::kReference}) {
+    RunResult result = ExtractWith(path, mode, OutPath());
+    EXPECT_EQ(result.code, 2);
+    EXPECT_EQ(result.err, path + ": initializer 'w1': external data location '../../etc/passwd' leads outside the "
+                                 "model's folder\n");
+    EXPECT_FALSE(std::filesystem::exists(OutPath()));
+    EXPECT_FALSE(std::filesystem::exists(OutPath() + ".data"));
+  }
+}
+
+// Check that an absolute location is refused too.
+TEST_F(ExtractExternalDataTest, AbsoluteLocationIsRefused) {
+  std::string path = WriteModel(ExternalWeightModel("/etc/passwd"));
+  RunResult result = ExtractWith(path, ExternalDataMode::kInline, OutPath());
+  EXPECT_EQ(result.code, 2);
+  EXPECT_NE(result.err.find("external data location '/etc/passwd' is an absolute path"), std::string::npos)
+      << result.err;
+}
+
+// Check that a missing data file is refused, and a file too short for the tensor too.
+TEST_F(ExtractExternalDataTest, MissingOrShortDataFileIsRefused) {
+  std::string path = WriteModel(ExternalWeightModel());
+  RunResult missing = ExtractWith(path, ExternalDataMode::kCopy, OutPath());
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("external data file 'weights.bin' does not exist next to the model"), std::string::npos);
+  std::ofstream((dir_ / "weights.bin").string(), std::ios::binary) << std::string(20, 'x');
+  RunResult short_file = ExtractWith(path, ExternalDataMode::kInline, OutPath());
+  EXPECT_EQ(short_file.code, 2);
+  EXPECT_NE(short_file.err.find("holds 20 bytes, the tensor needs 8 + 24"), std::string::npos) << short_file.err;
+  EXPECT_FALSE(std::filesystem::exists(OutPath()));
+}
+
+// Check that validate reports a traversing location and a missing file, and accepts a good one.
+TEST_F(ExtractExternalDataTest, ValidateChecksExternalData) {
+  WriteWeights();
+  EXPECT_EQ(Validate(WriteModel(ExternalWeightModel())).code, 0);
+  RunResult hostile = Validate(WriteModel(ExternalWeightModel("../../etc/passwd"), "hostile.onnx"));
+  EXPECT_EQ(hostile.code, 1);
+  EXPECT_NE(hostile.out.find("initializer 'w1': external data location '../../etc/passwd' leads outside the model's "
+                             "folder"),
+            std::string::npos)
+      << hostile.out;
+  RunResult missing = Validate(WriteModel(ExternalWeightModel("gone.bin"), "missing.onnx"));
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.out.find("external data file 'gone.bin' does not exist next to the model"), std::string::npos);
+}
+
+// Check that a location whose file is a symbolic link leading out of the model's folder is refused.
+TEST_F(ExtractExternalDataTest, SymbolicLinkLeadingOutIsRefused) {
+  std::filesystem::create_directories(dir_ / "outside");
+  std::ofstream((dir_ / "outside" / "secret.bin").string(), std::ios::binary) << std::string(32, 's');
+  std::filesystem::create_directories(dir_ / "model");
+  std::filesystem::create_symlink(dir_ / "outside" / "secret.bin", dir_ / "model" / "weights.bin");
+  std::string path = WriteModel(ExternalWeightModel(), "model/model.onnx");
+  RunResult result = ExtractWith(path, ExternalDataMode::kInline, OutPath());
+  EXPECT_EQ(result.code, 2);
+  EXPECT_NE(result.err.find("external data location 'weights.bin' leads outside the model's folder"),
+            std::string::npos)
+      << result.err;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "hiertag/core/external_data.h"
 #include "hiertag/core/json.h"
 #include "hiertag/core/onnx_fields.h"
 #include "hiertag/core/proto_wire.h"
@@ -20,13 +21,12 @@ namespace hiertag::tooltest {
 
 using namespace onnx_field;  // NOLINT: the shared onnx.proto field numbers
 
-// The onnx.proto field numbers the builder writes beyond include/hiertag/onnx_fields.h.
+// The onnx.proto field numbers the builder writes beyond include/hiertag/core/onnx_fields.h.
 inline constexpr uint32_t kTypeTensorType = 1;
 inline constexpr uint32_t kTensorTypeElemType = 1;
 inline constexpr uint32_t kTensorTypeShape = 2;
 inline constexpr uint32_t kShapeDim = 1;
 inline constexpr uint32_t kDimValue = 1;
-inline constexpr uint32_t kTensorRawData = 9;
 inline constexpr uint32_t kAttributeName = 1;
 inline constexpr uint32_t kAttributeTensor = 5;
 inline constexpr uint32_t kAttributeType = 20;
@@ -106,6 +106,7 @@ struct InitializerSpec {
   std::vector<int64_t> dims;
   uint64_t data_type = kFloat;
   bool packed_dims = false;  // dims as one packed field, as proto3 writers do
+  std::optional<ExternalData> external = std::nullopt;  // data kept in a file beside the model
 
   std::string Bytes() const {
     std::string tensor;
@@ -122,6 +123,7 @@ struct InitializerSpec {
     if (packed_dims) wire::AppendLengthDelimited(&tensor, kTensorDims, packed);
     AppendVarintField(&tensor, kTensorDataType, data_type);
     wire::AppendLengthDelimited(&tensor, kTensorName, name);
+    if (external) return TensorWithExternalData(tensor, *external);
     wire::AppendLengthDelimited(&tensor, kTensorRawData,
                                 std::string(static_cast<size_t>(elements) * ElementBytes(data_type), '\0'));
     return tensor;

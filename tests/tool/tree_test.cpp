@@ -1,4 +1,4 @@
-// Tests of `hiertag tree` (RunTree): node, op and parameter counts per module, depth, order.
+// Tests of `hiertag tree` (RunTree): node, op and parameter counts per module, depth, order, text / JSON / CSV.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -26,6 +26,16 @@ struct JsonModule {
 
 class TreeTest : public ToolTest {
  protected:
+  // Runs `tree --csv` on the file at `path`.
+  static RunResult TreeCsv(const std::string& path, int depth = -1) {
+    RunResult result;
+    std::ostringstream out, err;
+    result.code = RunTree(path, TreeFormat::kCsv, depth, out, err);
+    result.out = out.str();
+    result.err = err.str();
+    return result;
+  }
+
   // Runs `tree --json` on `model` and returns its modules in printed order.
   std::vector<JsonModule> TreeJson(const ModelSpec& model, int depth = -1) {
     std::string path = WriteModel(model);
@@ -529,6 +539,71 @@ TEST_F(TreeTest, SpansAreOneFusedRewrite) {
   std::string path = WriteModel(model);
   EXPECT_NE(Tree(path).out.find("        rewritten: fused with /Net/Layer.0 by _jit_pass_onnx_eval_peephole\n"),
             std::string::npos);
+}
+
+constexpr const char* kCsvHeader =
+    "tag,class,path,depth,nodes_own,nodes_total,params_own,params_total,bytes_own,bytes_total,calls,ran";
+
+// Check that --csv gives the header and one row per module in pre-order, with the counts of --json.
+TEST_F(TreeTest, CsvHasOneRowPerModuleInPreOrder) {
+  std::string path = WriteModel(LayeredModel());
+  RunResult result = TreeCsv(path);
+  EXPECT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.err, "");
+  EXPECT_EQ(result.out, std::string(kCsvHeader) + "\n" +
+                            "/Net,test.Net,,0,1,7,2,57,16,236,1,true\n"
+                            "/Net/Layer.0,test.Block,layers.0,1,3,4,15,31,60,124,1,true\n"
+                            "/Net/Layer.0/Attn,test.Attention,layers.0.attn,2,1,1,16,16,64,64,1,true\n"
+                            "/Net/Layer.1,test.Block,layers.1,1,2,2,24,24,96,96,1,true\n");
+}
+
+// Check that --csv leaves out the modules below --depth, as the text and JSON trees do.
+TEST_F(TreeTest, CsvRespectsDepth) {
+  std::string path = WriteModel(LayeredModel());
+  std::vector<std::string> lines = Lines(TreeCsv(path, 1).out);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[1].substr(0, 5), "/Net,");
+  EXPECT_EQ(lines[2].substr(0, 13), "/Net/Layer.0,");
+  EXPECT_EQ(lines[3].substr(0, 13), "/Net/Layer.1,");
+  EXPECT_EQ(Lines(TreeCsv(path, 0).out), (std::vector<std::string>{kCsvHeader, "/Net,test.Net,,0,1,7,2,57,16,236,1,true"}));
+}
+
+// Check that a tag, class or path holding commas or quotes is quoted, its quotes doubled; plain fields are not.
+TEST_F(TreeTest, CsvQuotesCommasAndQuotes) {
+  ModelSpec model;
+  model.graph.Add(Node("a", "Relu").In({"x"}).Out({"y"}).Tag("/Net"))
+      .Add(Node("b", "Relu").In({"y"}).Out({"z"}).Tag("/Net/Odd,Name[a\"b]"));
+  model.Module("/Net", "", "test.Net").Module("/Net/Odd,Name[a\"b]", "a\"b", "test.Odd,Name");
+  std::string path = WriteModel(model);
+  RunResult result = TreeCsv(path);
+  EXPECT_EQ(result.code, 0) << result.err;
+  std::vector<std::string> lines = Lines(result.out);
+  ASSERT_EQ(lines.size(), 3u) << result.out;
+  EXPECT_EQ(lines[1], "/Net,test.Net,,0,1,2,0,0,0,0,1,true");
+  EXPECT_EQ(lines[2], "\"/Net/Odd,Name[a\"\"b]\",\"test.Odd,Name\",\"a\"\"b\",1,1,1,0,0,0,0,1,true");
+}
+
+// Check that --csv gives a module's call count and false for a container that never ran.
+TEST_F(TreeTest, CsvHasCallsAndRan) {
+  ModelSpec model = LayeredModel();
+  model.FindModule("/Net/Layer.0").Calls({0, 1});
+  model.FindModule("/Net/Layer.1").Field("ran", "false");
+  std::string path = WriteModel(model);
+  std::vector<std::string> lines = Lines(TreeCsv(path).out);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[2], "/Net/Layer.0,test.Block,layers.0,1,3,4,15,31,60,124,2,true");
+  EXPECT_EQ(lines[4], "/Net/Layer.1,test.Block,layers.1,1,2,2,24,24,96,96,1,false");
+}
+
+// Check that --csv on an untagged file is bad input like the other forms: one line on err, exit 2, nothing on out.
+TEST_F(TreeTest, CsvOfUntaggedFileIsBadInput) {
+  ModelSpec model = LayeredModel();
+  model.tagged = false;
+  std::string path = WriteModel(model);
+  RunResult result = TreeCsv(path);
+  EXPECT_EQ(result.code, 2);
+  EXPECT_EQ(result.out, "");
+  EXPECT_EQ(Lines(result.err).size(), 1u) << result.err;
 }
 
 }  // namespace

@@ -39,6 +39,10 @@ inline constexpr uint32_t kValueInfoType = 2;
 inline constexpr uint32_t kTensorDims = 1;
 inline constexpr uint32_t kTensorDataType = 2;
 inline constexpr uint32_t kTensorName = 8;
+inline constexpr uint32_t kTensorRawData = 9;
+inline constexpr uint32_t kTensorExternalData = 13;
+inline constexpr uint32_t kTensorDataLocation = 14;
+inline constexpr uint64_t kDataLocationExternal = 1;
 
 inline constexpr uint32_t kEntryKey = 1;
 inline constexpr uint32_t kEntryValue = 2;

@@ -38,10 +38,18 @@ struct OnnxValue {
   std::string_view raw;  // ValueInfoProto or TensorProto bytes
 };
 
+// Where a tensor stored outside the model keeps its data (TensorProto.external_data).
+struct ExternalData {
+  std::string location;            // relative to the model's folder, as written
+  uint64_t offset = 0;
+  std::optional<uint64_t> length;  // absent: to the end of the file
+};
+
 struct OnnxInitializer {
   std::string name;
-  int64_t elements = 0;  // product of dims
+  int64_t elements = 0;  // product of dims (saturating at INT64_MAX)
   int64_t bytes = 0;     // elements times the element size of its data type
+  std::optional<ExternalData> external;  // data_location EXTERNAL
   std::string_view raw;
 };
 
@@ -66,6 +74,8 @@ class OnnxModel {
   static std::optional<OnnxModel> Parse(std::string bytes, std::string* error);
   // Reads and parses a file; the reason names what failed (missing, unreadable...).
   static std::optional<OnnxModel> Load(const std::string& path, std::string* error);
+
+  std::string directory;  // the folder Load read it from (external data lives there); "" after Parse
 
   int64_t ir_version = 0;
   std::vector<OnnxOpset> opsets;

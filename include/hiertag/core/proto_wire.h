@@ -32,6 +32,10 @@ class Reader {
   explicit Reader(std::string_view bytes) : bytes_(bytes) {}
   bool done() const { return position_ >= bytes_.size(); }
 
+  // Reads one bare varint (an element of a packed repeated field); false on
+  // malformed or truncated bytes.
+  bool NextVarint(uint64_t* value) { return ReadVarint(value); }
+
   // Reads the next field; false on malformed or truncated bytes.
   bool Next(Field* field) {
     size_t start = position_;

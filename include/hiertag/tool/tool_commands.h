@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -28,13 +29,25 @@ namespace hiertag {
 // hiertag.rewrite; hiertag.rewrites holds well-formed records of listed tags.
 int RunValidate(const std::string& path, bool json, std::ostream& out, std::ostream& err);
 
-// `hiertag tree MODEL.onnx [--json] [--depth N]`: the module tree with, per
-// module, class, path, node counts (own and with descendants), op-type
+// How `hiertag tree` prints the tree: indented text, one JSON object, or CSV
+// (one row per module under the header
+// `tag,class,path,depth,nodes_own,nodes_total,params_own,params_total,bytes_own,bytes_total,calls,ran`,
+// fields quoted as RFC 4180 asks: tags and paths may hold commas and quotes).
+enum class TreeFormat { kText, kJson, kCsv };
+
+// `hiertag tree MODEL.onnx [--json | --csv] [--depth N]`: the module tree with,
+// per module, class, path, node counts (own and with descendants), op-type
 // histogram, and parameters (count and bytes of the initializers whose
 // consumers all lie within the module); modules without nodes too; its call
 // count when above one, the initializers it was folded into, and the rewrites
-// listing it. depth < 0: no limit.
-int RunTree(const std::string& path, bool json, int depth, std::ostream& out, std::ostream& err);
+// listing it. Modules in pre-order, children in the order they run. depth < 0:
+// no limit.
+int RunTree(const std::string& path, TreeFormat format, int depth, std::ostream& out, std::ostream& err);
+
+// The text (json false) or JSON tree.
+inline int RunTree(const std::string& path, bool json, int depth, std::ostream& out, std::ostream& err) {
+  return RunTree(path, json ? TreeFormat::kJson : TreeFormat::kText, depth, out, err);
+}
 
 // `hiertag extract MODEL.onnx --module TAG [--call K] [-o OUT.onnx] [--json]`:
 // the nodes tagged TAG or a descendant (or sharing a node with one), only those
@@ -45,6 +58,25 @@ int RunTree(const std::string& path, bool json, int depth, std::ostream& out, st
 // written unless the whole model is built (written beside OUT, then renamed).
 int RunExtract(const std::string& path, const std::string& tag, std::optional<int64_t> call,
                const std::string& out_path, bool json, std::ostream& out, std::ostream& err);
+
+// What extract does with initializers the source keeps in external data files:
+//   kAuto       inline when the output stays under protobuf's 2 GiB, else kCopy
+//   kInline     their data in the output model itself
+//   kCopy       their data copied into OUT.data beside the output (written first)
+//   kReference  locations rewritten to the source's files, which must then lie
+//               inside the output's folder
+// A location that leads outside the source model's folder is refused.
+enum class ExternalDataMode { kAuto, kInline, kCopy, kReference };
+int RunExtract(const std::string& path, const std::string& tag, std::optional<int64_t> call,
+               const std::string& out_path, ExternalDataMode external_data, bool json, std::ostream& out,
+               std::ostream& err);
+
+// A range of an external data file to copy into the output's data file.
+struct DataCopy {
+  std::filesystem::path source;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
 
 // Parses the command line (argv without the program name) and runs a command;
 // `--help` anywhere prints the usage of the command (or of the tool).
