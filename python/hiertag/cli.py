@@ -6,6 +6,7 @@ each with a `main(argv) -> exit status`. Every verb takes --help and --json;
 bad input gives one line on stderr and exit status 2."""
 
 import importlib
+import os
 import subprocess
 import sys
 
@@ -16,6 +17,11 @@ VERBS = {
     "extract": (None, "write one module (or one of its calls) as a standalone ONNX model"),
     "export": ("hiertag.hf_export", "export a HuggingFace model (id, directory or class + config) with tags"),
     "verify": ("hiertag.verify", "check every module of a model's export against PyTorch"),
+    "compare": ("hiertag.compare", "compare two tagged files module by module (--values: boundary values)"),
+    "select": ("hiertag.select", "the node names of the matching modules (for quantize_dynamic's nodes_to_exclude)"),
+    "report": ("hiertag.report", "a Markdown report of a tagged file"),
+    "graphml": ("hiertag.graphml", "the tagged graph as hierarchical GraphML (one nested graph per module)"),
+    "explorer": ("hiertag.explorer", "write Model Explorer's layer namespaces from the tags"),
 }
 
 
@@ -49,4 +55,10 @@ def main(argv=None):
     module = VERBS[verb][0]
     if module is None:
         return run_native(argv)
-    return importlib.import_module(module).main(argv[1:])
+    try:
+        return importlib.import_module(module).main(argv[1:])
+    except BrokenPipeError:
+        # The reader stopped reading (| head): nothing more to say, and
+        # Python's final flush must not fail on the closed pipe either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -1,0 +1,124 @@
+"""What every verb of the hiertag command shares: one-line errors (exit
+status 2, never a traceback), loading a tagged file with the native tool's
+wording, the native tool's JSON, and writing a result atomically."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import onnx
+
+from hiertag import checks
+
+
+class UsageError(Exception):
+    """Bad input or usage: one line on stderr, exit status 2."""
+
+
+def fail(message):
+    raise UsageError(message)
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one-line UsageErrors."""
+
+    def error(self, message):
+        raise UsageError(f"{message} ({self.prog} --help)")
+
+
+def first_line(error):
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
+def run_verb(prog, parser, run, argv):
+    """Parses `argv` and returns run(options)'s exit status; bad input, and any
+    other error, is one line `PROG: ...` on stderr and exit status 2."""
+    try:
+        options = parser.parse_args(argv)
+        return run(options)
+    except SystemExit as done:  # --help
+        return done.code if isinstance(done.code, int) else 0
+    except BrokenPipeError:
+        # The reader stopped reading (| head): nothing more to say, and
+        # Python's final flush must not fail on the closed pipe either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except UsageError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+    except Exception as error:  # never a traceback
+        print(f"{prog}: {first_line(error)}", file=sys.stderr)
+    return 2
+
+
+def load_model(path):
+    """The ONNX model at `path`; a missing, empty, truncated or non-ONNX file is a UsageError."""
+    path = Path(path)
+    if not path.is_file() or not os.access(path, os.R_OK):
+        fail(f"{path}: cannot open the file (missing or unreadable)")
+    if path.stat().st_size == 0:
+        fail(f"{path}: the file is empty")
+    try:
+        model = onnx.load(str(path))
+    except Exception:
+        fail(f"{path}: not a well-formed ONNX model (truncated or another format)")
+    if not model.HasField("graph"):
+        fail(f"{path}: not a well-formed ONNX model (no graph)")
+    return model
+
+
+def is_tagged(model):
+    return checks.TABLE_KEY in checks.model_props(model)
+
+
+def load_tagged(path):
+    """(model, module table) of a file tagged by hiertag, or a UsageError
+    worded as the native tool words it."""
+    model = load_model(path)
+    if not is_tagged(model):
+        fail(f"{path}: not tagged by hiertag (no {checks.TABLE_KEY} in the model's metadata_props)")
+    try:
+        table = checks.module_table(model)
+    except json.JSONDecodeError as error:
+        fail(f"{path}: the module table is not a JSON object ({error})")
+    if not isinstance(table, dict) or not all(isinstance(entry, dict) for entry in table.values()):
+        fail(f"{path}: the module table is not a JSON object of entries")
+    return model, table
+
+
+def native_json(*arguments):
+    """The JSON the native tool prints for `arguments` (tree FILE --json, validate FILE --json)."""
+    import hiertag
+    try:
+        tool = hiertag.tool_path()
+    except FileNotFoundError as error:
+        fail(str(error).removeprefix("hiertag: "))
+    result = subprocess.run([tool, *map(str, arguments)], capture_output=True, text=True)
+    try:
+        return json.loads(result.stdout)
+    except json.JSONDecodeError:
+        fail(first_line(result.stderr) if result.stderr.strip() else f"hiertag {arguments[0]} printed no JSON")
+
+
+def write_atomically(path, write):
+    """Calls write(temporary path) beside `path`, then renames it to `path`: a
+    reader never sees half a file, and on any error nothing is left."""
+    path = Path(path)
+    if path.is_dir():
+        fail(f"output '{path}' is a directory")
+    if not path.parent.is_dir():
+        fail(f"output directory '{path.parent}' does not exist")
+    handle, staged = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    os.close(handle)
+    try:
+        write(staged)
+        os.replace(staged, path)
+    finally:
+        if os.path.exists(staged):
+            os.remove(staged)
