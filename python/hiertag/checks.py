@@ -3,6 +3,7 @@ the verifier (hiertag verify, hiertag/verify.py) and the end-to-end tests."""
 
 import functools
 import json
+import os
 
 import numpy as np
 import onnx
@@ -356,8 +357,9 @@ def module_boundaries(model):
     return boundaries
 
 
-def feeds_for(model_bytes, torch_model, args):
-    """ONNX Runtime feeds for an export of `torch_model` on `args`: the
+def feeds_for(model, torch_model, args):
+    """ONNX Runtime feeds for an export of `torch_model` on `args` (`model`: its
+    bytes, or its path, which a model with external data needs): the
     arguments as the exporter itself decided them (keywords placed by
     signature, defaults such as GPT-2's logits_to_keep kept), in order; an
     argument torch dropped from the graph (read only for its shape, constant-
@@ -365,7 +367,9 @@ def feeds_for(model_bytes, torch_model, args):
     decided = exporter_utils._decide_input_format(torch_model, args)
     values = [v for v in decided if isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool)]
     arrays = [v.numpy() if isinstance(v, torch.Tensor) else np.array(v) for v in values]
-    inputs = onnxruntime.InferenceSession(model_bytes).get_inputs()
+    # A path (str or Path) lets ONNX Runtime find external data beside the file.
+    source = str(model) if isinstance(model, (str, os.PathLike)) else model
+    inputs = onnxruntime.InferenceSession(source).get_inputs()
     feeds = {}
     position = 0
     for graph_input in inputs:

@@ -27,6 +27,15 @@ def prepare_for_torchscript_export(model):
     return model
 
 
+def _narrowed(model, ids):
+    """A causal LM on input_ids and an all-ones attention_mask, its forward
+    narrowed to those two (hiertag.hf_export.bind_inputs): otherwise the
+    exporter passes logits_to_keep=0 as a traced tensor, and the logits of the
+    last position alone come out."""
+    from hiertag.hf_export import bind_inputs
+    return bind_inputs(model, ["input_ids", "attention_mask"]), (ids, {"attention_mask": torch.ones_like(ids)})
+
+
 def _ids(vocab, length=16, batch=1):
     generator = torch.Generator().manual_seed(1)
     return torch.randint(3, vocab, (batch, length), generator=generator)
@@ -49,7 +58,7 @@ def gpt2():
     ids = _ids(1000)
     # An explicit mask keeps transformers from probing for packed sequences with
     # aten::diff, which the exporter cannot convert (also without hiertag).
-    return GPT2LMHeadModel(config), (ids, {"attention_mask": torch.ones_like(ids)})
+    return _narrowed(GPT2LMHeadModel(config), ids)
 
 
 @_seeded
@@ -68,7 +77,7 @@ def llama():
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                          use_cache=False)
     ids = _ids(100)
-    return LlamaForCausalLM(config), (ids, {"attention_mask": torch.ones_like(ids)})
+    return _narrowed(LlamaForCausalLM(config), ids)
 
 
 @_seeded

@@ -1,0 +1,655 @@
+"""hiertag import-dynamo: turn a dynamo export's module metadata into hiertag's tags and table.
+
+usage: hiertag import-dynamo IN.onnx -o OUT.onnx [--torch-modules 0|1|A,B] [--json]
+
+torch's default exporter (`torch.onnx.export(..., dynamo=True)`, torch >= 2.5) writes on
+every node it converts `pkg.torch.onnx.name_scopes` (the repr of a list: the qualified
+paths of the module calls running when the FX node was traced, root "" first, the FX
+node's own name last) and `pkg.torch.onnx.class_hierarchy` (their classes, as
+module.__name__, and the op last). This command reads them and writes OUT with what a
+HIERTAG=1 export of the TorchScript exporter writes (README "What a tagged file holds",
+format 3), made by the same rules:
+
+  tags      the call tree of those chains, in the grammar and instance naming of the
+            TorchScript path (core/module_table.cpp, core/call_tags.cpp): first segment
+            the root's class, Class.N for list indices, same-class siblings
+            Class[rel.path] (Class[~path] for a module its caller does not own), class
+            names and qualifiers %-escaped; torch.nn / torch.ao modules add no level
+            unless --torch-modules keeps them (default: HIERTAG_TORCH_MODULES, else 0);
+  calls     the metadata names a module's path, not which call of it ran: a new call
+            of a tag starts where the graph's nodes, in order, re-enter it after nodes
+            outside it; back-to-back calls with nothing between them read as one;
+  the rest  nodes without a chain (made by the ONNX optimizer after conversion) take
+            hiertag's documented rules (README "What gets tagged"): enclosing (inside
+            an If/Loop body), consumers (no inputs), neighbours, root last.
+
+The model's metadata says where the tags came from: "hiertag.source": "dynamo". Only
+modules the metadata names are known: a container whose forward never ran, a module
+entered through .forward() (torch records no module for it), or one that left no node
+is absent from the table, and the modules below it are tagged without its level.
+Nodes inside local functions (FunctionProtos) are left as they are: hiertag tags the
+graphs' nodes. OUT is self-contained (torch keeps the weights in IN.onnx.data; they
+are read in) unless it is too big for one file (2 GiB), then its weights go to
+OUT.data; both are written in a folder beside OUT and renamed only when complete.
+Exit status 0, or 2 with one line on stderr."""
+
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import onnx
+from onnx import external_data_helper
+
+from hiertag import checks
+
+NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"
+STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
+SOURCE_KEY = "hiertag.source"
+SOURCE = "dynamo"
+FORMAT_VERSION_KEY = "hiertag.format_version"
+FORMAT_VERSION = "3"
+
+# How each node got its tag: from its own metadata, or by one of hiertag's rules.
+RULES = ("metadata", "enclosing", "consumers", "neighbours", "root")
+
+
+class DynamoImportError(Exception):
+    """Bad input: one line, exit status 2."""
+
+
+def fail(message):
+    raise DynamoImportError(message)
+
+
+# ---- Tag grammar (core/tag_format.cpp) ----
+
+_RESERVED_IN_QUALIFIER = "/[]%#"
+_RESERVED_IN_CLASS = _RESERVED_IN_QUALIFIER + "."
+
+
+def _percent_escaped(raw, reserved):
+    return "".join(f"%{ord(c):02X}" if c in reserved else c for c in raw)
+
+
+def escape_class_name(raw):
+    return _percent_escaped(raw, _RESERVED_IN_CLASS)
+
+
+def escape_qualifier(raw):
+    """Also "~", which at a qualifier's start marks it absolute."""
+    return _percent_escaped(raw, _RESERVED_IN_QUALIFIER + "~")
+
+
+def _relative_path(path, ancestor_path):
+    return path if not ancestor_path else path[len(ancestor_path) + 1:]
+
+
+# ---- torch.nn filtering (core/export_options.cpp) ----
+
+def read_torch_modules(text):
+    """HIERTAG_TORCH_MODULES' values: "0"/"" -> no torch.nn segments (frozenset()),
+    "1" -> all (True), "A,B" -> those classes; anything else -> ValueError."""
+    text = (text or "").strip()
+    if text in ("", "0"):
+        return frozenset()
+    if text == "1":
+        return True
+    names = [name.strip() for name in text.split(",")]
+    if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) for name in names):
+        raise ValueError(f"'{text}' is not valid: use 0, 1 or a comma list of class names (LayerNorm,Embedding)")
+    return frozenset(names)
+
+
+def keeps_segment(qualified, short_name, torch_modules):
+    """Whether a module of this class gets a tag segment of its own."""
+    is_torch = qualified.startswith(("torch.nn.", "torch.ao."))
+    return not is_torch or torch_modules is True or short_name in torch_modules
+
+
+# ---- The module table and call tags: Python twins of core/module_table.cpp and
+# core/call_tags.cpp. Same rules, over the modules the metadata names. ----
+
+class ModuleTable:
+    """The known module instances: root (path "") first, parents before children.
+    `modules` is [(path, qualified class, short class, has segment)]. Tags follow
+    ModuleTable::Finalize: parent_tag/segment, segment Class or Class.N (list
+    index), and Class[relative.path] for every sibling whose plain segment
+    another sibling's equals."""
+
+    def __init__(self, modules):
+        self.path, self.qualified, self.short, self.has_segment = (list(column) for column in zip(*modules))
+        self.has_segment[0] = True
+        self.index = {path: i for i, path in enumerate(self.path)}
+        self.parent = [-1] + [self._nearest_ancestor(path) for path in self.path[1:]]
+        self.tag_owner, self.tag_depth = [], []
+        for i, parent in enumerate(self.parent):
+            if parent < 0:
+                owner, depth = i, 0
+            elif self.has_segment[i]:
+                owner, depth = i, self.tag_depth[self.tag_owner[parent]] + 1
+            else:
+                owner, depth = self.tag_owner[parent], self.tag_depth[parent]
+            self.tag_owner.append(owner)
+            self.tag_depth.append(depth)
+        siblings = {}
+        for i in range(1, len(self.path)):
+            if self.has_segment[i]:
+                siblings.setdefault((self.tag_parent(i), self.plain_segment(i)), []).append(i)
+        self.tag = [""] * len(self.path)
+        self.tag[0] = "/" + escape_class_name(self.short[0])
+        for i in range(1, len(self.path)):
+            if not self.has_segment[i]:
+                continue
+            parent_tagged = self.tag_parent(i)
+            segment = self.plain_segment(i)
+            if len(siblings[(parent_tagged, segment)]) > 1:
+                relative = _relative_path(self.path[i], self.path[parent_tagged])
+                segment = f"{escape_class_name(self.short[i])}[{escape_qualifier(relative)}]"
+            self.tag[i] = self.tag[parent_tagged] + "/" + segment
+
+    def _nearest_ancestor(self, path):
+        while "." in path:
+            path = path.rsplit(".", 1)[0]
+            if path in self.index:
+                return self.index[path]
+        return 0
+
+    def tag_parent(self, tagged):
+        parent = self.parent[tagged]
+        return -1 if parent < 0 else self.tag_owner[parent]
+
+    def plain_segment(self, i):
+        atom = self.path[i].rsplit(".", 1)[-1]
+        index = f".{int(atom)}" if i > 0 and atom.isdigit() and atom.isascii() and len(atom) <= 18 else ""
+        return escape_class_name(self.short[i]) + index
+
+    def own_segment(self, tagged):
+        return self.tag[tagged].rsplit("/", 1)[1]
+
+    def is_ancestor_or_self(self, ancestor, i):
+        while i >= 0:
+            if i == ancestor:
+                return True
+            i = self.parent[i]
+        return False
+
+
+class CallTags:
+    """The call tree (CallTags of core/call_tags.cpp): entry 0 is the root call;
+    a callee keeps its ModuleTable segment under the module whose tag-tree child
+    it is; any other callee takes its plain segment unless a sibling's or one of
+    the caller's own children's equals it, then Class[relative.path] (inside the
+    caller) or Class[~full.path] (outside it). Every module the metadata names
+    ran, so no container that never ran is put in between."""
+
+    ROOT = 0
+
+    def __init__(self, modules):
+        self.modules = modules
+        self.module, self.parent, self.depth, self.children = [0], [-1], [0], [[]]
+        self._interned = {}
+        self._tags = None
+
+    def call(self, caller, module):
+        if module == 0 and caller == self.ROOT:
+            return self.ROOT
+        if not self.modules.has_segment[module]:
+            return caller
+        key = (caller, module)
+        if key not in self._interned:
+            assert self._tags is None, "a call added after the tags were settled"
+            self._interned[key] = len(self.module)
+            self.module.append(module)
+            self.parent.append(caller)
+            self.depth.append(self.depth[caller] + 1)
+            self.children.append([])
+            self.children[caller].append(self._interned[key])
+        return self._interned[key]
+
+    def common_ancestor(self, a, b):
+        while self.depth[a] > self.depth[b]:
+            a = self.parent[a]
+        while self.depth[b] > self.depth[a]:
+            b = self.parent[b]
+        while a != b:
+            a, b = self.parent[a], self.parent[b]
+        return a
+
+    def tag(self, entry):
+        if self._tags is None:
+            self._tags = self._settle()
+        return self._tags[entry]
+
+    def _settle(self):
+        modules = self.modules
+        tags = [""] * len(self.module)
+        tags[self.ROOT] = modules.tag[0]
+        # The plain segments a callee must not take: those of the caller's own
+        # tag-tree children (so owned calls keep their ModuleTable tags).
+        taken_under = {}
+        for index in range(1, len(modules.path)):
+            if modules.has_segment[index]:
+                taken_under.setdefault(modules.tag_parent(index), set()).update(
+                    (modules.plain_segment(index), modules.own_segment(index)))
+        for entry in range(len(self.module)):
+            caller_module = self.module[entry]
+            taken = taken_under.get(caller_module, set())
+            owned = [c for c in self.children[entry] if modules.tag_parent(self.module[c]) == caller_module]
+            others = [c for c in self.children[entry] if c not in owned]
+            for child in owned:
+                tags[child] = tags[entry] + "/" + modules.own_segment(self.module[child])
+            plain_of_others = [modules.plain_segment(self.module[c]) for c in others]
+            for child in others:
+                module = self.module[child]
+                segment = modules.plain_segment(module)
+                if segment in taken or plain_of_others.count(segment) > 1:
+                    caller_path = modules.path[caller_module]
+                    qualifier = (escape_qualifier(_relative_path(modules.path[module], caller_path))
+                                 if modules.is_ancestor_or_self(caller_module, module)
+                                 else "~" + escape_qualifier(modules.path[module]))
+                    segment = f"{escape_class_name(modules.short[module])}[{qualifier}]"
+                tags[child] = tags[entry] + "/" + segment
+        return tags
+
+
+# ---- Reading the metadata ----
+
+def _literal_list(node, key, text):
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = None
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        fail(f"node '{node.name}' ({node.op_type}): {key} is not a list of strings: {text[:80]!r}")
+    return value
+
+
+def module_chain(node):
+    """[(path, qualified class)] of the module calls the node's metadata names,
+    root first; None when it names none (a node the ONNX optimizer made, or one
+    torch had no module stack for)."""
+    props = checks.node_props(node)
+    if NAME_SCOPES_KEY not in props:
+        return None
+    scopes = _literal_list(node, NAME_SCOPES_KEY, props[NAME_SCOPES_KEY])
+    classes = _literal_list(node, CLASS_HIERARCHY_KEY, props.get(CLASS_HIERARCHY_KEY, "[]"))
+    if len(scopes) != len(classes):
+        fail(f"node '{node.name}' ({node.op_type}): {NAME_SCOPES_KEY} and {CLASS_HIERARCHY_KEY} differ in length")
+    # The last item is the FX node itself (its name, its op), not a module.
+    chain = list(zip(scopes[:-1], classes[:-1]))
+    if not chain:
+        return None
+    if chain[0][0] != "":
+        fail(f"node '{node.name}' ({node.op_type}): {NAME_SCOPES_KEY} does not start at the root module ('')")
+    return chain
+
+
+def _source_modules(model):
+    """Python module names whose files appear in the nodes' stack traces."""
+    files = set()
+    for node in checks.walk_nodes(model.graph):
+        files.update(re.findall(r'File "([^"]+)"', checks.node_props(node).get(STACK_TRACE_KEY, "")))
+    names = set()
+    for file in files:
+        parts = Path(file).with_suffix("").parts
+        if parts and parts[-1] == "__init__":
+            parts = parts[:-1]
+        names.update(".".join(parts[i:]) for i in range(len(parts)))
+    return names
+
+
+def short_class_name(qualified, source_modules):
+    """The class's own name in dynamo's `module.__name__`: what follows the longest
+    prefix that is a module whose file the stack traces name, else what follows the
+    last "." (a class name may hold dots: type("Block.1", ...))."""
+    parts = qualified.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        if ".".join(parts[:cut]) in source_modules:
+            return ".".join(parts[cut:])
+    return parts[-1]
+
+
+# ---- The conversion ----
+
+def _subgraphs(node):
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            yield attribute.g
+        yield from attribute.graphs
+
+
+def _pre_order(graph, holder=None):
+    """(node, the node holding its graph or None), nested graphs included."""
+    for node in graph.node:
+        yield node, holder
+        for sub in _subgraphs(node):
+            yield from _pre_order(sub, node)
+
+
+def tag_dynamo_model(model, torch_modules=frozenset()):
+    """Tags `model` (a ModelProto of torch's dynamo exporter) in place, as a
+    HIERTAG=1 TorchScript export would be: every node of the graphs gets
+    hierarchy_tag (and hiertag.call on tags called more than once), the model gets
+    hiertag.modules, hiertag.format_version and hiertag.source. Returns a summary:
+    nodes, modules, how many nodes each rule tagged, function nodes left untagged.
+    DynamoImportError on a file this cannot apply to."""
+    props = checks.model_props(model)
+    if checks.TABLE_KEY in props:
+        fail(f"already tagged by hiertag ({checks.TABLE_KEY} in the model's metadata_props): nothing to import")
+    visits = list(_pre_order(model.graph))
+    chains = [module_chain(node) for node, _ in visits]
+    if not any(chains):
+        fail(f"no node carries the dynamo exporter's {NAME_SCOPES_KEY}: not a file of "
+             "torch.onnx.export(..., dynamo=True)")
+
+    classes = {}
+    for (node, _), chain in zip(visits, chains):
+        for path, qualified in chain or []:
+            if classes.setdefault(path, qualified) != qualified:
+                fail(f"node '{node.name}' ({node.op_type}): module '{path}' is {qualified} here and "
+                     f"{classes[path]} elsewhere")
+    source_modules = _source_modules(model)
+    paths = sorted(classes, key=lambda path: (path.count(".") + (path != ""), path))
+    records = []
+    for path in paths:
+        short = short_class_name(classes[path], source_modules)
+        records.append((path, classes[path], short, keeps_segment(classes[path], short, torch_modules)))
+    modules = ModuleTable(records)
+    call_tags = CallTags(modules)
+
+    # Call-tree entries along each chain, root first, filtered modules collapsed.
+    entry_paths = []
+    for chain in chains:
+        if chain is None:
+            entry_paths.append(None)
+            continue
+        entries = [CallTags.ROOT]
+        for path, _ in chain[1:]:
+            entry = call_tags.call(entries[-1], modules.index[path])
+            if entry != entries[-1]:
+                entries.append(entry)
+        entry_paths.append(entries)
+
+    calls, node_calls = _number_calls(entry_paths, call_tags)
+    tags = [entries[-1] if entries else None for entries in entry_paths]
+    rules = ["metadata" if entries else None for entries in entry_paths]
+    _settle_by_rules(model.graph, visits, tags, rules, call_tags)
+    _inherit_calls(visits, tags, rules, node_calls, calls)
+
+    table = {}
+    for entry in sorted(set(tags)):
+        while entry >= 0 and call_tags.tag(entry) not in table:
+            module = call_tags.module[entry]
+            row = {"path": modules.path[module], "class": modules.qualified[module]}
+            instance_calls, parent_calls = calls.get(entry, ([0], [0]))
+            if instance_calls != [0]:
+                row["calls"] = instance_calls
+            if any(parent_calls):
+                row["parent_calls"] = parent_calls
+            table[call_tags.tag(entry)] = row
+            entry = call_tags.parent[entry]
+
+    for (node, _), entry, call in zip(visits, tags, node_calls):
+        node.metadata_props.add(key=checks.TAG_KEY, value=call_tags.tag(entry))
+        if len(calls.get(entry, ([0], [0]))[0]) > 1:
+            node.metadata_props.add(key=checks.CALL_KEY, value=str(call))
+    for key, value in ((checks.TABLE_KEY, json.dumps(dict(sorted(table.items())))),
+                       (FORMAT_VERSION_KEY, FORMAT_VERSION), (SOURCE_KEY, SOURCE)):
+        model.metadata_props.add(key=key, value=value)
+    return {"nodes": len(visits), "modules": len(table), "root": modules.short[0],
+            "tagged_by": {rule: rules.count(rule) for rule in RULES},
+            "tags_with_several_calls": sum(len(c[0]) > 1 for c in calls.values()),
+            "function_nodes_untagged": sum(len(function.node) for function in model.functions)}
+
+
+def _number_calls(entry_paths, call_tags):
+    """({entry: (instance calls, parent calls)}, each node's call of its entry):
+    the calls of every tag, in graph order. A node continues the calls its
+    predecessor (the last node with a chain) was in, down to the first level
+    where their entries differ; from there on it opens new calls. An instance's
+    calls are numbered across all its tags, as torch ran them."""
+    calls = {}
+    instance_counts = {}
+    node_calls = [0] * len(entry_paths)
+    open_calls = [(CallTags.ROOT, 0)]  # [(entry, its call)] of the previous node with a chain
+    for i, entries in enumerate(entry_paths):
+        if entries is None:
+            continue
+        current = [(CallTags.ROOT, 0)]
+        for level, entry in enumerate(entries[1:], start=1):
+            continuing = level < len(open_calls) and open_calls[level - 1] == current[-1]
+            if continuing and open_calls[level][0] == entry:
+                current.append(open_calls[level])
+                continue
+            instance_calls, parent_calls = calls.setdefault(entry, ([], []))
+            module = call_tags.module[entry]
+            instance_calls.append(instance_counts.get(module, 0))
+            instance_counts[module] = instance_calls[-1] + 1
+            parent_calls.append(current[-1][1])
+            current.append((entry, len(instance_calls) - 1))
+        node_calls[i] = current[-1][1]
+        open_calls = current
+    return calls, node_calls
+
+
+def _settle_by_rules(graph, visits, tags, rules, call_tags):
+    """Tags the nodes without a chain by hiertag's rules, in order: enclosing (a
+    node in a nested graph: the tag of the node holding it), consumers (a node
+    without inputs: the common ancestor of its readers' tags), neighbours (the
+    common ancestor of its producers' and readers' tags; graph inputs and outputs
+    count as the root, initializers not at all), root when nothing applies. As in
+    AssignHierarchyTags: sweeps until nothing changes; a node with an unsettled
+    neighbour waits, and when no sweep settles anything the first waiting node
+    settles on the neighbours known so far."""
+    position = {id(node): i for i, (node, _) in enumerate(visits)}
+    initializers = {tensor.name for tensor in graph.initializer}
+    user_inputs = {value.name for value in graph.input} - initializers
+    graph_outputs = {value.name for value in graph.output}
+    producer, readers = {}, {}
+    for i, (node, _) in enumerate(visits):
+        for name in node.output:
+            producer[name] = i
+        for name in checks._implicit_inputs(node):
+            readers.setdefault(name, []).append(i)
+    not_counted = object()
+
+    def producer_tag(name):
+        if name in user_inputs:
+            return CallTags.ROOT
+        return tags[producer[name]] if name in producer else not_counted
+
+    def try_rules(i, settle_partial):
+        node, holder = visits[i]
+        if holder is not None:
+            enclosing = tags[position[id(holder)]]
+            if enclosing is None:
+                return False
+            tags[i], rules[i] = enclosing, "enclosing"
+            return True
+        neighbours = [tags[reader] for name in node.output for reader in readers.get(name, [])]
+        neighbours += [CallTags.ROOT for name in node.output if name in graph_outputs]
+        rule = "consumers"
+        if any(node.input):
+            rule = "neighbours"
+            neighbours += [producer_tag(name) for name in node.input if name]
+        known = [tag for tag in neighbours if tag is not None and tag is not not_counted]
+        if not known or (len(known) < sum(tag is not not_counted for tag in neighbours) and not settle_partial):
+            return False
+        common = known[0]
+        for tag in known[1:]:
+            common = call_tags.common_ancestor(common, tag)
+        tags[i], rules[i] = common, rule
+        return True
+
+    waiting = [i for i, tag in enumerate(tags) if tag is None]
+    while waiting:
+        still_waiting = [i for i in waiting if not try_rules(i, False)]
+        progress = len(still_waiting) < len(waiting)
+        waiting = still_waiting
+        if progress or not waiting:
+            continue
+        settled = next((i for i in waiting if try_rules(i, True)), None)
+        if settled is None:
+            break
+        waiting.remove(settled)
+    for i in waiting:
+        tags[i], rules[i] = CallTags.ROOT, "root"
+
+
+def _inherit_calls(visits, tags, rules, node_calls, calls):
+    """A node a rule tagged belongs to the call of a reader with the same tag."""
+    readers = {}
+    for i, (node, _) in enumerate(visits):
+        for name in checks._implicit_inputs(node):
+            readers.setdefault(name, []).append(i)
+    for i, (node, _) in enumerate(visits):
+        if rules[i] == "metadata" or len(calls.get(tags[i], ([0],))[0]) < 2:
+            continue
+        for name in node.output:
+            for reader in readers.get(name, []):
+                if tags[reader] == tags[i]:
+                    node_calls[i] = node_calls[reader]
+
+
+def export_arguments(args):
+    """torch.onnx.export's TorchScript-path `args` (a trailing dict holds keyword
+    arguments) as the dynamo path takes them: (positional tuple, kwargs dict)."""
+    args = args if isinstance(args, tuple) else (args,)
+    if args and isinstance(args[-1], dict):
+        return args[:-1], args[-1]
+    return args, {}
+
+
+# ---- The command ----
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        fail(f"{message} (hiertag import-dynamo --help)")
+
+
+def _parser():
+    parser = _Parser(prog="hiertag import-dynamo", description=__doc__.split("\n")[0],
+                     epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input", metavar="IN.onnx", help="a file of torch.onnx.export(..., dynamo=True)")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="the tagged file to write")
+    parser.add_argument("--torch-modules", default=None, metavar="0|1|A,B",
+                        help="torch.nn modules in the tags: 0 none, 1 all, or a comma list of class names "
+                             "(default: HIERTAG_TORCH_MODULES, else 0)")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    return parser
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
+
+
+# Protocol buffers cannot serialize a message of 2 GiB or more: a model that big
+# keeps its weights in a data file beside it, as torch's exporters write them.
+INLINE_LIMIT = 2**31 - 1
+
+
+def load(path):
+    """The ModelProto at `path`, its external data read in; DynamoImportError for
+    a missing, non-ONNX or dangling file."""
+    source = Path(path)
+    if not source.is_file():
+        fail(f"{path}: no such file")
+    try:
+        model = onnx.load(str(source), load_external_data=False)
+    except Exception as error:  # protobuf's DecodeError, ...
+        fail(f"{path}: not an ONNX model ({type(error).__name__}: {_first_line(error)})")
+    if not model.graph.node:
+        fail(f"{path}: not an ONNX model with a graph (no nodes)")
+    try:
+        external_data_helper.load_external_data_for_model(model, str(source.resolve().parent))
+    except Exception as error:  # a missing or short .data file
+        fail(f"{path}: cannot read its external data ({type(error).__name__}: {_first_line(error)})")
+    return model
+
+
+def save(model, output):
+    """Writes OUT in a folder beside it, then renames: nothing half-written is
+    left. Self-contained (torch's dynamo exporter puts the weights of even a small
+    model into IN.onnx.data) unless it is too big for one file: then the weights
+    go to OUT.data beside it."""
+    target = Path(output)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    try:
+        staged = staging / target.name
+        if model.ByteSize() > INLINE_LIMIT:
+            data = f"{target.name}.data"
+            onnx.save(model, str(staged), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
+            # onnx creates the data file owner-only; give it the model file's mode.
+            shutil.copymode(staged, staging / data)
+            os.replace(staging / data, target.parent / data)
+        else:
+            onnx.save(model, str(staged))
+        os.replace(staged, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def import_file(source, output, torch_modules):
+    """Reads SOURCE, tags it (tag_dynamo_model) and writes OUTPUT; the summary."""
+    model = load(source)
+    try:
+        summary = tag_dynamo_model(model, torch_modules)
+    except DynamoImportError as error:
+        fail(f"{source}: {error}")
+    if not Path(output).resolve().parent.is_dir():
+        fail(f"{output}: no such directory")
+    try:
+        save(model, output)
+    except (OSError, ValueError) as error:
+        fail(f"{output}: cannot write ({error})")
+    return {"input": str(source), "output": str(output), **summary}
+
+
+def describe(summary):
+    by_rule = ", ".join(f"{rule} {count}" for rule, count in summary["tagged_by"].items()
+                        if rule != "metadata" and count)
+    line = (f"{summary['output']}: {summary['nodes']} nodes tagged, {summary['modules']} modules ({summary['root']}); "
+            f"tags from the dynamo exporter's metadata: {summary['tagged_by']['metadata']} nodes"
+            + (f", by hiertag's rules: {by_rule}" if by_rule else ""))
+    if summary["function_nodes_untagged"]:
+        line += f"; {summary['function_nodes_untagged']} nodes inside local functions left untagged"
+    return line
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        options = _parser().parse_args(argv)
+        given, source = options.torch_modules, "--torch-modules"
+        if given is None:
+            given, source = os.environ.get("HIERTAG_TORCH_MODULES", ""), "HIERTAG_TORCH_MODULES"
+        try:
+            torch_modules = read_torch_modules(given)
+        except ValueError as error:
+            fail(f"{source} {error}")
+        summary = import_file(options.input, options.output, torch_modules)
+    except DynamoImportError as error:
+        print(f"hiertag import-dynamo: {error}", file=sys.stderr)
+        return 2
+    except SystemExit as done:  # --help
+        return done.code if isinstance(done.code, int) else 0
+    except Exception as error:  # never a traceback
+        print(f"hiertag import-dynamo: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
+        return 2
+    if options.json:
+        print(json.dumps(summary))
+    else:
+        print(describe(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
