@@ -17,7 +17,9 @@
 //   utils._reset_trace_module_map    ends the session (torch's finally), unwraps
 //                                    every forward, prints the report
 //   exporter._compat.export_compat   torch's default (dynamo) export: refused with
-//                                    HIERTAG=1 before anything is written
+//                                    HIERTAG=1 before anything is written; where
+//                                    that module cannot import (no onnxscript),
+//                                    the dynamo exporter cannot run: no hook
 //   the graph passes of the export   handed to the session's stages
 // If this torch lacks a function hiertag hooks, nothing is wrapped: loading
 // raises ImportError naming the torch version and the function, and HIERTAG=1
@@ -419,6 +421,10 @@ struct HookSite {
   const char* owner_class;  // nullptr: a module-level function
   const char* name;
   Hook hook;
+  // The owner module may fail to import in a working environment (the dynamo
+  // exporter without its optional dependency onnxscript): then there is
+  // nothing to hook. A module that imports but lacks the function still fails.
+  bool owner_may_be_absent = false;
 };
 
 template <size_t... kPass>
@@ -431,7 +437,7 @@ std::vector<HookSite> HookSites() {
       {kExporterUtils, nullptr, "_setup_trace_module_map", SetupTraceModuleMap},
       {kExporterUtils, nullptr, "_reset_trace_module_map", ResetTraceModuleMap},
       {kExporterProtoUtils, nullptr, "_export_file", ExportFile},
-      {kDynamoExporter, nullptr, "export_compat", DynamoExport},
+      {kDynamoExporter, nullptr, "export_compat", DynamoExport, /*owner_may_be_absent=*/true},
       {"torch._C", "ScriptFunction", "__call__", CallScriptFunction},
       {"torch._C", "Graph", "_export_onnx", ExportOnnx},
       {"torch._C", nullptr, "_jit_pass_onnx_function_substitution", SubstituteFunctions},
@@ -449,6 +455,7 @@ void Install() {
   std::vector<HookSite> sites = HookSites();
   // Find every function first: a torch that lacks one is left exactly as it was.
   std::vector<py::object> owners;
+  std::vector<HookSite> present;
   for (const HookSite& site : sites) {
     std::string where = std::string(site.owner) + "." +
                         (site.owner_class ? std::string(site.owner_class) + "." : "") + site.name;
@@ -456,7 +463,8 @@ void Install() {
     try {
       owner = py::module_::import(site.owner);
       if (site.owner_class) owner = owner.attr(site.owner_class);
-    } catch (py::error_already_set&) {
+    } catch (py::error_already_set& error) {
+      if (site.owner_may_be_absent && error.matches(PyExc_ImportError)) continue;
       owner = py::object();
     }
     if (!owner || !py::hasattr(owner, site.name)) {
@@ -464,7 +472,9 @@ void Install() {
                                " (hiertag was built for torch " HIERTAG_TORCH_VERSION ")");
     }
     owners.push_back(owner);
+    present.push_back(site);
   }
+  sites = std::move(present);
   py::class_<ForwardWrapper>(c, "_HiertagForward", py::dynamic_attr()).def("__call__", &ForwardWrapper::Call);
   for (size_t i = 0; i < sites.size(); ++i) {
     const HookSite& site = sites[i];
