@@ -18,6 +18,8 @@ VERBS = {
     "export": ("hiertag.hf_export", "export a HuggingFace model (id, directory or class + config) with tags"),
     "verify": ("hiertag.verify", "check every module of a model's export against PyTorch"),
     "import-dynamo": ("hiertag.dynamo", "turn a dynamo export's module metadata into hiertag's tags and table"),
+    "carry": ("hiertag.carry", "tag a transformed copy (optimized, simplified, quantized) from the tagged original"),
+    "profile": ("hiertag.profile", "time every module in ONNX Runtime's profiler"),
     "compare": ("hiertag.compare", "compare two tagged files module by module (--values: boundary values)"),
     "select": ("hiertag.select", "the node names of the matching modules (for quantize_dynamic's nodes_to_exclude)"),
     "report": ("hiertag.report", "a Markdown report of a tagged file"),
