@@ -69,7 +69,8 @@ std::optional<ParsedJson> ParseJsonDocument(std::string_view text, std::string* 
   };
   try {
     parsed.value = Json::parse(text.begin(), text.end(), observe);
-  } catch (const Json::parse_error& failure) {
+  } catch (const Json::exception& failure) {
+    // A syntax error (parse_error) or a number too large for a double (out_of_range 406: "1e400").
     std::string what = failure.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 3: ..."
     size_t start = what.find("] ");

@@ -232,24 +232,35 @@ class Extractor {
     for (const std::string& input : node.inputs) {
       if (!input.empty()) reads.push_back(input);
     }
-    for (int graph : node.subgraphs) OuterReads(graph, {}, &reads);
+    std::vector<const std::set<std::string>*> scopes;
+    for (int graph : node.subgraphs) OuterReads(graph, &scopes, &reads);
     return reads;
   }
 
-  void OuterReads(int graph_index, std::set<std::string> defined, std::vector<std::string>* reads) const {
+  // `scopes`: the values each enclosing graph defines, innermost last. Each
+  // graph's own set is built once and not copied into its nested graphs (a
+  // copy per nested graph is quadratic in a wide body of Loops and Ifs).
+  void OuterReads(int graph_index, std::vector<const std::set<std::string>*>* scopes,
+                  std::vector<std::string>* reads) const {
     const OnnxGraph& graph = file_.model.graphs[graph_index];
+    std::set<std::string> defined;
     for (const OnnxValue& input : graph.inputs) defined.insert(input.name);
     for (const OnnxInitializer& initializer : graph.initializers) defined.insert(initializer.name);
     for (int index : graph.nodes) {
       for (const std::string& output : file_.model.nodes[index].outputs) defined.insert(output);
     }
+    scopes->push_back(&defined);
+    auto is_defined = [&](const std::string& name) {
+      return std::any_of(scopes->begin(), scopes->end(), [&](const auto* scope) { return scope->count(name) > 0; });
+    };
     for (int index : graph.nodes) {
       const OnnxNode& node = file_.model.nodes[index];
       for (const std::string& input : node.inputs) {
-        if (!input.empty() && defined.count(input) == 0) reads->push_back(input);
+        if (!input.empty() && !is_defined(input)) reads->push_back(input);
       }
-      for (int nested : node.subgraphs) OuterReads(nested, defined, reads);
+      for (int nested : node.subgraphs) OuterReads(nested, scopes, reads);
     }
+    scopes->pop_back();
   }
 
   // True when `user` reads `producer`'s output as another module the producer
@@ -385,10 +396,17 @@ class Extractor {
     for (int index : selected_) wire::AppendLengthDelimited(&graph, kGraphNode, file_.model.nodes[index].raw);
     wire::AppendLengthDelimited(&graph, kGraphName, "hiertag_extract");
     ExternalDataMode mode = mode_;
-    if (mode == ExternalDataMode::kAuto) {
+    if (mode == ExternalDataMode::kAuto || mode == ExternalDataMode::kInline) {
       std::optional<uint64_t> external_bytes = ExternalBytes(error);
       if (!external_bytes) return false;
-      mode = *external_bytes + graph.size() < kInlineLimit ? ExternalDataMode::kInline : ExternalDataMode::kCopy;
+      bool fits = *external_bytes + graph.size() < kInlineLimit;
+      // Checked before anything is read: tensors may name one range many times.
+      if (mode == ExternalDataMode::kInline && !fits) {
+        *error = Described() + ": its initializers' external data (" + std::to_string(*external_bytes) +
+                 " bytes) cannot be inlined: a model passes protobuf's 2 GiB limit; use --external-data copy";
+        return false;
+      }
+      mode = fits ? ExternalDataMode::kInline : ExternalDataMode::kCopy;
     }
     for (const std::string& name : needed_initializers_) {
       std::optional<std::string> tensor = TensorForOutput(*initializers_.at(name), mode, error);

@@ -28,9 +28,18 @@ struct ModuleStats {
   std::vector<const Rewrite*> rewrites;  // the rewrites listing this module
 };
 
+// "" when they have none (a tag that does not start with "/" has no ancestor in common with another).
 std::string CommonAncestor(std::string a, std::string_view b) {
-  while (!IsTagAncestorOrSelf(a, b)) a = std::string(ParentTag(a));
+  while (!a.empty() && !IsTagAncestorOrSelf(a, b)) a = std::string(ParentTag(a));
   return a;
+}
+
+// Levels below the root: the tag's ancestors. A tag outside the grammar ("Net",
+// no leading "/") is a root too.
+int TagDepth(std::string_view tag) {
+  int depth = 0;
+  for (std::string_view up = ParentTag(tag); !up.empty(); up = ParentTag(up)) ++depth;
+  return depth;
 }
 
 class TreeBuilder {
@@ -41,7 +50,7 @@ class TreeBuilder {
     for (const ModuleEntry& entry : file_.modules) {
       ModuleStats& stats = modules_[entry.tag];
       stats.entry = &entry;
-      stats.depth = static_cast<int>(std::count(entry.tag.begin(), entry.tag.end(), '/')) - 1;
+      stats.depth = TagDepth(entry.tag);
     }
     for (const OnnxGraph& graph : file_.model.graphs) {
       for (const OnnxInitializer& initializer : graph.initializers) initializers_.insert(initializer.name);

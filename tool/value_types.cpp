@@ -4,6 +4,8 @@
 #include "hiertag/core/onnx_fields.h"
 #include "hiertag/core/proto_wire.h"
 
+#include <map>
+
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -28,6 +30,32 @@ bool HasType(std::string_view value_info) {
 bool IsUsableType(const onnx::TypeProto& type) {
   if (type.has_tensor_type()) return type.tensor_type().elem_type() != onnx::TensorProto::UNDEFINED;
   return type.value_case() != onnx::TypeProto::VALUE_NOT_SET;
+}
+
+// ONNX 1.12's data propagation for Shape (opset 15 on) reads the type of its
+// input without a null check: an input with no type when the Shape node is
+// reached (a graph input written without one, a value no earlier node makes, a
+// value whose node could not be typed) crashes the process (found by
+// extract_fuzzer). A value_info entry with an empty tensor type for each value a
+// Shape node reads gives it a type to read; inference fills the entry in where
+// it can, and one left empty is no usable type.
+void ListShapeInputs(onnx::GraphProto* graph) {
+  std::map<std::string, onnx::ValueInfoProto*> listed;
+  for (onnx::ValueInfoProto& value : *graph->mutable_value_info()) listed.emplace(value.name(), &value);
+  for (onnx::NodeProto& node : *graph->mutable_node()) {
+    if (node.op_type() == "Shape" && (node.domain().empty() || node.domain() == "ai.onnx") && node.input_size() > 0) {
+      auto [entry, added] = listed.emplace(node.input(0), nullptr);
+      if (added) {
+        entry->second = graph->add_value_info();
+        entry->second->set_name(node.input(0));
+      }
+      if (!entry->second->has_type()) entry->second->mutable_type()->mutable_tensor_type();
+    }
+    for (onnx::AttributeProto& attribute : *node.mutable_attribute()) {
+      if (attribute.has_g()) ListShapeInputs(attribute.mutable_g());
+      for (onnx::GraphProto& nested : *attribute.mutable_graphs()) ListShapeInputs(&nested);
+    }
+  }
 }
 
 }  // namespace
@@ -59,6 +87,7 @@ void ValueTypes::Infer() {
     inference_error_ = "the model cannot be read by ONNX's shape inference";
     return;
   }
+  ListShapeInputs(proto.mutable_graph());
   try {
     onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(),
                                        onnx::ShapeInferenceOptions(/*check_type_val=*/false, /*strict_mode_val=*/0,

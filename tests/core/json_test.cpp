@@ -54,6 +54,16 @@ TEST(JsonTest, MalformedTextIsRefusedWithReason) {
   EXPECT_EQ(error.find('\n'), std::string::npos) << error;
 }
 
+TEST(JsonTest, NumberOverflowIsRefusedWithReason) {
+  // Check that a number too large for a double (found by json_fuzzer) is refused with a reason, not thrown.
+  std::string error;
+  EXPECT_FALSE(ParseJson("1e39999999999", &error));
+  EXPECT_NE(error.find("number overflow"), std::string::npos) << error;
+  EXPECT_FALSE(ParseJsonDocument(R"({"/Net": {"path": "", "class": "x", "calls": [1e400]}})", &error));
+  EXPECT_EQ(error.find("[json.exception"), std::string::npos) << error;
+  EXPECT_TRUE(ParseJson("[1e308]", &error)) << error;
+}
+
 TEST(JsonTest, DeepNestingIsRefusedBeforeParsing) {
   // Check that nesting deeper than the cap is refused, and nesting at the cap is read.
   std::string error;

@@ -1,6 +1,7 @@
 // Tests that both commands turn bad input files into one line on err and exit status 2.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include "tool_test_support.h"
@@ -130,6 +131,147 @@ TEST_F(BadInputTest, ModuleTableJsonArrayIsBadInput) {
   ModelSpec model = LayeredModel();
   model.module_table_text = "[\"/Net\"]";
   ExpectBadInput(WriteModel(model), "module table");
+}
+
+// Inputs the fuzzers of tests/fuzz found (or that were found reading the code they
+// cover), each once a crash, an exception or a hang.
+
+// Check that a module table holding a number too large for a double ("1e400": nlohmann
+// throws out_of_range, not parse_error) is bad input for every command, not an internal error.
+TEST_F(BadInputTest, ModuleTableNumberOverflowIsBadInput) {
+  ModelSpec model = LayeredModel();
+  model.module_table_text = R"({"/Net": {"path": "", "class": "test.Net", "calls": [1e400]}})";
+  std::string path = WriteModel(model);
+  ExpectBadInput(path, "number overflow");
+  RunResult extract = Extract(path, "/Net", (dir_ / "out.onnx").string());
+  EXPECT_EQ(extract.code, 2) << extract.err;
+  EXPECT_NE(extract.err.find("module table"), std::string::npos) << extract.err;
+}
+
+// Check that hiertag.rewrites holding an overflowing number is reported by validate, not thrown.
+TEST_F(BadInputTest, RewritesNumberOverflowIsReported) {
+  ModelSpec model = LayeredModel();
+  model.rewrites_text = R"([{"pass": "p", "kind": "fused", "modules": ["/Net"], "node": "n6", "x": 1e400}])";
+  RunResult result = Validate(WriteModel(model));
+  EXPECT_EQ(result.code, 1) << result.out << result.err;
+  EXPECT_NE(result.out.find("is not a JSON array of records"), std::string::npos) << result.out;
+  EXPECT_EQ(Tree(WriteModel(model)).code, 0);
+}
+
+// Check that tree prints a table whose tags lack the leading "/" (the root "Net" once
+// gave depth -1 and a negative indent: std::length_error) and validate reports them.
+TEST_F(BadInputTest, TreeOfTagsWithoutLeadingSlashIsPrinted) {
+  ModelSpec model = LayeredModel();
+  model.module_table_text = R"({"Net": {"path": "", "class": "test.Net"}, "Net/A": {"path": "a", "class": "test.A"}})";
+  std::string path = WriteModel(model);
+  for (TreeFormat format : {TreeFormat::kText, TreeFormat::kJson, TreeFormat::kCsv}) {
+    std::ostringstream out, err;
+    EXPECT_EQ(RunTree(path, format, -1, out, err), 0) << err.str();
+    EXPECT_NE(out.str().find("test.A"), std::string::npos) << out.str();
+  }
+  RunResult text = Tree(path);
+  EXPECT_NE(text.out.find("\n  A  test.A  a\n"), std::string::npos) << text.out;
+  RunResult validate = Validate(path);
+  EXPECT_EQ(validate.code, 1);
+  EXPECT_NE(validate.out.find("tag 'Net' does not parse"), std::string::npos) << validate.out;
+}
+
+// Check that tree ends on nodes whose tags share no ancestor (tags without the leading
+// "/", reading one value: the common-ancestor walk once looped on "" forever).
+TEST_F(BadInputTest, TreeEndsOnNodeTagsWithoutCommonAncestor) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"a"};
+  model.graph.Add(Node("n0", "Relu").In({"x"}).Out({"a"}).Tag("abc"))
+      .Add(Node("n1", "Relu").In({"x"}).Out({"b"}).Tag("abd"))
+      .Add(Node("n2", "Relu").In({"x"}).Out({"c"}).Tag("/Net"));
+  model.Module("/Net", "", "test.Net");
+  std::string path = WriteModel(model);
+  RunResult tree = Tree(path);
+  EXPECT_EQ(tree.code, 0) << tree.err;
+  EXPECT_NE(tree.out.find("nodes 1 own / 1 total"), std::string::npos) << tree.out;
+  EXPECT_EQ(Validate(path).code, 1);
+}
+
+// Check that extract reads a wide body of nested graphs in linear time (each nested
+// graph once copied its enclosing graphs' values: 20,000 Loops took 10 s), and that a
+// nested body's reads of its enclosing graphs' values stay inside the node.
+TEST_F(BadInputTest, ExtractOfWideNestedBodyIsFast) {
+  GraphSpec empty;
+  empty.name = "empty";
+  GraphSpec reads_outer;
+  reads_outer.name = "reads_outer";
+  reads_outer.Add(Node("inner", "Add").In({"v0", "a"}).Out({"w"}).Tag("/Net/Layer.1"));
+  GraphSpec body;
+  body.name = "body";
+  body.inputs = {"i", "c"};
+  body.outputs = {"c"};
+  for (int i = 0; i < 20000; ++i) {
+    NodeSpec loop = Node("l" + std::to_string(i), "Loop").Out({"v" + std::to_string(i)}).Tag("/Net/Layer.1");
+    body.Add(std::move(loop.Body(i == 0 ? reads_outer : empty)));
+  }
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  model.graph.Type("x", {2}).Type("a", {2}).Type("y", {2});
+  model.graph.Add(Node("relu", "Relu").In({"x"}).Out({"a"}).Tag("/Net/Layer.0"))
+      .Add(Node("loop", "Loop").In({"", "", "x"}).Out({"y"}).Tag("/Net/Layer.1").Body(body));
+  model.Module("/Net", "", "test.Net").Module("/Net/Layer.0", "layers.0", "test.Block")
+      .Module("/Net/Layer.1", "layers.1", "test.Block");
+  std::string path = WriteModel(model);
+  auto start = std::chrono::steady_clock::now();
+  RunResult result = Extract(path, "/Net/Layer.1", (dir_ / "layer1.onnx").string(), /*json=*/true);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(result.code, 0) << result.err;
+  EXPECT_NE(result.out.find(R"("inputs":["x","a"])"), std::string::npos) << result.out;
+  EXPECT_LT(seconds, 5.0);
+}
+
+// Check that extract survives a Shape node reading a value with no type (a graph input
+// written without one, a value no node makes): ONNX 1.12's data propagation for Shape
+// dereferenced the missing type (a segfault); now the value is reported as untyped.
+TEST_F(BadInputTest, ExtractOfShapeOfUntypedValueIsBadInput) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};  // no type
+  model.graph.outputs = {"s", "t", "y"};
+  model.graph.Add(Node("shape_of_input", "Shape").In({"x"}).Out({"s"}).Tag("/Net/Layer.1"))
+      .Add(Node("shape_of_nothing", "Shape").In({"ghost"}).Out({"t"}).Tag("/Net/Layer.1"))
+      .Add(Node("relu", "Relu").In({"x"}).Out({"y"}).Tag("/Net"));
+  model.Module("/Net", "", "test.Net").Module("/Net/Layer.1", "layers.1", "test.Block");
+  RunResult result = Extract(WriteModel(model), "/Net/Layer.1", (dir_ / "layer1.onnx").string());
+  EXPECT_EQ(result.code, 2) << result.out << result.err;
+  EXPECT_NE(result.err.find("no type for value"), std::string::npos) << result.err;
+}
+
+// Check that --external-data inline refuses, before reading anything, initializers whose
+// external data add up past protobuf's 2 GiB (three tensors naming one sparse 1 GiB
+// range were each read into memory and written into a model no reader can parse).
+TEST_F(BadInputTest, InlineExternalDataPastTwoGibIsRefused) {
+  constexpr int64_t kGib = int64_t{1} << 30;
+  std::filesystem::path data = dir_ / "big.bin";
+  std::ofstream(data.string(), std::ios::binary).put('\0');
+  std::filesystem::resize_file(data, kGib);  // sparse: nothing written
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  model.graph.Type("x", {kGib / 4}).Type("y", {kGib / 4});
+  for (const char* name : {"w0", "w1", "w2"}) {
+    model.graph.Initializer(name, {kGib / 4});
+    model.graph.initializers.back().external = ExternalData{"big.bin", 0, kGib};
+  }
+  model.graph.Add(Node("n0", "Add").In({"x", "w0"}).Out({"a0"}).Tag("/Net/Layer.1"))
+      .Add(Node("n1", "Add").In({"a0", "w1"}).Out({"a1"}).Tag("/Net/Layer.1"))
+      .Add(Node("n2", "Add").In({"a1", "w2"}).Out({"y"}).Tag("/Net/Layer.1"));
+  model.Module("/Net", "", "test.Net").Module("/Net/Layer.1", "layers.1", "test.Block");
+  std::string path = WriteModel(model);
+  std::string out_path = (dir_ / "layer1.onnx").string();
+  std::ostringstream out, err;
+  EXPECT_EQ(RunExtract(path, "/Net/Layer.1", std::nullopt, out_path, ExternalDataMode::kInline, false, out, err), 2);
+  EXPECT_NE(err.str().find("(3221225472 bytes) cannot be inlined: a model passes protobuf's 2 GiB limit; use "
+                           "--external-data copy"),
+            std::string::npos)
+      << err.str();
+  EXPECT_FALSE(std::filesystem::exists(out_path));
 }
 
 }  // namespace

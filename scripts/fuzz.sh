@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Fuzzes the tool's model reader and commands with libFuzzer (clang), under ASan
+# and UBSan: builds the targets of tests/fuzz into build/fuzz, writes the seed
+# corpus (tagged exports of the bundled models, external-data variants with
+# hostile locations, deep nesting: tests/fuzz/make_seed_corpus.py), and runs each
+# target for a bounded time, two at a time. Fails on any crash, leak, timeout
+# (10 s per input) or allocation past the limits; prints executions and corpus
+# sizes per target and one summary line last.
+#
+#   scripts/fuzz.sh                      60 s per target (CI), from the seeds
+#   scripts/fuzz.sh --seconds 600        longer
+#   scripts/fuzz.sh --keep-corpus        go on from the corpora of the last run (build/fuzz/corpus)
+#   scripts/fuzz.sh --targets tree,extract --jobs 1
+#
+# A finding is written to build/fuzz/artifacts/<target>-crash-* (or leak-, timeout-,
+# oom-); replay it with build/fuzz/<target>_fuzzer FILE.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=60
+targets=model_reader,validate,tree,extract,json,tag_grammar
+jobs=2
+keep_corpus=false
+while (($#)); do
+  case "$1" in
+    --seconds) seconds="$2"; shift 2 ;;
+    --targets) targets="$2"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    --keep-corpus) keep_corpus=true; shift ;;
+    *) echo "usage: scripts/fuzz.sh [--seconds N] [--targets a,b] [--jobs J] [--keep-corpus]" >&2; exit 2 ;;
+  esac
+done
+IFS=, read -r -a targets <<<"$targets"
+
+out=build/fuzz
+mkdir -p "$out"
+if ! command -v clang++ >/dev/null; then
+  echo "fuzz: clang++ not found (scripts/setup.sh installs clang and libclang-rt-14-dev)"; exit 1
+fi
+start=$SECONDS
+flags="-O1 -g -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all -fno-omit-frame-pointer"
+if ! { cmake -S . -B "$out" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="$flags" \
+         -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DHIERTAG_FUZZ=ON -DHIERTAG_BUILD_PLUGIN=OFF \
+         -DHIERTAG_BUILD_TESTS=OFF -DHIERTAG_BUILD_BENCHMARKS=OFF &&
+       cmake --build "$out" -j2 --target "${targets[@]/%/_fuzzer}"; } >"$out/build.log" 2>&1; then
+  tail -40 "$out/build.log"; echo "fuzz: build failed (log: $out/build.log)"; exit 1
+fi
+
+# The seeds: exports through the plugin (build/libhiertag.so), rewritten when the
+# plugin or the corpus builder changed.
+seeds=$out/seeds
+[ -f build/libhiertag.so ] || scripts/build.sh
+if [ ! -f "$seeds/.stamp" ] || [ build/libhiertag.so -nt "$seeds/.stamp" ] ||
+   [ tests/fuzz/make_seed_corpus.py -nt "$seeds/.stamp" ]; then
+  rm -rf "$seeds"
+  if ! .venv/bin/python tests/fuzz/make_seed_corpus.py "$seeds" >"$out/seeds.log" 2>&1; then
+    tail -20 "$out/seeds.log"; echo "fuzz: seed corpus failed (log: $out/seeds.log)"; exit 1
+  fi
+  touch "$seeds/.stamp"
+fi
+prepared=$((SECONDS - start))
+
+seeds_of() {
+  case "$1" in
+    json) echo "$seeds/json" ;;
+    tag_grammar) echo "$seeds/tag" ;;
+    *) echo "$seeds/model" ;;
+  esac
+}
+
+mkdir -p "$out/artifacts" "$out/logs"
+rm -f "$out"/logs/*.status
+rm -rf "$out/tmp"
+mkdir -p "$out/tmp"
+run_target() {
+  local target=$1
+  $keep_corpus || rm -rf "$out/corpus/$target"
+  mkdir -p "$out/corpus/$target"
+  # TMPDIR: each target's work folder (fuzz_support.h) lies under build/fuzz/tmp.
+  TMPDIR="$PWD/$out/tmp" "$out/${target}_fuzzer" "$out/corpus/$target" "$(seeds_of "$target")" \
+    -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10 -print_final_stats=1 \
+    -dict=tests/fuzz/hiertag.dict -artifact_prefix="$out/artifacts/$target-" >"$out/logs/$target.log" 2>&1
+}
+
+fuzz_start=$SECONDS
+for target in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+  { code=0; run_target "$target" || code=$?; echo "$code" >"$out/logs/$target.status"; } &
+done
+wait
+rm -rf "$out/tmp"
+
+failed=()
+total=0
+for target in "${targets[@]}"; do
+  log=$out/logs/$target.log
+  executions=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  corpus=$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" | tail -1 | cut -d' ' -f2)
+  seeds_count=$(find "$(seeds_of "$target")" -type f ! -name .stamp | wc -l)
+  total=$((total + ${executions:-0}))
+  code=$(cat "$out/logs/$target.status")
+  if [ "$code" = 0 ]; then
+    printf 'fuzz: %-13s %9s executions (%s/s), %3s seeds, corpus %s, 0 crashes\n' \
+      "$target" "$executions" "$rate" "$seeds_count" "$corpus"
+  else
+    failed+=("$target")
+    printf 'fuzz: %-13s FAILED (exit %s) after %s executions; log %s\n' "$target" "$code" "$executions" "$log"
+    grep -E 'ERROR: |SUMMARY: |runtime error|fuzz: |Test unit written|what\(\)' "$log" | head -12 | sed 's/^/    /'
+  fi
+done
+summary="${#targets[@]} targets x ${seconds}s: $total executions, ${#failed[@]} failing; build+seeds ${prepared}s, fuzzing $((SECONDS - fuzz_start))s"
+if ((${#failed[@]})); then
+  echo "fuzz: FAILED (${failed[*]}): $summary; replay: $out/<target>_fuzzer $out/artifacts/<file>"
+  exit 1
+fi
+echo "fuzz: $summary"
