@@ -258,10 +258,11 @@ void BM_PlanTaggedModel(benchmark::State& state) {
   HierarchyTagging tagging = AssignHierarchyTags(*model->graph, model->modules, call_tags, borrowed, model->members, 1);
   TaggedModelEntries entries = DescribeTaggedModel(tagging, call_tags, model->modules, *model->graph);
   std::vector<SerializedNodeTag>& tags = entries.nodes;
-  // A ModelProto holding one NodeProto per node (op_type only), 1 MB of weights.
+  // A ModelProto holding one NodeProto per node (outputs and op_type), 1 MB of weights.
   std::string graph;
   for (const SerializedNodeTag& tag : tags) {
     std::string node;
+    for (const std::string& output : tag.outputs) wire::AppendLengthDelimited(&node, 2, output);
     wire::AppendLengthDelimited(&node, 4, tag.op_type);
     wire::AppendLengthDelimited(&graph, 1, node);
   }
