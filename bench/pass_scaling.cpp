@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <string>
@@ -288,11 +289,13 @@ void BM_PlanTaggedModel(benchmark::State& state) {
 }
 
 void BM_RecordCseSharing(benchmark::State& state) {
+  size_t nodes = 0;
   for (auto _ : state) {
     bool counting = heap::counting;
     heap::Pause(state);
     std::unique_ptr<SyntheticModel> model = BuildModel(state.range(0));
     BorrowedScopes borrowed;
+    nodes = std::distance(model->graph->nodes().begin(), model->graph->nodes().end());
     heap::Resume(state, counting);
     // The bookkeeping around CSE alone: the pass itself is torch's.
     RecordCseSharing(*model->graph, borrowed, [] {});
@@ -300,7 +303,10 @@ void BM_RecordCseSharing(benchmark::State& state) {
     model.reset();
     heap::Resume(state, counting);
   }
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(nodes));
+  state.counters["nodes"] = static_cast<double>(nodes);
+  state.counters["per_node"] = benchmark::Counter(
+      static_cast<double>(nodes), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
 BENCHMARK(BM_AssignHierarchyTags)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);

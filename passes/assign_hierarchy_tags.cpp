@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include <c10/util/flat_hash_map.h>
+
 #include "hiertag/passes/scope_resolution.h"
 
 namespace hiertag {
@@ -52,8 +54,21 @@ namespace {
 
 constexpr int kUnsettled = -1;
 
+// torch's Node::mustBeNone (what the serializer skips), without a reference
+// count taken per call: it runs for every node of the graph.
+bool MustBeNone(Node* node) {
+  static const c10::Type* const kNone = c10::NoneType::get().get();
+  if (node->kind() == c10::prim::AutogradZero) return true;
+  if (node->outputs().size() != 1) return false;
+  const c10::TypePtr& type = node->output()->type();
+  return type.get() == kNone ||
+         (node->kind() == c10::prim::Constant && !node->hasAttributes() && type->cast<c10::OptionalType>());
+}
+
+// Whether torch's serializer writes the node (export.cpp skips the others).
 bool IsSerialized(Node* node) {
-  return !node->mustBeNone() && node->kind() != c10::Symbol::onnx("LocalFunctionDef");
+  static const c10::Symbol kLocalFunctionDef = c10::Symbol::onnx("LocalFunctionDef");
+  return node->kind() != kLocalFunctionDef && !MustBeNone(node);
 }
 
 class Tagger {
@@ -75,8 +90,8 @@ class Tagger {
     NumberCalls();
     ResolveRewrites();
     CollectPreOrder(graph_.block(), nullptr);
-    for (size_t i = 0; i < result_.nodes.size(); ++i) TagFromRecord(i);
     // After every record, so the owners' call tags are all known.
+    IndexOnlyTags();
     for (size_t i = 0; i < result_.nodes.size(); ++i) {
       if (result_.nodes[i].tag != kUnsettled) continue;
       int owner = DeduplicatedParameterOwner(result_.nodes[i].node);
@@ -141,44 +156,92 @@ class Tagger {
       if (tagged.rule == TagRule::kRecorded || result_.CallCount(tagged.tag) < 2) continue;
       for (const Value* output : tagged.node->outputs()) {
         for (const torch::jit::Use& use : output->uses()) {
-          auto it = index_.find(use.user);
-          if (it != index_.end() && result_.nodes[it->second].tag == tagged.tag) {
-            tagged.call = result_.nodes[it->second].call;
-          }
+          if (use.user->kind() == c10::prim::Return) continue;
+          Settled user = SettledOf(use.user);
+          if (user.tag == tagged.tag) tagged.call = user.call;
         }
       }
     }
   }
 
+  // Collects the serialized nodes in pre-order and settles each one its
+  // record tags, in one visit (a node's memory is read once).
   void CollectPreOrder(Block* block, Node* holder) {
     for (Node* node : block->nodes()) {
       if (!IsSerialized(node)) continue;
-      index_[node] = result_.nodes.size();
+      size_t i = result_.nodes.size();
       holder_.push_back(holder);
       result_.nodes.push_back({node, kUnsettled, -1, 0, {}, {}, {}, {}, TagRule::kRoot});
-      for (c10::Symbol name : node->attributeNames()) {
-        if (node->kindOf(name) == torch::jit::AttributeKind::g) {
-          CollectPreOrder(node->g(name)->block(), node);
-        } else if (node->kindOf(name) == torch::jit::AttributeKind::gs) {
-          for (const auto& graph : node->gs(name)) CollectPreOrder(graph->block(), node);
+      TagFromRecord(i);
+      // Looked up by node only when a later rule or a loan may still change it.
+      if (result_.nodes[i].tag == kUnsettled || !result_.nodes[i].spans.empty()) later_[node] = i;
+      if (node->hasAttributes()) {
+        for (c10::Symbol name : node->attributeNames()) {
+          if (node->kindOf(name) == torch::jit::AttributeKind::g) {
+            CollectPreOrder(node->g(name)->block(), node);
+          } else if (node->kindOf(name) == torch::jit::AttributeKind::gs) {
+            for (const auto& graph : node->gs(name)) CollectPreOrder(graph->block(), node);
+          }
         }
       }
       for (Block* nested : node->blocks()) CollectPreOrder(nested, node);
     }
   }
 
+  // What a node's record says: its call tag (kUnsettled: none) and call.
+  struct Record {
+    int tag = kUnsettled;
+    int call = 0;
+    TagRef own;
+    const BorrowedScopes::Loan* loan = nullptr;
+  };
+
+  Record RecordOf(Node* node) {
+    const torch::jit::ScopePtr& scope = node->scope();
+    Record record;
+    record.loan = borrowed_.empty() ? nullptr : borrowed_.Find(scope);
+    ResolvedScope resolved = resolver_.Resolve(record.loan ? record.loan->recorded : scope, node->callstack());
+    if (resolved.tag >= 0) {
+      record.tag = resolved.tag;
+      auto ordinal = resolved.call_scope ? call_ordinal_.find(resolved.call_scope) : call_ordinal_.end();
+      if (ordinal != call_ordinal_.end()) record.call = ordinal->second;
+      record.own = {resolved.tag, ordinal == call_ordinal_.end() ? TagRef::kEveryCall : ordinal->second};
+    }
+    return record;
+  }
+
   void TagFromRecord(size_t i) {
     TaggedNode& tagged = result_.nodes[i];
-    const torch::jit::ScopePtr& scope = tagged.node->scope();
-    const BorrowedScopes::Loan* loan = borrowed_.Find(scope);
-    ResolvedScope resolved = resolver_.Resolve(loan ? loan->recorded : scope, tagged.node->callstack());
-    if (resolved.tag >= 0) {
-      Settle(i, resolved.tag, TagRule::kRecorded);
-      auto ordinal = resolved.call_scope ? call_ordinal_.find(resolved.call_scope) : call_ordinal_.end();
-      if (ordinal != call_ordinal_.end()) tagged.call = ordinal->second;
-      TagRef own{resolved.tag, ordinal == call_ordinal_.end() ? TagRef::kEveryCall : ordinal->second};
-      if (loan) TakeLoan(*loan, tagged, own);
+    Record record = RecordOf(tagged.node);
+    if (record.tag == kUnsettled) return;
+    Settle(i, record.tag, TagRule::kRecorded);
+    tagged.call = record.call;
+    if (record.loan) TakeLoan(*record.loan, tagged, record.own);
+  }
+
+  // A collected node's tag and call as they stand: nodes a rule or a loan
+  // settles are looked up, the others (most) are their record, resolved again
+  // from the resolver's cache. {-2, 0} for a node that is not collected.
+  struct Settled {
+    int tag;
+    int call;
+  };
+  Settled SettledOf(Node* node) {
+    auto later = later_.find(node);
+    if (later != later_.end()) return {result_.nodes[later->second].tag, result_.nodes[later->second].call};
+    if (!Collected(node)) return {-2, 0};
+    Record record = RecordOf(node);
+    return {record.tag, record.call};
+  }
+
+  // Whether CollectPreOrder reaches a node: neither it nor a node holding it is skipped.
+  static bool Collected(Node* node) {
+    for (; node != nullptr; node = node->owningBlock()->owningNode()) {
+      if (!IsSerialized(node) || node->kind() == c10::prim::Param || node->kind() == c10::prim::Return) {
+        return false;
+      }
     }
+    return true;
   }
 
   // shared_with and spans from a loan; a fused node moves to the common
@@ -290,17 +353,22 @@ class Tagger {
     if (owner < 0) return -1;
     owner = modules_.TagOwner(owner);
     if (owner == 0) return CallTags::kRoot;
-    int found = -1;
-    for (int tag = 1; tag < call_tags_.size(); ++tag) {
-      if (call_tags_.Module(tag) != owner) continue;
-      if (found >= 0) return -1;
-      found = tag;
-    }
-    if (found >= 0) return found;
+    int only = only_tag_[owner];
+    if (only == kSeveralTags) return -1;
+    if (only >= 0) return only;
     std::vector<int> chain;
     for (int module = owner; module >= 0; module = modules_.at(module).parent) chain.push_back(module);
     std::reverse(chain.begin(), chain.end());
     return call_tags_.FromChain(chain);
+  }
+
+  // Each module's only call tag (kNoTag, or kSeveralTags), as the records left them.
+  void IndexOnlyTags() {
+    only_tag_.assign(modules_.size(), kNoTag);
+    for (int tag = 1; tag < call_tags_.size(); ++tag) {
+      int& only = only_tag_[call_tags_.Module(tag)];
+      only = only == kNoTag ? tag : kSeveralTags;
+    }
   }
 
   void Settle(size_t i, int tag, TagRule rule) {
@@ -318,28 +386,25 @@ class Tagger {
 
   // The tag of a value's producer: root for user inputs, the holder for body
   // parameters, kUnsettled while the producer waits; -2 when it does not count.
-  int ProducerTag(const Value* value) const {
+  int ProducerTag(const Value* value) {
     const Node* producer = value->node();
     if (producer->kind() == c10::prim::Param) {
       if (producer->owningBlock() == graph_.block()) return IsUserInput(value) ? 0 : -2;
       return HolderTag(producer->owningBlock());
     }
-    auto it = index_.find(producer);
-    return it == index_.end() ? -2 : result_.nodes[it->second].tag;
+    return SettledOf(const_cast<Node*>(producer)).tag;
   }
 
-  int HolderTag(const Block* block) const {
+  int HolderTag(const Block* block) {
     const Node* holder = block->owningNode();
     if (holder == nullptr) return 0;
-    auto it = index_.find(holder);
-    return it == index_.end() ? -2 : result_.nodes[it->second].tag;
+    return SettledOf(const_cast<Node*>(holder)).tag;
   }
 
-  int ConsumerTag(const torch::jit::Use& use) const {
+  int ConsumerTag(const torch::jit::Use& use) {
     Node* user = use.user;
     if (user->kind() == c10::prim::Return) return HolderTag(user->owningBlock());
-    auto it = index_.find(user);
-    return it == index_.end() ? -2 : result_.nodes[it->second].tag;
+    return SettledOf(user).tag;
   }
 
   // Folds a neighbour's tag into `common`; returns false if the neighbour waits.
@@ -355,7 +420,7 @@ class Tagger {
   bool TryRules(size_t i, bool settle_partial) {
     Node* node = result_.nodes[i].node;
     if (holder_[i] != nullptr) {
-      int enclosing = result_.nodes[index_.at(holder_[i])].tag;
+      int enclosing = SettledOf(holder_[i]).tag;
       if (enclosing == kUnsettled) return false;
       Settle(i, enclosing, TagRule::kEnclosing);
       return true;
@@ -417,10 +482,12 @@ class Tagger {
   const ModuleCalls* calls_;
   const RewriteLog* rewrites_;
   ScopeResolver resolver_;
-  std::unordered_map<const torch::jit::Scope*, int> call_ordinal_;  // call scope -> its tag's call
+  ska::flat_hash_map<const torch::jit::Scope*, int> call_ordinal_;  // call scope -> its tag's call
   HierarchyTagging result_;
-  std::unordered_map<const Node*, size_t> index_;
-  std::vector<Node*> holder_;
+  ska::flat_hash_map<const Node*, size_t> later_;  // nodes no record settles for good -> index
+  std::vector<Node*> holder_;  // per node, the node whose block or subgraph holds it
+  static constexpr int kNoTag = -1, kSeveralTags = -2;
+  std::vector<int> only_tag_;  // module -> its only call tag
 };
 
 }  // namespace

@@ -3,9 +3,10 @@
 
 #include <torch/csrc/jit/jit_log.h>
 
+#include <c10/util/flat_hash_map.h>
+
 #include <algorithm>
-#include <map>
-#include <unordered_map>
+#include <cstdint>
 #include <unordered_set>
 #include <vector>
 
@@ -23,91 +24,126 @@ struct InputSlot {
   size_t index;
 };
 
-struct NodeBefore {
-  ScopePtr scope;
-  std::vector<InputSlot> uses;  // every use of any output
+// Every node's scope and the uses of its outputs before the pass, in flat
+// arrays (one allocation each, not one per node): node i's uses are
+// uses[use_begin[i] .. use_begin[i + 1]).
+struct GraphBefore {
+  std::vector<Node*> nodes;
+  std::vector<ScopePtr> scopes;
+  std::vector<uint32_t> use_begin;
+  std::vector<InputSlot> uses;
+
+  explicit GraphBefore(Block* block) {
+    CollectNodesAndReturns(block, &nodes);
+    scopes.reserve(nodes.size());
+    use_begin.reserve(nodes.size() + 1);
+    for (Node* node : nodes) {
+      scopes.push_back(node->scope());
+      use_begin.push_back(static_cast<uint32_t>(uses.size()));
+      for (torch::jit::Value* output : node->outputs()) {
+        for (const torch::jit::Use& use : output->uses()) uses.push_back({use.user, use.offset});
+      }
+    }
+    use_begin.push_back(static_cast<uint32_t>(uses.size()));
+  }
 };
 
+// The nodes of `before` the pass removed (node -> its index in before.nodes).
+// CSE only destroys nodes, so the nodes after are the nodes before less the
+// removed ones, in the same order: one merge finds them, no lookup per node.
+// Should the order ever differ, every node after is looked up instead.
+ska::flat_hash_map<Node*, size_t> RemovedNodes(const GraphBefore& before, const std::vector<Node*>& after) {
+  ska::flat_hash_map<Node*, size_t> removed;
+  size_t j = 0;
+  for (size_t i = 0; i < before.nodes.size(); ++i) {
+    if (j < after.size() && after[j] == before.nodes[i]) {
+      ++j;
+    } else {
+      removed.emplace(before.nodes[i], i);
+    }
+  }
+  if (j == after.size()) return removed;
+  removed.clear();
+  std::unordered_set<Node*> alive(after.begin(), after.end());
+  for (size_t i = 0; i < before.nodes.size(); ++i) {
+    if (!alive.count(before.nodes[i])) removed.emplace(before.nodes[i], i);
+  }
+  return removed;
+}
 
 class ReplacementFinder {
  public:
-  ReplacementFinder(const std::unordered_map<Node*, NodeBefore>& before,
-                    const std::unordered_set<Node*>& alive)
-      : before_(before), alive_(alive) {}
+  ReplacementFinder(const GraphBefore& before, const ska::flat_hash_map<Node*, size_t>& removed)
+      : before_(before), removed_(removed) {}
 
-  // The alive node that took over `removed`'s outputs, or nullptr. Only
-  // pointers of alive nodes are dereferenced.
-  Node* Find(Node* removed, int depth = 0) {
-    auto memo = memo_.find(removed);
+  // The node that took over the outputs of removed node `i` (an index of
+  // before.nodes), or nullptr. Only nodes that were not removed are
+  // dereferenced; every user of a node before is a node before.
+  Node* Find(size_t i, int depth = 0) {
+    auto memo = memo_.find(i);
     if (memo != memo_.end()) return memo->second;
     Node* found = nullptr;
     if (depth < 256) {
-      for (const InputSlot& slot : before_.at(removed).uses) {
-        Node* user = alive_.count(slot.user) ? slot.user : nullptr;
-        if (user == nullptr && before_.count(slot.user)) user = Find(slot.user, depth + 1);
+      for (uint32_t k = before_.use_begin[i]; k < before_.use_begin[i + 1]; ++k) {
+        const InputSlot& slot = before_.uses[k];
+        auto user_removed = removed_.find(slot.user);
+        Node* user = user_removed == removed_.end() ? slot.user : Find(user_removed->second, depth + 1);
         if (user != nullptr && slot.index < user->inputs().size()) {
           found = user->input(slot.index)->node();
           break;
         }
       }
     }
-    memo_[removed] = found;
+    memo_[i] = found;
     return found;
   }
 
  private:
-  const std::unordered_map<Node*, NodeBefore>& before_;
-  const std::unordered_set<Node*>& alive_;
-  std::unordered_map<Node*, Node*> memo_;
+  const GraphBefore& before_;
+  const ska::flat_hash_map<Node*, size_t>& removed_;
+  ska::flat_hash_map<size_t, Node*> memo_;
 };
 
 }  // namespace
 
 int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed,
                      const std::function<void()>& run_cse) {
-  std::vector<Node*> nodes_before;
-  CollectNodesAndReturns(graph.block(), &nodes_before);
-  std::unordered_map<Node*, NodeBefore> before;
-  for (Node* node : nodes_before) {
-    NodeBefore& entry = before[node];
-    entry.scope = node->scope();
-    for (torch::jit::Value* output : node->outputs()) {
-      for (const torch::jit::Use& use : output->uses()) entry.uses.push_back({use.user, use.offset});
-    }
-  }
+  GraphBefore before(graph.block());
 
   run_cse();
 
   std::vector<Node*> nodes_after;
   CollectNodesAndReturns(graph.block(), &nodes_after);
-  std::unordered_set<Node*> alive(nodes_after.begin(), nodes_after.end());
-  ReplacementFinder finder(before, alive);
-  // Kept node -> scopes of the duplicates merged into it, in graph order.
-  std::map<size_t, std::vector<ScopePtr>> shared_by_position;
-  std::unordered_map<Node*, size_t> position;
-  for (size_t i = 0; i < nodes_after.size(); ++i) position[nodes_after[i]] = i;
-  for (Node* node : nodes_before) {
-    if (alive.count(node)) continue;
-    Node* kept = finder.Find(node);
-    if (kept == nullptr || !alive.count(kept)) continue;
+  ska::flat_hash_map<Node*, size_t> removed = RemovedNodes(before, nodes_after);
+  if (removed.empty()) return 0;
+  ReplacementFinder finder(before, removed);
+  // Kept node -> scopes of the duplicates merged into it.
+  ska::flat_hash_map<Node*, std::vector<ScopePtr>> shared;
+  for (size_t i = 0; i < before.nodes.size(); ++i) {
+    if (!removed.count(before.nodes[i])) continue;
+    Node* kept = finder.Find(i);
+    if (kept == nullptr || removed.count(kept)) continue;
     std::vector<ScopePtr> merged;
-    if (const BorrowedScopes::Loan* loan = borrowed.Find(before.at(node).scope)) {
+    if (const BorrowedScopes::Loan* loan = borrowed.Find(before.scopes[i])) {
       merged.push_back(loan->recorded);
       merged.insert(merged.end(), loan->shared_with.begin(), loan->shared_with.end());
     } else {
-      merged.push_back(before.at(node).scope);
+      merged.push_back(before.scopes[i]);
     }
     for (const ScopePtr& scope : merged) {
-      if (!IsBlankScope(scope) && scope != kept->scope()) shared_by_position[position[kept]].push_back(scope);
+      if (!IsBlankScope(scope) && scope != kept->scope()) shared[kept].push_back(scope);
     }
   }
+  // In graph order (a node the graph no longer holds, such as a graph input's
+  // Param, is not lent anything), so the loans are numbered the same every time.
   int lent = 0;
-  for (auto& [index, scopes] : shared_by_position) {
-    Node* kept = nodes_after[index];
+  for (Node* kept : nodes_after) {
+    auto entry = shared.find(kept);
+    if (entry == shared.end()) continue;
     BorrowedScopes::Loan loan{kept->scope(), kept->scope(), {}, {}, {}, {}};
     if (const BorrowedScopes::Loan* existing = borrowed.Find(kept->scope())) loan = *existing;
     if (IsBlankScope(loan.recorded)) continue;
-    for (const ScopePtr& scope : scopes) {
+    for (const ScopePtr& scope : entry->second) {
       if (scope != loan.recorded &&
           std::find(loan.shared_with.begin(), loan.shared_with.end(), scope) == loan.shared_with.end()) {
         loan.shared_with.push_back(scope);

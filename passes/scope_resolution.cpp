@@ -13,11 +13,68 @@ using torch::jit::ScopePtr;
 
 ResolvedScope ScopeResolver::Resolve(const ScopePtr& scope) {
   if (!scope || scope->isRoot() || scope->isBlank()) return {};
-  auto cached = cache_.find(scope.get());
-  if (cached != cache_.end()) return cached->second;
-  ResolvedScope resolved = ResolveUncached(scope);
-  cache_.emplace(scope.get(), resolved);
-  return resolved;
+  return WalkTo(scope.get()).resolved;
+}
+
+const ScopeResolver::Walk& ScopeResolver::WalkTo(torch::jit::Scope* scope) {
+  auto cached = walks_.find(scope);
+  if (cached != walks_.end()) return cached->second;
+  // The levels not walked yet, innermost first; then each from its parent's walk.
+  std::vector<torch::jit::Scope*> pending;
+  const Walk* walked = nullptr;
+  static const Walk kStart;
+  for (torch::jit::Scope* level = scope; walked == nullptr;) {
+    if (level->isRoot()) {
+      walked = &kStart;
+    } else if (auto found = walks_.find(level); found != walks_.end()) {
+      walked = &found->second;
+    } else {
+      pending.push_back(level);
+      level = level->parent().get();
+    }
+  }
+  Walk walk = *walked;
+  for (auto it = pending.rbegin(); it != pending.rend(); ++it) {
+    walk = Step(walk, *it);
+    walks_.emplace(*it, walk);
+  }
+  return walks_.at(scope);
+}
+
+ScopeResolver::Walk ScopeResolver::Step(const Walk& parent, torch::jit::Scope* level) {
+  if (parent.ended) return parent;
+  Walk ended{parent.resolved, true};
+  std::string name = level->name().toUnqualString();
+  if (ParseBorrowedScopeName(name)) return ended;  // borrowed leaf: the chain above it is the record
+  auto parsed = ParseScopeName(name);
+  if (!parsed) {
+    ++unresolved_levels_;
+    GRAPH_DEBUG("hiertag: scope level '", name, "' has no '::'; stopping there");
+    return ended;
+  }
+  const ResolvedScope& above = parent.resolved;
+  int module = -1;
+  if (parsed->module_index) {
+    module = *parsed->module_index < modules_.size() ? *parsed->module_index : -1;
+  } else if (above.module < 0) {
+    module = 0;  // the outermost recorded call is the root module's
+  } else {
+    module = MatchChild(above.module, parsed->variable_part);
+  }
+  if (module < 0) {
+    ++unresolved_levels_;
+    GRAPH_DEBUG("hiertag: scope level '", name, "' matches no module; stopping there");
+    return ended;
+  }
+  Walk walk;
+  walk.resolved.module = module;
+  if (above.module < 0) {
+    walk.resolved.tag = CallTags::kRoot;  // the chain's first level is the root call
+  } else {
+    walk.resolved.tag = call_tags_.Call(above.tag, module);
+    walk.resolved.call_scope = modules_.at(module).has_segment ? level : above.call_scope;
+  }
+  return walk;
 }
 
 ResolvedScope ScopeResolver::Resolve(const ScopePtr& scope,
@@ -49,7 +106,7 @@ ResolvedScope ScopeResolver::Resolve(const ScopePtr& scope,
   if (names_modules) {
     for (int module : chain) call_tags_.MarkRan(module);
   }
-  ResolvedScope resolved = names_modules ? FromChain(chain, {}) : ResolvedScope{};
+  ResolvedScope resolved = names_modules ? FromChain(chain) : ResolvedScope{};
   callstack_cache_.emplace(key, resolved);
   return resolved.module >= 0 ? resolved : Resolve(scope);
 }
@@ -77,55 +134,9 @@ int ScopeResolver::MatchChild(int parent, std::string_view variable, std::string
   return match;
 }
 
-ResolvedScope ScopeResolver::ResolveUncached(const ScopePtr& scope) {
-  std::vector<torch::jit::Scope*> levels;
-  for (torch::jit::Scope* s = scope.get(); s != nullptr && !s->isRoot();
-       s = s->parent().get()) {
-    levels.push_back(s);
-  }
-  std::vector<int> chain;  // module instances from the root call inwards
-  std::vector<const torch::jit::Scope*> chain_scopes;
-  for (auto it = levels.rbegin(); it != levels.rend(); ++it) {
-    std::string name = (*it)->name().toUnqualString();
-    if (ParseBorrowedScopeName(name)) break;  // borrowed leaf: the chain above it is the record
-    auto parsed = ParseScopeName(name);
-    if (!parsed) {
-      ++unresolved_levels_;
-      GRAPH_DEBUG("hiertag: scope level '", name, "' has no '::'; stopping there");
-      break;
-    }
-    int module = -1;
-    if (parsed->module_index) {
-      module = *parsed->module_index < modules_.size() ? *parsed->module_index : -1;
-    } else if (chain.empty()) {
-      module = 0;  // the outermost recorded call is the root module's
-    } else {
-      module = MatchChild(chain.back(), parsed->variable_part);
-    }
-    if (module < 0) {
-      ++unresolved_levels_;
-      GRAPH_DEBUG("hiertag: scope level '", name, "' matches no module; stopping there");
-      break;
-    }
-    chain.push_back(module);
-    chain_scopes.push_back(*it);
-  }
-  return FromChain(chain, chain_scopes);
-}
-
-ResolvedScope ScopeResolver::FromChain(const std::vector<int>& chain,
-                                       const std::vector<const torch::jit::Scope*>& scopes) const {
+ResolvedScope ScopeResolver::FromChain(const std::vector<int>& chain) const {
   if (chain.empty()) return {};
-  ResolvedScope resolved;
-  resolved.module = chain.back();
-  resolved.tag = call_tags_.FromChain(chain);
-  for (size_t i = chain.size(); i-- > 1;) {
-    if (modules_.at(chain[i]).has_segment) {
-      if (i < scopes.size()) resolved.call_scope = scopes[i];
-      break;
-    }
-  }
-  return resolved;
+  return {chain.back(), call_tags_.FromChain(chain), nullptr};
 }
 
 }  // namespace hiertag

@@ -18,8 +18,9 @@
 // that records no call sits in between (ModuleList), the unique descendant whose
 // path ends in ".<name>" (and, for call stacks, whose class matches) is taken.
 // A level that matches nothing ends the walk there (counted in
-// `unresolved_levels`), so the result is the deepest module known for sure,
-// never a guess.
+// `unresolved_levels`, once per such level), so the result is the deepest
+// module known for sure, never a guess. A scope is resolved once, from its
+// parent's resolution and its own level: linear in the number of scopes.
 //
 // The tag: the call chain's tagged modules, as a call tag (call_tags.h); a
 // filtered torch.nn module adds no level, so its nodes belong to the tagged
@@ -29,8 +30,9 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <c10/util/flat_hash_map.h>
+
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 #include "hiertag/core/call_tags.h"
@@ -62,16 +64,21 @@ class ScopeResolver {
   int unresolved_levels() const { return unresolved_levels_; }
 
  private:
-  ResolvedScope ResolveUncached(const torch::jit::ScopePtr& scope);
-  ResolvedScope FromChain(const std::vector<int>& chain,
-                          const std::vector<const torch::jit::Scope*>& scopes) const;
+  // The walk's state after a scope's level.
+  struct Walk {
+    ResolvedScope resolved;
+    bool ended = false;  // a level at or above it ended the walk
+  };
+  const Walk& WalkTo(torch::jit::Scope* scope);
+  Walk Step(const Walk& parent, torch::jit::Scope* level);
+  ResolvedScope FromChain(const std::vector<int>& chain) const;
   // `class_name` empty: any class.
   int MatchChild(int parent, std::string_view variable, std::string_view class_name = {}) const;
 
   const ModuleTable& modules_;
   CallTags& call_tags_;
-  std::unordered_map<const torch::jit::Scope*, ResolvedScope> cache_;
-  std::unordered_map<const torch::jit::InlinedCallStack*, ResolvedScope> callstack_cache_;
+  ska::flat_hash_map<const torch::jit::Scope*, Walk> walks_;
+  ska::flat_hash_map<const torch::jit::InlinedCallStack*, ResolvedScope> callstack_cache_;
   int unresolved_levels_ = 0;
 };
 
