@@ -4,6 +4,7 @@
 #include <torch/csrc/jit/jit_log.h>
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include <c10/util/flat_hash_map.h>
@@ -33,9 +34,10 @@ std::vector<int> HierarchyTagging::UsedTags() const {
   std::vector<int> used;
   for (const TaggedNode& tagged : nodes) {
     used.push_back(tagged.tag);
-    for (const TagRef& ref : tagged.shared_with) used.push_back(ref.tag);
-    for (const TagRef& ref : tagged.spans) used.push_back(ref.tag);
-    used.insert(used.end(), tagged.folded_from.begin(), tagged.folded_from.end());
+    if (!tagged.records) continue;
+    for (const TagRef& ref : tagged.records->shared_with) used.push_back(ref.tag);
+    for (const TagRef& ref : tagged.records->spans) used.push_back(ref.tag);
+    used.insert(used.end(), tagged.records->folded_from.begin(), tagged.records->folded_from.end());
   }
   for (const auto& [tag, _] : calls) used.push_back(tag);
   std::sort(used.begin(), used.end());
@@ -92,8 +94,7 @@ class Tagger {
     CollectPreOrder(graph_.block(), nullptr);
     // After every record, so the owners' call tags are all known.
     IndexOnlyTags();
-    for (size_t i = 0; i < result_.nodes.size(); ++i) {
-      if (result_.nodes[i].tag != kUnsettled) continue;
+    for (size_t i : unsettled_) {
       int owner = DeduplicatedParameterOwner(result_.nodes[i].node);
       if (owner >= 0) Settle(i, owner, TagRule::kParameterOwner);
     }
@@ -171,10 +172,11 @@ class Tagger {
       if (!IsSerialized(node)) continue;
       size_t i = result_.nodes.size();
       holder_.push_back(holder);
-      result_.nodes.push_back({node, kUnsettled, -1, 0, {}, {}, {}, {}, TagRule::kRoot});
+      result_.nodes.push_back({node, kUnsettled, -1, 0, TagRule::kRoot, nullptr});
       TagFromRecord(i);
       // Looked up by node only when a later rule or a loan may still change it.
-      if (result_.nodes[i].tag == kUnsettled || !result_.nodes[i].spans.empty()) later_[node] = i;
+      if (result_.nodes[i].tag == kUnsettled) unsettled_.push_back(i);
+      if (result_.nodes[i].tag == kUnsettled || !result_.nodes[i].spans().empty()) later_[node] = i;
       if (node->hasAttributes()) {
         for (c10::Symbol name : node->attributeNames()) {
           if (node->kindOf(name) == torch::jit::AttributeKind::g) {
@@ -196,11 +198,25 @@ class Tagger {
     const BorrowedScopes::Loan* loan = nullptr;
   };
 
+  // Nodes without a call stack: one record per scope, looked up once (most
+  // nodes follow one of their scope). Scopes outlive the pass (nodes hold them).
   Record RecordOf(Node* node) {
-    const torch::jit::ScopePtr& scope = node->scope();
+    torch::jit::ScopePtr scope = node->scope();
+    std::optional<torch::jit::InlinedCallStackPtr> callstack = node->callstack();
+    if (callstack && *callstack) return ResolveRecord(scope, callstack);
+    if (scope.get() == last_scope_) return last_record_;
+    auto [cached, inserted] = record_of_scope_.emplace(scope.get(), Record{});
+    if (inserted) cached->second = ResolveRecord(scope, std::nullopt);
+    last_scope_ = scope.get();
+    last_record_ = cached->second;
+    return last_record_;
+  }
+
+  Record ResolveRecord(const torch::jit::ScopePtr& scope,
+                       const std::optional<torch::jit::InlinedCallStackPtr>& callstack) {
     Record record;
     record.loan = borrowed_.empty() ? nullptr : borrowed_.Find(scope);
-    ResolvedScope resolved = resolver_.Resolve(record.loan ? record.loan->recorded : scope, node->callstack());
+    ResolvedScope resolved = resolver_.Resolve(record.loan ? record.loan->recorded : scope, callstack);
     if (resolved.tag >= 0) {
       record.tag = resolved.tag;
       auto ordinal = resolved.call_scope ? call_ordinal_.find(resolved.call_scope) : call_ordinal_.end();
@@ -247,32 +263,35 @@ class Tagger {
   // shared_with and spans from a loan; a fused node moves to the common
   // ancestor of every module it carries.
   void TakeLoan(const BorrowedScopes::Loan& loan, TaggedNode& tagged, const TagRef& own) {
-    for (const auto& other : loan.shared_with) AddRef(RefOf(other), &tagged.shared_with);
-    for (const auto& folded : loan.folded_from) AddTag(resolver_.Resolve(folded).tag, &tagged.folded_from);
+    auto records = std::make_unique<NodeRecords>();
+    for (const auto& other : loan.shared_with) AddRef(RefOf(other), &records->shared_with);
+    for (const auto& folded : loan.folded_from) AddTag(resolver_.Resolve(folded).tag, &records->folded_from);
     std::vector<TagRef> spans = {own};
     for (const auto& fused : loan.spans) AddRef(RefOf(fused), &spans);
     if (spans.size() > 1 && tagged.node->inputs().empty()) {
       // A fused node a later pass folded into a constant: no value crosses a
       // boundary through it any more (constants are weights), so it only says
       // what the modules' nodes became.
-      for (size_t k = 1; k < spans.size(); ++k) AddTag(spans[k].tag, &tagged.folded_from);
+      for (size_t k = 1; k < spans.size(); ++k) AddTag(spans[k].tag, &records->folded_from);
     } else if (spans.size() > 1) {
       int common = spans.front().tag;
       for (const TagRef& span : spans) common = call_tags_.CommonAncestor(common, span.tag);
       tagged.tag = common;
-      tagged.spans = std::move(spans);
-      tagged.rewrite = loan.rewrite;
-      std::sort(tagged.spans.begin(), tagged.spans.end());
+      records->spans = std::move(spans);
+      records->rewrite = loan.rewrite;
+      std::sort(records->spans.begin(), records->spans.end());
     }
     // Not shared with itself: its own call, or its own tag when the calls are unknown.
-    tagged.shared_with.erase(std::remove_if(tagged.shared_with.begin(), tagged.shared_with.end(),
-                                            [&](const TagRef& ref) {
-                                              return ref.tag == tagged.tag &&
-                                                     (ref.call == own.call || ref.call == TagRef::kEveryCall ||
-                                                      own.call == TagRef::kEveryCall);
-                                            }),
-                             tagged.shared_with.end());
-    std::sort(tagged.shared_with.begin(), tagged.shared_with.end());
+    std::vector<TagRef>& shared = records->shared_with;
+    shared.erase(std::remove_if(shared.begin(), shared.end(),
+                                [&](const TagRef& ref) {
+                                  return ref.tag == tagged.tag &&
+                                         (ref.call == own.call || ref.call == TagRef::kEveryCall ||
+                                          own.call == TagRef::kEveryCall);
+                                }),
+                 shared.end());
+    std::sort(shared.begin(), shared.end());
+    if (!records->empty()) tagged.records = std::move(records);
   }
 
   // The calls holding a rewired reader and the node it read before, but
@@ -447,7 +466,7 @@ class Tagger {
 
   void SettleByRules() {
     std::vector<size_t> waiting;
-    for (size_t i = 0; i < result_.nodes.size(); ++i) {
+    for (size_t i : unsettled_) {
       if (result_.nodes[i].tag == kUnsettled) waiting.push_back(i);
     }
     while (!waiting.empty()) {
@@ -485,6 +504,10 @@ class Tagger {
   ska::flat_hash_map<const torch::jit::Scope*, int> call_ordinal_;  // call scope -> its tag's call
   HierarchyTagging result_;
   ska::flat_hash_map<const Node*, size_t> later_;  // nodes no record settles for good -> index
+  std::vector<size_t> unsettled_;  // nodes no record tags, in pre-order
+  ska::flat_hash_map<const torch::jit::Scope*, Record> record_of_scope_;
+  const torch::jit::Scope* last_scope_ = nullptr;
+  Record last_record_;
   std::vector<Node*> holder_;  // per node, the node whose block or subgraph holds it
   static constexpr int kNoTag = -1, kSeveralTags = -2;
   std::vector<int> only_tag_;  // module -> its only call tag

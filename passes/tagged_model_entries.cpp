@@ -52,13 +52,13 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
     for (const torch::jit::Value* output : tagged.node->outputs()) entry.outputs.push_back(output->debugName());
     entry.op_type = tagged.node->kind().toUnqualString();
     entry.tag = call_tags.Tag(tagged.tag);
-    entry.shared_with = refs_of(tagged.shared_with);
+    entry.shared_with = refs_of(tagged.shared_with());
     if (tagging.CallCount(tagged.tag) > 1) entry.more.emplace_back(kCallKey, std::to_string(tagged.call));
-    std::vector<std::string> spans = refs_of(tagged.spans);
+    std::vector<std::string> spans = refs_of(tagged.spans());
     if (spans.size() > 1) {
       entry.more.emplace_back(kSpansKey, WriteStringList(spans));
-      entry.more.emplace_back(kRewriteKey, tagged.rewrite);
-      rewrites.push_back({tagged.rewrite, "fused", std::move(spans), NodeName(tagged.node)});
+      entry.more.emplace_back(kRewriteKey, tagged.rewrite());
+      rewrites.push_back({tagged.rewrite(), "fused", std::move(spans), NodeName(tagged.node)});
     }
     entries.nodes.push_back(std::move(entry));
   }
@@ -77,7 +77,7 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   };
   for (const TaggedNode& tagged : tagging.nodes) {
-    for (int tag : tagged.folded_from) {
+    for (int tag : tagged.folded_from()) {
       if (tagged.node->outputs().size() == 1) add_folded(tag, tagged.node->output(0)->debugName());
     }
   }

@@ -639,8 +639,8 @@ graph(%input : Tensor):
   HierarchyTagging tagging = Tag();
   const TaggedNode& shared = Tagged(tagging, "s");
   EXPECT_EQ(TagAndRule(tagging, "s"), "/Net/Layer.0 (recorded)");
-  EXPECT_TRUE(std::is_sorted(shared.shared_with.begin(), shared.shared_with.end()));
-  EXPECT_EQ(TagsOf(shared.shared_with), (std::vector<std::string>{"/Net/Layer.1", "/Net/Layer.1/Attn"}));
+  EXPECT_TRUE(std::is_sorted(shared.shared_with().begin(), shared.shared_with().end()));
+  EXPECT_EQ(TagsOf(shared.shared_with()), (std::vector<std::string>{"/Net/Layer.1", "/Net/Layer.1/Attn"}));
   std::vector<SerializedNodeTag> serialized = Describe(tagging).nodes;
   ASSERT_EQ(serialized.size(), 3u);
   EXPECT_EQ(serialized[0].shared_with, (std::vector<std::string>{"/Net/Layer.1", "/Net/Layer.1/Attn"}));
@@ -660,7 +660,7 @@ graph(%input : Tensor):
   SetScope("s", borrowed_.Lend({layer0_, layer0_, {other_layer0_call}, {}, {}, {}}));
   HierarchyTagging tagging = Tag();
   EXPECT_EQ(TagAndRule(tagging, "s"), "/Net/Layer.0 (recorded)");
-  EXPECT_TRUE(Tagged(tagging, "s").shared_with.empty());
+  EXPECT_TRUE(Tagged(tagging, "s").shared_with().empty());
 }
 
 TEST_F(AssignHierarchyTagsTest, BorrowedCallSiteScopeIsRecorded) {
@@ -810,9 +810,9 @@ graph(%input : Tensor):
   HierarchyTagging tagging = Tag();
   const TaggedNode& fused = Tagged(tagging, "f");
   EXPECT_EQ(TagAndRule(tagging, "f"), "/Net (recorded)");
-  EXPECT_EQ(TagsOf(fused.spans), (std::vector<std::string>{"/Net/Layer.0/Attn", "/Net/Layer.1"}));
-  EXPECT_EQ(fused.rewrite, "_jit_pass_onnx_eval_peephole");
-  EXPECT_TRUE(fused.folded_from.empty());
+  EXPECT_EQ(TagsOf(fused.spans()), (std::vector<std::string>{"/Net/Layer.0/Attn", "/Net/Layer.1"}));
+  EXPECT_EQ(fused.rewrite(), "_jit_pass_onnx_eval_peephole");
+  EXPECT_TRUE(fused.folded_from().empty());
   TaggedModelEntries entries = Describe(tagging);
   ASSERT_EQ(entries.nodes.size(), 1u);
   EXPECT_EQ(entries.nodes[0].tag, "/Net");
@@ -837,8 +837,8 @@ graph(%input : Tensor):
   HierarchyTagging tagging = Tag();
   const TaggedNode& fused = Tagged(tagging, "f");
   EXPECT_EQ(TagAndRule(tagging, "f"), "/Net/Layer.0/Attn (recorded)");
-  EXPECT_TRUE(fused.spans.empty());
-  EXPECT_TRUE(fused.rewrite.empty());
+  EXPECT_TRUE(fused.spans().empty());
+  EXPECT_TRUE(fused.rewrite().empty());
   EXPECT_TRUE(Describe(tagging).nodes[0].more.empty());
 }
 
@@ -855,8 +855,8 @@ graph(%input : Tensor):
   HierarchyTagging tagging = Tag();
   const TaggedNode& folded = Tagged(tagging, "c");
   EXPECT_EQ(TagAndRule(tagging, "c"), "/Net/Layer.0/Attn (recorded)");
-  EXPECT_TRUE(folded.spans.empty());
-  EXPECT_EQ(TagsOf(folded.folded_from), (std::vector<std::string>{"/Net/Layer.1"}));
+  EXPECT_TRUE(folded.spans().empty());
+  EXPECT_EQ(TagsOf(folded.folded_from()), (std::vector<std::string>{"/Net/Layer.1"}));
 }
 
 TEST_F(AssignHierarchyTagsTest, FoldedConstantListsFoldedFromAndKeepsItsTag) {
@@ -872,8 +872,8 @@ graph(%input : Tensor):
   HierarchyTagging tagging = Tag();
   const TaggedNode& folded = Tagged(tagging, "c");
   EXPECT_EQ(TagAndRule(tagging, "c"), "/Net/Layer.0 (recorded)");
-  EXPECT_EQ(TagsOf(folded.folded_from), (std::vector<std::string>{"/Net/Layer.1/Attn"}));
-  EXPECT_TRUE(folded.spans.empty());
+  EXPECT_EQ(TagsOf(folded.folded_from()), (std::vector<std::string>{"/Net/Layer.1/Attn"}));
+  EXPECT_TRUE(folded.spans().empty());
   EXPECT_EQ(TagsOf(tagging.UsedTags()),
             (std::vector<std::string>{"/Net/Layer.0", "/Net/Layer.1/Attn"}));
   std::string table = ModelEntry(Describe(tagging), kModuleTableKey);
@@ -897,7 +897,7 @@ graph(%input : Tensor):
   SetScope("c", layer0_);
   SetScope("r", layer0_);
   HierarchyTagging tagging = Tag();
-  EXPECT_TRUE(Tagged(tagging, "c").folded_from.empty());
+  EXPECT_TRUE(Tagged(tagging, "c").folded_from().empty());
   EXPECT_EQ(ModelEntry(Describe(tagging), kModuleTableKey).find("folded_into"), std::string::npos);
 }
 

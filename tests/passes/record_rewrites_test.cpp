@@ -412,8 +412,8 @@ TEST_F(RecordRewritesTest, FusedConvGoesToCommonAncestorWhenTagging) {
   }
   ASSERT_NE(fused, nullptr);
   EXPECT_EQ(call_tags_->Tag(fused->tag), "/Net");
-  EXPECT_EQ(TagsOf(fused->spans), (std::vector<std::string>{"/Net/ToFirst", "/Net/ToLast"}));
-  EXPECT_EQ(fused->rewrite, kPass);
+  EXPECT_EQ(TagsOf(fused->spans()), (std::vector<std::string>{"/Net/ToFirst", "/Net/ToLast"}));
+  EXPECT_EQ(fused->rewrite(), kPass);
 }
 
 // to_last negates a weight and transposes it; head multiplies by the result.

@@ -52,6 +52,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <unordered_set>
@@ -82,16 +83,34 @@ struct TagRef {
   }
 };
 
+// What export passes recorded on a node beyond its tag. Few nodes have any, so
+// they are held apart: a TaggedNode stays 32 bytes on graphs of a million nodes.
+struct NodeRecords {
+  std::vector<TagRef> shared_with;     // other calls it also computes for (its own tag's among them)
+  std::vector<TagRef> spans;           // calls whose nodes a pass fused into it
+  std::string rewrite;                 // that pass
+  std::vector<int> folded_from;        // call tags whose nodes a pass folded into this constant
+
+  bool empty() const { return shared_with.empty() && spans.empty() && folded_from.empty(); }
+};
+
 struct TaggedNode {
   torch::jit::Node* node = nullptr;
   int tag = -1;                        // call tag (CallTags)
   int tag_module = -1;                 // the module of that call tag (ModuleTable index)
   int call = 0;                        // which call of its tag the node belongs to
-  std::vector<TagRef> shared_with;     // other calls it also computes for (its own tag's among them)
-  std::vector<TagRef> spans;           // calls whose nodes a pass fused into it
-  std::string rewrite;                 // that pass
-  std::vector<int> folded_from;        // call tags whose nodes a pass folded into this constant
   TagRule rule = TagRule::kRoot;
+  std::unique_ptr<NodeRecords> records;  // nullptr: none
+
+  const std::vector<TagRef>& shared_with() const { return records ? records->shared_with : kNoRefs; }
+  const std::vector<TagRef>& spans() const { return records ? records->spans : kNoRefs; }
+  const std::string& rewrite() const { return records ? records->rewrite : kNoRewrite; }
+  const std::vector<int>& folded_from() const { return records ? records->folded_from : kNoTags; }
+
+ private:
+  static inline const std::vector<TagRef> kNoRefs;
+  static inline const std::string kNoRewrite;
+  static inline const std::vector<int> kNoTags;
 };
 
 // The calls of one call tag, in the order they ran.
