@@ -6,6 +6,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "hiertag/core/printable.h"
 #include "hiertag/core/tag_format.h"
 
 namespace hiertag {
@@ -39,7 +40,11 @@ int ModuleTable::Add(std::string path, std::string class_name, std::string short
     if (!path.empty()) throw std::invalid_argument("the first module must be the root (path '')");
     record.has_segment = true;
   } else {
-    if (path.empty()) throw std::invalid_argument("only the root may have an empty path");
+    if (path.empty()) {
+      throw std::invalid_argument("hiertag: a module of class " + Printable(record.class_name) +
+                                  " below the root has the empty name in named_modules(): the module table "
+                                  "names every module by its qualified name");
+    }
     record.has_segment = has_segment;
     std::string_view parent_path = path;
     record.parent = 0;
@@ -54,10 +59,16 @@ int ModuleTable::Add(std::string path, std::string class_name, std::string short
       }
     }
   }
+  if (record.has_segment && record.short_class.empty()) {
+    throw std::invalid_argument("hiertag: module '" + Printable(path) + "' has a class with an empty name (" +
+                                Printable(record.class_name) + "): its tag segment needs one");
+  }
   record.path = std::move(path);
   int index = static_cast<int>(records_.size());
   if (!index_by_path_.emplace(record.path, index).second) {
-    throw std::invalid_argument("duplicate module path '" + record.path + "'");
+    throw std::invalid_argument("hiertag: two modules have the qualified name '" + Printable(record.path) +
+                                "' in named_modules() (an attribute name holding '.'): the module table "
+                                "names every module by its qualified name");
   }
   records_.push_back(std::move(record));
   return index;

@@ -32,6 +32,8 @@ std::string MarkDirectScopeName(int module_index, std::string_view torch_scope_n
   return out;
 }
 
+std::string_view ScopeNameAsRecorded(std::string_view name) { return name.substr(0, name.find('\0')); }
+
 std::optional<ParsedScopeName> ParseScopeName(std::string_view name) {
   size_t separator = name.find(kScopeSeparator);
   if (separator == std::string_view::npos) return std::nullopt;

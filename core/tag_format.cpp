@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstdio>
 
+#include "hiertag/core/printable.h"
+
 namespace hiertag {
 namespace {
 
@@ -19,16 +21,30 @@ bool IsReservedInClass(char c) {
   return IsReservedInQualifier(c) || c == '.';
 }
 
+// Escapes the reserved ASCII characters, and every byte of a control character
+// or of ill-formed UTF-8: a tag is one printable line of valid UTF-8 (protobuf
+// strings must be) whatever a Python name holds.
 std::string PercentEscaped(std::string_view raw, bool (*reserved)(char), char also = '\0') {
   std::string out;
   out.reserve(raw.size());
-  for (char c : raw) {
-    if (reserved(c) || (also != '\0' && c == also)) {
-      char buffer[4];
-      std::snprintf(buffer, sizeof(buffer), "%%%02X", static_cast<unsigned char>(c));
-      out += buffer;
+  auto escape = [&out](char c) {
+    char buffer[4];
+    std::snprintf(buffer, sizeof(buffer), "%%%02X", static_cast<unsigned char>(c));
+    out += buffer;
+  };
+  for (size_t i = 0; i < raw.size();) {
+    size_t length = Utf8SequenceLength(raw, i);
+    if (length == 0) {
+      escape(raw[i++]);
+      continue;
+    }
+    std::string_view sequence = raw.substr(i, length);
+    i += length;
+    bool reserved_ascii = length == 1 && (reserved(sequence[0]) || (also != '\0' && sequence[0] == also));
+    if (reserved_ascii || IsControlCharacter(sequence)) {
+      for (char c : sequence) escape(c);
     } else {
-      out.push_back(c);
+      out += sequence;
     }
   }
   return out;
@@ -133,6 +149,18 @@ std::string FormatSegment(const TagSegment& segment) {
     out += "." + std::to_string(*segment.index);
   }
   return out;
+}
+
+std::string FormatTag(const std::vector<TagSegment>& segments) {
+  std::string tag;
+  for (const TagSegment& segment : segments) tag += "/" + FormatSegment(segment);
+  return tag;
+}
+
+std::optional<std::string> CanonicalTag(std::string_view tag) {
+  std::optional<std::vector<TagSegment>> segments = ParseTag(tag);
+  if (!segments) return std::nullopt;
+  return FormatTag(*segments);
 }
 
 std::optional<std::vector<TagSegment>> ParseTag(std::string_view tag, std::string* error) {

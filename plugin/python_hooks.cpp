@@ -32,6 +32,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -196,12 +197,39 @@ void EndSession() {
   Current().reset();
 }
 
+// The HIERTAG_TORCH_MODULES names that are no torch.nn / torch.ao class, on
+// stderr: every such class is a subclass of torch.nn.Module, and `import torch`
+// imports them all (torch.ao.nn too).
+void WarnOfUnknownTorchModules(const TorchModuleSegments& segments) {
+  if (segments.classes.empty()) return;
+  py::module_ torch = py::module_::import("torch");
+  py::object typename_of = torch.attr("typename");
+  std::set<std::string, std::less<>> torch_classes;
+  std::vector<py::object> work = {torch.attr("nn").attr("Module")};
+  std::unordered_set<PyObject*> seen;
+  while (!work.empty()) {
+    py::object type = std::move(work.back());
+    work.pop_back();
+    if (!seen.insert(type.ptr()).second) continue;
+    if (IsTorchModuleClass(typename_of(type).cast<std::string>())) {
+      torch_classes.insert(type.attr("__name__").cast<std::string>());
+    }
+    for (py::handle subclass : type.attr("__subclasses__")()) {
+      work.push_back(py::reinterpret_borrow<py::object>(subclass));
+    }
+  }
+  std::string warning = UnknownTorchModulesWarning(
+      segments, [&](std::string_view name) { return torch_classes.count(name) > 0; });
+  if (!warning.empty()) py::module_::import("sys").attr("stderr").attr("write")(warning);
+}
+
 // Builds the session from named_modules(). With `trace_module_map` (a traced
 // export), also gives each module instance a scope name of its own
 // (scope_names.h), which the tracer pushes at every module call, and wraps
 // every module's forward but the root's (the tracer calls the root itself, and
 // the exporter reads its signature) to record its calls.
 void BeginSession(const py::handle& model, py::object trace_module_map, ExportOptions options) {
+  WarnOfUnknownTorchModules(options.torch_modules);
   Current().emplace();
   PythonSession& current = *Current();
   ModuleTable modules;
@@ -228,7 +256,7 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
       std::string name = trace_module_map[module].cast<std::string>();
       std::string instance_name = MarkInstanceScopeName(index, name);
       trace_module_map[module] = instance_name;
-      if (index > 0) WrapForward(current, module, index, instance_name);
+      if (index > 0) WrapForward(current, module, index, std::string(ScopeNameAsRecorded(instance_name)));
     }
   }
   modules.Finalize();

@@ -4,6 +4,7 @@
 #include <optional>
 #include <ostream>
 
+#include "hiertag/core/printable.h"
 #include "hiertag/tool/tool_commands.h"
 
 namespace hiertag {
@@ -56,7 +57,9 @@ constexpr const char* kExtractUsage =
     "outside (typed from the file or by ONNX shape inference), its outputs the values they make\n"
     "that are read outside or are model outputs; the initializers and Constant nodes they need\n"
     "are copied; node order, opsets and IR version are the source's.\n"
-    "  --module TAG   the module's tag (hiertag tree lists them)\n"
+    "  --module TAG   the module's tag as hiertag tree prints it; tags %-escape control characters\n"
+    "                 (a newline is %0A), and that spelling also names a module whose tag a file\n"
+    "                 written before holds with the character itself\n"
     "  --call K       only the nodes of TAG's call K (0-based; hiertag tree shows the calls)\n"
     "  --external-data MODE\n"
     "                 initializers the source keeps in external data files: auto (default: inline\n"
@@ -70,7 +73,7 @@ constexpr const char* kExtractUsage =
     "region of the graph (nothing is written).\n";
 
 int UsageError(const std::string& message, std::ostream& err) {
-  err << "hiertag: " << message << " (see 'hiertag --help')\n";
+  err << "hiertag: " << Printable(message) << " (see 'hiertag --help')\n";
   return 2;
 }
 

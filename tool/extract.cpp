@@ -33,6 +33,7 @@
 
 #include "hiertag/core/external_data.h"
 #include "hiertag/core/onnx_fields.h"
+#include "hiertag/core/printable.h"
 #include "hiertag/core/proto_wire.h"
 #include "hiertag/core/tag_format.h"
 #include "hiertag/tool/module_calls_in_file.h"
@@ -66,7 +67,7 @@ std::string ClosestTags(const TaggedFile& file, const std::string& tag) {
   for (const ModuleEntry& entry : file.modules) ranked.emplace_back(EditDistance(entry.tag, tag), entry.tag);
   std::sort(ranked.begin(), ranked.end());
   std::string list;
-  for (size_t i = 0; i < ranked.size() && i < 3; ++i) list += (i ? ", " : "") + ranked[i].second;
+  for (size_t i = 0; i < ranked.size() && i < 3; ++i) list += (i ? ", " : "") + DisplayTag(ranked[i].second);
   return list;
 }
 
@@ -97,8 +98,8 @@ class Extractor {
   // Builds the extracted model into *bytes; false with a one-line reason.
   bool Run(std::string* bytes, std::string* error) {
     if (call_ && *call_ >= entry_.call_count()) {
-      *error = "module '" + tag_ + "' has " + std::to_string(entry_.call_count()) + " calls; --call takes K < " +
-               std::to_string(entry_.call_count()) + ", not " + std::to_string(*call_);
+      *error = "module '" + DisplayTag(tag_) + "' has " + std::to_string(entry_.call_count()) +
+               " calls; --call takes K < " + std::to_string(entry_.call_count()) + ", not " + std::to_string(*call_);
       return false;
     }
     if (!CheckRewrites(error)) return false;
@@ -170,7 +171,7 @@ class Extractor {
 
   // "module 'T'", or "call K of module 'T'".
   std::string Described() const {
-    return (call_ ? "call " + std::to_string(*call_) + " of " : std::string()) + "module '" + tag_ + "'";
+    return (call_ ? "call " + std::to_string(*call_) + " of " : std::string()) + "module '" + DisplayTag(tag_) + "'";
   }
 
   // No rewrite may list a call within the extracted one and one outside it
@@ -639,26 +640,27 @@ int RunExtract(const std::string& path, const std::string& tag, std::optional<in
   return RunExtract(path, tag, call, out_path, ExternalDataMode::kAuto, json, out, err);
 }
 
-int RunExtract(const std::string& path, const std::string& tag, std::optional<int64_t> call,
+int RunExtract(const std::string& path, const std::string& requested, std::optional<int64_t> call,
                const std::string& out_path, ExternalDataMode external_data, bool json, std::ostream& out,
                std::ostream& err) {
+  // Names come from Python and from the command line: every line goes out
+  // through Printable, so it stays one line.
+  auto fail = [&err](const std::string& line) {
+    err << Printable(line) << "\n";
+    return 2;
+  };
   std::string error;
   std::optional<TaggedFile> file = LoadTaggedFile(path, &error);
-  if (!file) {
-    err << error << "\n";
-    return 2;
+  if (!file) return fail(error);
+  const ModuleEntry* module = file->ResolveModule(requested);
+  if (module == nullptr) {
+    return fail(path + ": unknown module '" + requested + "'; closest: " + ClosestTags(*file, requested));
   }
-  if (file->FindModule(tag) == nullptr) {
-    err << path << ": unknown module '" << tag << "'; closest: " << ClosestTags(*file, tag) << "\n";
-    return 2;
-  }
+  const std::string tag = module->tag;
   std::string target = out_path.empty() ? DefaultOutputPath(path, tag, call) : out_path;
   Extractor extractor(*file, tag, call, target, external_data);
   std::string bytes;
-  if (!extractor.Run(&bytes, &error)) {
-    err << path << ": " << error << "\n";
-    return 2;
-  }
+  if (!extractor.Run(&bytes, &error)) return fail(path + ": " + error);
   // The data file first, then the model that names it: a model is never
   // written that references a file not there.
   std::string data_path;
@@ -667,14 +669,12 @@ int RunExtract(const std::string& path, const std::string& tag, std::optional<in
     std::string partial = data_path + ".hiertag-partial";
     if (!WriteDataFile(partial, extractor.data_copies(), &error) || std::rename(partial.c_str(), data_path.c_str()) != 0) {
       std::remove(partial.c_str());
-      err << path << ": " << (error.empty() ? "cannot write " + data_path : error) << "\n";
-      return 2;
+      return fail(path + ": " + (error.empty() ? "cannot write " + data_path : error));
     }
   }
   if (!WriteFileAtomically(target, bytes, &error)) {
     if (!data_path.empty()) std::remove(data_path.c_str());
-    err << path << ": " << error << "\n";
-    return 2;
+    return fail(path + ": " + error);
   }
   if (json) {
     Json result = {{"file", path}, {"module", tag}};
@@ -687,10 +687,13 @@ int RunExtract(const std::string& path, const std::string& tag, std::optional<in
     if (!data_path.empty()) result["data_file"] = data_path;
     out << WriteJson(result) << "\n";
   } else {
-    out << target << ": " << tag << (call ? " call " + std::to_string(*call) : std::string()) << ": "
-        << extractor.node_count() << " nodes, " << extractor.inputs().size()
-        << " inputs, " << extractor.outputs().size() << " outputs, " << extractor.initializer_count()
-        << " initializers" << (data_path.empty() ? "" : " (data in " + data_path + ")") << "\n";
+    out << Printable(target + ": " + DisplayTag(tag) + (call ? " call " + std::to_string(*call) : std::string()) +
+                     ": " + std::to_string(extractor.node_count()) + " nodes, " +
+                     std::to_string(extractor.inputs().size()) + " inputs, " +
+                     std::to_string(extractor.outputs().size()) + " outputs, " +
+                     std::to_string(extractor.initializer_count()) + " initializers" +
+                     (data_path.empty() ? "" : " (data in " + data_path + ")"))
+        << "\n";
   }
   return 0;
 }

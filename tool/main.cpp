@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "hiertag/core/printable.h"
 #include "hiertag/tool/tool_commands.h"
 
 int main(int argc, char** argv) {
@@ -10,7 +11,7 @@ int main(int argc, char** argv) {
   try {
     return hiertag::RunTool(args, std::cout, std::cerr);
   } catch (const std::exception& error) {
-    std::cerr << "hiertag: internal error: " << error.what() << "\n";
+    std::cerr << "hiertag: internal error: " << hiertag::Printable(error.what()) << "\n";
     return 3;
   }
 }

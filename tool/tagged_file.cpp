@@ -39,6 +39,24 @@ const ModuleEntry* TaggedFile::FindModule(std::string_view tag) const {
   return found == entry_of_tag.end() ? nullptr : &modules[found->second];
 }
 
+const ModuleEntry* TaggedFile::ResolveModule(std::string_view tag) const {
+  if (const ModuleEntry* exact = FindModule(tag)) return exact;
+  std::optional<std::string> canonical = CanonicalTag(tag);
+  if (!canonical) return nullptr;
+  const ModuleEntry* found = nullptr;
+  for (const ModuleEntry& entry : modules) {
+    if (CanonicalTag(entry.tag) != canonical) continue;
+    if (found != nullptr) return nullptr;
+    found = &entry;
+  }
+  return found;
+}
+
+std::string DisplayTag(std::string_view tag) {
+  std::optional<std::string> canonical = CanonicalTag(tag);
+  return canonical ? *canonical : std::string(tag);
+}
+
 std::optional<TaggedFile> LoadTaggedFile(const std::string& path, std::string* error) {
   std::string reason;
   std::optional<OnnxModel> model = OnnxModel::Load(path, &reason);

@@ -8,6 +8,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "hiertag/core/printable.h"
 #include "hiertag/core/tag_format.h"
 #include "hiertag/tool/tool_commands.h"
 #include "hiertag/tool/tagged_file.h"
@@ -163,35 +164,38 @@ class TreePrinter {
   TreePrinter(const std::map<std::string, ModuleStats>& modules, int depth, std::ostream& out)
       : modules_(modules), depth_(depth), out_(out) {}
 
+  // Names hold what Python allows: every line goes out through Printable, so
+  // one module is one line (--json and --csv carry the exact values).
   void PrintText(const std::string& tag) {
     const ModuleStats& stats = modules_.at(tag);
     if (depth_ >= 0 && stats.depth > depth_) return;
     std::string indent(2 * stats.depth, ' ');
-    std::string segment = tag.substr(tag.rfind('/') + 1);
-    out_ << indent << segment << "  " << stats.entry->class_name << "  "
-         << (stats.entry->path.empty() ? "(root)" : stats.entry->path) << "\n";
-    out_ << indent << "    nodes " << stats.own_nodes << " own / " << stats.total_nodes << " total;  params "
-         << Thousands(stats.own_params) << " own / " << Thousands(stats.total_params) << " total ("
-         << HumanBytes(stats.total_bytes) << ")";
-    if (stats.entry->call_count() > 1) out_ << ";  calls " << stats.entry->call_count();
-    if (!stats.entry->ran) out_ << ";  never ran (its caller reached past it)";
-    out_ << "\n";
+    std::string shown = DisplayTag(tag);
+    std::string segment = shown.substr(shown.rfind('/') + 1);
+    Line(indent + segment + "  " + stats.entry->class_name + "  " +
+         (stats.entry->path.empty() ? "(root)" : stats.entry->path));
+    std::ostringstream counts;
+    counts << indent << "    nodes " << stats.own_nodes << " own / " << stats.total_nodes << " total;  params "
+           << Thousands(stats.own_params) << " own / " << Thousands(stats.total_params) << " total ("
+           << HumanBytes(stats.total_bytes) << ")";
+    if (stats.entry->call_count() > 1) counts << ";  calls " << stats.entry->call_count();
+    if (!stats.entry->ran) counts << ";  never ran (its caller reached past it)";
+    Line(counts.str());
     if (!stats.ops.empty()) {
-      out_ << indent << "    ops";
+      std::string ops = indent + "    ops";
       const char* separator = " ";
       for (const auto& [op_type, count] : SortedOps(stats)) {
-        out_ << separator << op_type << " " << count;
+        ops += separator + op_type + " " + std::to_string(count);
         separator = ", ";
       }
-      out_ << "\n";
+      Line(ops);
     }
-    if (!stats.entry->folded_into.empty()) {
-      out_ << indent << "    folded into " << Join(stats.entry->folded_into) << "\n";
-    }
+    if (!stats.entry->folded_into.empty()) Line(indent + "    folded into " + Join(stats.entry->folded_into));
     for (const Rewrite* rewrite : stats.rewrites) {
       std::vector<std::string> others = OtherModules(*rewrite, tag);
-      out_ << indent << "    rewritten: " << rewrite->kind << (others.empty() ? "" : " with " + Join(others)) << " by "
-           << rewrite->pass << "\n";
+      for (std::string& other : others) other = DisplayTag(other);
+      Line(indent + "    rewritten: " + rewrite->kind + (others.empty() ? "" : " with " + Join(others)) + " by " +
+           rewrite->pass);
     }
     for (const std::string& child : Children(stats)) PrintText(child);
   }
@@ -237,6 +241,8 @@ class TreePrinter {
   }
 
  private:
+  void Line(std::string_view text) { out_ << Printable(text) << "\n"; }
+
   // The modules a rewrite lists besides `tag`, in its order.
   static std::vector<std::string> OtherModules(const Rewrite& rewrite, const std::string& tag) {
     std::vector<std::string> others;
@@ -279,7 +285,7 @@ int RunTree(const std::string& path, TreeFormat format, int depth, std::ostream&
   std::string error;
   std::optional<TaggedFile> file = LoadTaggedFile(path, &error);
   if (!file) {
-    err << error << "\n";
+    err << Printable(error) << "\n";
     return 2;
   }
   std::map<std::string, ModuleStats> modules = TreeBuilder(*file).Build();
@@ -288,7 +294,7 @@ int RunTree(const std::string& path, TreeFormat format, int depth, std::ostream&
     if (ParentTag(tag).empty()) roots.push_back(tag);
   }
   if (roots.size() != 1) {
-    err << path << ": the module table has " << roots.size() << " root tags, not one\n";
+    err << Printable(path) << ": the module table has " << roots.size() << " root tags, not one\n";
     return 2;
   }
   TreePrinter printer(modules, depth, out);

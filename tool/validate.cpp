@@ -13,6 +13,7 @@
 #include <set>
 
 #include "hiertag/core/external_data.h"
+#include "hiertag/core/printable.h"
 #include "hiertag/core/tag_format.h"
 #include "hiertag/tool/tool_commands.h"
 #include "hiertag/tool/tagged_file.h"
@@ -354,7 +355,7 @@ int RunValidate(const std::string& path, bool json, std::ostream& out, std::ostr
   std::string error;
   std::optional<TaggedFile> file = LoadTaggedFile(path, &error);
   if (!file) {
-    err << error << "\n";
+    err << Printable(error) << "\n";
     return 2;
   }
   std::vector<Problem> problems = Validator(*file).Run();
@@ -377,14 +378,17 @@ int RunValidate(const std::string& path, bool json, std::ostream& out, std::ostr
                    {"problems", std::move(listed)}};
     out << WriteJson(result) << "\n";
   } else {
+    // Tags, paths and node names hold what Python allows: each problem is one
+    // line through Printable (--json carries the exact text).
     for (const Problem& problem : problems) {
-      out << path << ": " << (problem.node ? "node " + DescribeNode(*problem.node) : problem.subject) << ": "
-          << problem.text << "\n";
+      out << Printable(path + ": " + (problem.node ? "node " + DescribeNode(*problem.node) : problem.subject) +
+                       ": " + problem.text)
+          << "\n";
     }
     if (problems.empty()) {
-      out << path << ": valid: " << nodes << " nodes tagged, " << modules << " modules\n";
+      out << Printable(path) << ": valid: " << nodes << " nodes tagged, " << modules << " modules\n";
     } else {
-      out << path << ": invalid: " << problems.size() << " problems (" << nodes << " nodes, " << modules
+      out << Printable(path) << ": invalid: " << problems.size() << " problems (" << nodes << " nodes, " << modules
           << " modules)\n";
     }
   }

@@ -74,8 +74,25 @@ _RESERVED_IN_QUALIFIER = "/[]%#"
 _RESERVED_IN_CLASS = _RESERVED_IN_QUALIFIER + "."
 
 
+def _utf8_bytes(c):
+    """A lone surrogate stands for bytes that were not UTF-8: the byte
+    os.fsdecode decoded it from (U+DC80-U+DCFF), else its own encoding; both
+    are ill-formed UTF-8, which the C++ writer escapes byte by byte too."""
+    try:
+        return c.encode("utf-8")
+    except UnicodeEncodeError:
+        return c.encode("utf-8", "surrogateescape" if 0xDC80 <= ord(c) <= 0xDCFF else "surrogatepass")
+
+
 def _percent_escaped(raw, reserved):
-    return "".join(f"%{ord(c):02X}" if c in reserved else c for c in raw)
+    """Reserved characters, control characters (C0, DEL, C1) and lone
+    surrogates as %HH of their UTF-8 bytes, as core/tag_format.cpp escapes them."""
+    def escaped(c):
+        code = ord(c)
+        if c in reserved or code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xDFFF:
+            return "".join(f"%{byte:02X}" for byte in _utf8_bytes(c))
+        return c
+    return "".join(escaped(c) for c in raw)
 
 
 def escape_class_name(raw):

@@ -84,6 +84,35 @@ TEST(ExportOptionsTest, ReportIsAskedForWithOne) {
   EXPECT_FALSE(Read({{"HIERTAG", "1"}, {"HIERTAG_REPORT", "yes"}}, &error)->report);
 }
 
+TEST(ExportOptionsTest, TorchModuleListNamingNoTorchClassIsWarnedOf) {
+  // Check that names no torch class has are listed in one stderr line, singular and plural.
+  auto known = [](std::string_view name) { return name == "LayerNorm" || name == "Linear"; };
+  std::string error;
+  std::optional<ExportOptions> one = Read({{"HIERTAG", "1"}, {"HIERTAG_TORCH_MODULES", "LayerNorm,LayerNrom"}}, &error);
+  ASSERT_TRUE(one) << error;
+  EXPECT_EQ(UnknownTorchModulesWarning(one->torch_modules, known),
+            "hiertag: HIERTAG_TORCH_MODULES names 'LayerNrom', which is not a torch.nn or torch.ao class: it has no "
+            "effect (the list picks the torch classes that keep a tag segment; every other class has one)\n");
+  std::optional<ExportOptions> two =
+      Read({{"HIERTAG", "1"}, {"HIERTAG_TORCH_MODULES", "MyBlock,Linear,LayerNrom"}}, &error);
+  ASSERT_TRUE(two) << error;
+  EXPECT_EQ(UnknownTorchModulesWarning(two->torch_modules, known),
+            "hiertag: HIERTAG_TORCH_MODULES names 'LayerNrom', 'MyBlock', which are not torch.nn or torch.ao "
+            "classes: they have no effect (the list picks the torch classes that keep a tag segment; every other "
+            "class has one)\n");
+}
+
+TEST(ExportOptionsTest, TorchModuleListOfTorchClassesIsNotWarnedOf) {
+  // Check that a list of torch classes, 0 and 1 give no warning.
+  auto known = [](std::string_view name) { return name == "LayerNorm" || name == "Linear"; };
+  for (const char* value : {"LayerNorm,Linear", "0", "1"}) {
+    std::string error;
+    std::optional<ExportOptions> options = Read({{"HIERTAG", "1"}, {"HIERTAG_TORCH_MODULES", value}}, &error);
+    ASSERT_TRUE(options) << error;
+    EXPECT_EQ(UnknownTorchModulesWarning(options->torch_modules, known), "") << value;
+  }
+}
+
 TEST(ExportOptionsTest, TorchModuleClassesAreTorchNnAndAo) {
   // Check which class names count as torch modules.
   EXPECT_TRUE(IsTorchModuleClass("torch.nn.modules.linear.Linear"));

@@ -237,6 +237,55 @@ TEST(ModuleTableTest, QualifierEscapesReservedCharacters) {
   ExpectTagsUniqueAndWellFormed(table);
 }
 
+TEST(ModuleTableTest, HostileNamesGiveOnePrintableTagEach) {
+  // Check that attribute and class names with control characters, quotes and letters beyond ASCII
+  // give well-formed tags without a control character, while the records keep the names as they are.
+  ModuleTable table;
+  table.Add("", "pkg.Net", "Net", true);
+  table.Add("line\nbreak", "pkg.Expert", "Expert", true);
+  table.Add("say \"hi\"", "pkg.Expert", "Expert", true);
+  table.Add("\xe5\xb1\xa4", "pkg.Expert", "Expert", true);
+  table.Add("blocks", "torch.nn.modules.container.ModuleList", "ModuleList", false);
+  table.Add("blocks.0", "pkg.esc\x1b[1m", "esc\x1b[1m", true);
+  table.Finalize();
+  EXPECT_EQ(TagAt(table, "line\nbreak"), "/Net/Expert[line%0Abreak]");
+  EXPECT_EQ(TagAt(table, "say \"hi\""), "/Net/Expert[say \"hi\"]");
+  EXPECT_EQ(TagAt(table, "\xe5\xb1\xa4"), "/Net/Expert[\xe5\xb1\xa4]");
+  EXPECT_EQ(TagAt(table, "blocks.0"), "/Net/esc%1B%5B1m.0");
+  EXPECT_EQ(table.at(table.FindByPath("line\nbreak")).path, "line\nbreak");
+  ExpectTagsUniqueAndWellFormed(table);
+}
+
+TEST(ModuleTableTest, NamesNoTagCanHoldAreRefusedInOneLine) {
+  // Check that a class without a name and a qualified name given twice are refused, each with one
+  // line naming the module, its control characters escaped.
+  ModuleTable table;
+  table.Add("", "pkg.Net", "Net", true);
+  table.Add("a.b\n", "pkg.Expert", "Expert", true);
+  try {
+    table.Add("a.b\n", "pkg.Expert", "Expert", true);
+    ADD_FAILURE() << "a repeated qualified name was accepted";
+  } catch (const std::invalid_argument& refused) {
+    EXPECT_EQ(std::string(refused.what()),
+              "hiertag: two modules have the qualified name 'a.b\\n' in named_modules() (an attribute name holding "
+              "'.'): the module table names every module by its qualified name");
+  }
+  try {
+    table.Add("c", "pkg.", "", true);
+    ADD_FAILURE() << "a class without a name was accepted";
+  } catch (const std::invalid_argument& refused) {
+    EXPECT_EQ(std::string(refused.what()), "hiertag: module 'c' has a class with an empty name (pkg.): its tag "
+                                           "segment needs one");
+  }
+}
+
+TEST(ModuleTableTest, FilteredModuleNeedsNoClassName) {
+  // Check that the class name is asked for only where a segment needs it.
+  ModuleTable table;
+  table.Add("", "pkg.Net", "Net", true);
+  EXPECT_NO_THROW(table.Add("c", "torch.nn.Whatever", "", false));
+}
+
 TEST(ModuleTableTest, FindOwnerOfMemberTakesLongestModulePrefix) {
   // Check that a parameter belongs to the module whose path is its longest dotted prefix.
   ModuleTable table = Gpt2Table();

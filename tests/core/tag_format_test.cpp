@@ -300,6 +300,40 @@ TEST(TagFormatTest, HashInClassOrQualifierMustBeEscaped) {
   EXPECT_EQ(EscapeQualifier("a#b"), "a%23b");
 }
 
+TEST(TagFormatTest, ControlCharactersAndIllFormedUtf8AreEscapedByteByByte) {
+  // Check that a qualifier and a class name holding control characters or bytes that are not
+  // UTF-8 are written as %HH of each byte, and parse back to the raw names.
+  const std::string path = std::string("line\nbreak\t\x1b[31m\x7f\xc2\x9b") + '\0' + "\xff";
+  EXPECT_EQ(EscapeQualifier(path), "line%0Abreak%09%1B%5B31m%7F%C2%9B%00%FF");
+  EXPECT_EQ(EscapeClassName("Blk\n.1"), "Blk%0A%2E1");
+  const std::string tag = "/Net/" + FormatSegment({"Blk\n", std::nullopt, path});
+  EXPECT_EQ(tag, "/Net/Blk%0A[line%0Abreak%09%1B%5B31m%7F%C2%9B%00%FF]");
+  auto parsed = ParseTag(tag);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ((*parsed)[1].class_name, "Blk\n");
+  EXPECT_EQ((*parsed)[1].qualifier, path);
+}
+
+TEST(TagFormatTest, PrintableCharactersBeyondTheReservedOnesAreNotEscaped) {
+  // Check that quotes, spaces, "::", "|" and letters beyond ASCII stay as they are.
+  EXPECT_EQ(EscapeQualifier("say \"hi\" it's col::on pipe|x gr\xc3\xb6\xc3\x9f" "e \xe5\xb1\xa4"),
+            "say \"hi\" it's col::on pipe|x gr\xc3\xb6\xc3\x9f" "e \xe5\xb1\xa4");
+  EXPECT_EQ(EscapeClassName("\xe5\xb1\xa4"), "\xe5\xb1\xa4");
+}
+
+TEST(TagFormatTest, CanonicalTagEscapesWhatEarlierWritersLeftRaw) {
+  // Check that a tag holding a raw control character, and its %-escaped spelling, have one canonical form.
+  EXPECT_EQ(CanonicalTag("/Net/Expert[line\nbreak]"), "/Net/Expert[line%0Abreak]");
+  EXPECT_EQ(CanonicalTag("/Net/Expert[line%0abreak]"), "/Net/Expert[line%0Abreak]");
+  EXPECT_EQ(CanonicalTag("/Net/Block.0/Conv1D[c_attn]"), "/Net/Block.0/Conv1D[c_attn]");
+}
+
+TEST(TagFormatTest, CanonicalTagOfAnUnparseableTagIsNone) {
+  // Check that a tag outside the grammar has no canonical form.
+  EXPECT_FALSE(CanonicalTag("Net/Block"));
+  EXPECT_FALSE(CanonicalTag("/Net/Expert[a]b]"));
+}
+
 TEST(TagFormatTest, CallRefRoundTrips) {
   // Check that "TAG#K" names call K of TAG and "TAG" every call.
   EXPECT_EQ(FormatCallRef("/Net/Block", 3), "/Net/Block#3");

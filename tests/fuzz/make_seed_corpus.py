@@ -35,7 +35,7 @@ from onnx import helper, TensorProto
 DEFAULT_MODELS = ("bert,gpt2,t5,resnet,llama,scripted_loop,alias_chains,autograd_symbolic,calls_sharing_work,"
                   "rewrites_across_calls,cross_module_rewrites,shared_layer_stack,called_twice,folded_module,"
                   "odd_class_names,annotated_transformer,shared_subexpression,reached_past,tracer_alias,"
-                  "interleaved_container,direct_forward,containers")
+                  "interleaved_container,direct_forward,containers,hostile_names")
 # The models whose files also go in with external data (hostile locations included).
 EXTERNAL_DATA_MODELS = ("bert", "scripted_loop", "calls_sharing_work")
 INLINE_LIMIT = 4096

@@ -2,11 +2,14 @@
 // references, torch scope names, TorchScript type names) on any text.
 // Properties: a tag that parses formats back to one that parses to the same
 // segments; a listed tag's parent is its ancestor; a call reference of a valid
-// tag survives formatting and parsing; escaping is undone by parsing.
+// tag survives formatting and parsing; escaping is undone by parsing, and its
+// result, a canonical tag and printable text are valid UTF-8 without a control
+// character.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "hiertag/core/printable.h"
 #include "hiertag/core/scope_names.h"
 #include "hiertag/core/tag_format.h"
 
@@ -30,6 +33,16 @@ bool SameSegments(const std::vector<TagSegment>& a, const std::vector<TagSegment
   return true;
 }
 
+// Valid UTF-8 without a control character: one printable line.
+bool IsPrintableLine(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    size_t length = Utf8SequenceLength(text, i);
+    if (length == 0 || IsControlCharacter(text.substr(i, length))) return false;
+    i += length;
+  }
+  return true;
+}
+
 void CheckTag(std::string_view text) {
   std::string error;
   std::optional<std::vector<TagSegment>> segments = ParseTag(text, &error);
@@ -42,6 +55,8 @@ void CheckTag(std::string_view text) {
   for (const TagSegment& segment : *segments) formatted += "/" + FormatSegment(segment);
   std::optional<std::vector<TagSegment>> again = ParseTag(formatted, &error);
   Require(again && SameSegments(*segments, *again), "a formatted tag parses to the same segments");
+  Require(IsPrintableLine(formatted), "a formatted tag is one printable line");
+  Require(CanonicalTag(text) == formatted && CanonicalTag(formatted) == formatted, "the canonical tag is a fixpoint");
   std::string_view parent = ParentTag(text);
   Require(parent.empty() == (segments->size() == 1), "only a root tag has no parent");
   if (!parent.empty()) {
@@ -64,6 +79,9 @@ void CheckEscapes(std::string_view raw) {
           "an escaped qualifier parses back to itself");
   std::optional<std::vector<TagSegment>> named = ParseTag("/" + EscapeClassName(raw), &error);
   Require(named && named->size() == 1 && named->front().class_name == raw, "an escaped class name parses back");
+  Require(IsPrintableLine(EscapeQualifier(raw)) && IsPrintableLine(EscapeClassName(raw)),
+          "escaped names are printable lines");
+  Require(IsPrintableLine(Printable(raw)), "printable text is a printable line");
 }
 
 }  // namespace

@@ -98,6 +98,12 @@ TEST_F(CliTest, UnknownOptionIsUsageError) {
   ExpectUsageError({"tree", path, "-v"}, "unknown option '-v'");
 }
 
+// Check that a usage error quoting an argument with control characters stays one line, escaped.
+TEST_F(CliTest, UsageErrorEscapesControlCharacters) {
+  std::string path = WriteModel(LayeredModel());
+  ExpectUsageError({"tree", path, "--x\n\x1b[2J"}, "unknown option '--x\\n\\x1b[2J'");
+}
+
 // Check that --depth, an option of tree only, is a usage error for validate.
 TEST_F(CliTest, DepthIsUnknownToValidate) {
   std::string path = WriteModel(LayeredModel());

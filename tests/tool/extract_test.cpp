@@ -377,6 +377,36 @@ TEST_F(ExtractTest, SummaryLineNamesOutputAndCounts) {
   EXPECT_EQ(Files(), (std::set<std::string>{"model.onnx", "out.onnx"}));
 }
 
+// Check that a hostile module is named by its tag as tree prints it, also where the file holds the
+// control character raw (a writer before), and by the raw spelling too; --json names the file's tag.
+TEST_F(ExtractTest, HostileModuleIsNamedByItsTagAsTreePrintsIt) {
+  const std::string raw_tag = "/Net/Expert[line\nbreak]";
+  for (const std::string& written : {std::string(kHostileTag), raw_tag}) {
+    std::string path = WriteModel(HostileNameModel(written));
+    for (const std::string& named : {std::string(kHostileTag), raw_tag, std::string("/Net/Expert[line%0abreak]")}) {
+      RunResult result = Extract(path, named, OutPath());
+      EXPECT_EQ(result.code, 0) << result.err;
+      EXPECT_EQ(result.out, OutPath() + ": /Net/Expert[line%0Abreak]: 1 nodes, 1 inputs, 1 outputs, 0 initializers\n");
+    }
+    RunResult json = Extract(path, kHostileTag, OutPath(), /*json=*/true);
+    std::string error;
+    std::optional<Json> parsed = ParseJson(json.out, &error);
+    ASSERT_TRUE(parsed) << error << json.out;
+    EXPECT_EQ((*parsed)["module"], written);
+  }
+}
+
+// Check that an unknown module with control characters is refused in one line, escaped, with the
+// closest tags as extract takes them.
+TEST_F(ExtractTest, UnknownHostileModuleIsOneLine) {
+  std::string path = WriteModel(HostileNameModel("/Net/Expert[line\nbreak]"));
+  RunResult result = Extract(path, "/Net/Expert[line\x1b[2Jbreak]", OutPath());
+  EXPECT_EQ(result.code, 2);
+  EXPECT_EQ(result.err, path + ": unknown module '/Net/Expert[line\\x1b[2Jbreak]'; closest: /Net/Expert[line%0Abreak], "
+                               "/Net\n");
+  EXPECT_FALSE(std::filesystem::exists(OutPath()));
+}
+
 // Check that --json prints one JSON object with the file, module, output, node count,
 // input and output names and initializer count.
 TEST_F(ExtractTest, JsonPrintsOneObject) {

@@ -81,6 +81,25 @@ inline ModelSpec CallTreeModel() {
   return model;
 }
 
+// The escaped tag of the hostile module of HostileNameModel, as this writer spells it.
+inline constexpr const char* kHostileTag = "/Net/Expert[line%0Abreak]";
+
+// A valid tagged model whose module is named as hostilely as Python allows, 2 nodes, 2 modules:
+//   /Net          ""             n0 Relu(x) -> r    x, r, y: FLOAT [2,3]
+//   `tag`         "line\nbreak"  n1 Neg(r) -> y     class "test.esc\x1b[1m"
+// `tag` is kHostileTag, or "/Net/Expert[line\nbreak]" as writers before the escape of control
+// characters spelled it.
+inline ModelSpec HostileNameModel(const std::string& tag = kHostileTag) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  model.graph.Type("x", {2, 3}).Type("y", {2, 3}).Type("r", {2, 3});
+  model.graph.Add(Node("n0", "Relu").In({"x"}).Out({"r"}).Tag("/Net"))
+      .Add(Node("n1\x1b]0;title\x07", "Neg").In({"r"}).Out({"y"}).Tag(tag));
+  model.Module("/Net", "", "test.Net").Module(tag, "line\nbreak", "test.esc\x1b[1m");
+  return model;
+}
+
 class ToolTest : public ::testing::Test {
  protected:
   void SetUp() override {

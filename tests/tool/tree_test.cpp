@@ -596,6 +596,35 @@ TEST_F(TreeTest, CsvHasCallsAndRan) {
 }
 
 // Check that --csv on an untagged file is bad input like the other forms: one line on err, exit 2, nothing on out.
+// Check that the text output shows one line per module, control characters in paths, classes and
+// tags escaped, and that a tag holding one raw (a file written before) shows as extract takes it.
+TEST_F(TreeTest, TextEscapesControlCharactersOneModuleALine) {
+  for (const std::string tag : {std::string(kHostileTag), std::string("/Net/Expert[line\nbreak]")}) {
+    RunResult result = Tree(WriteModel(HostileNameModel(tag)));
+    EXPECT_EQ(result.code, 0) << result.err;
+    EXPECT_EQ(result.out,
+              "Net  test.Net  (root)\n"
+              "    nodes 1 own / 2 total;  params 0 own / 0 total (0 B)\n"
+              "    ops Relu 1\n"
+              "  Expert[line%0Abreak]  test.esc\\x1b[1m  line\\nbreak\n"
+              "      nodes 1 own / 1 total;  params 0 own / 0 total (0 B)\n"
+              "      ops Neg 1\n");
+  }
+}
+
+// Check that JSON and CSV carry the exact names, escaped only by their own quoting.
+TEST_F(TreeTest, JsonAndCsvCarryTheExactNames) {
+  std::vector<JsonModule> modules = TreeJson(HostileNameModel());
+  ASSERT_EQ(modules.size(), 2u);
+  EXPECT_EQ(modules[1].tag, kHostileTag);
+  EXPECT_EQ(modules[1].path, "line\nbreak");
+  EXPECT_EQ(modules[1].class_name, "test.esc\x1b[1m");
+  RunResult csv = TreeCsv(WriteModel(HostileNameModel()));
+  EXPECT_EQ(csv.code, 0) << csv.err;
+  EXPECT_NE(csv.out.find("\n/Net/Expert[line%0Abreak],test.esc\x1b[1m,\"line\nbreak\",1,1,1,"), std::string::npos)
+      << csv.out;
+}
+
 TEST_F(TreeTest, CsvOfUntaggedFileIsBadInput) {
   ModelSpec model = LayeredModel();
   model.tagged = false;

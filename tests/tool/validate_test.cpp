@@ -54,6 +54,28 @@ class ValidateTest : public ToolTest {
   }
 };
 
+// Check that a model named as hostilely as Python allows is valid, with its tag spelled as this
+// writer does or holding the control character raw, as writers before did.
+TEST_F(ValidateTest, HostileNamesAreValid) {
+  ExpectValid(HostileNameModel(), 2, 2);
+  ExpectValid(HostileNameModel("/Net/Expert[line\nbreak]"), 2, 2);
+}
+
+// Check that a problem line quoting a node name and a tag with control characters stays one line,
+// escaped, and that --json carries them exactly.
+TEST_F(ValidateTest, ProblemLinesEscapeControlCharacters) {
+  ModelSpec model = HostileNameModel();
+  model.graph.nodes[1] = Node("n1\x1b]0;title\x07", "Neg").In({"r"}).Out({"y"}).Tag("/Net/Gone\n\x1b" "7");
+  ExpectProblems(model, {"node 'n1\\x1b]0;title\\x07' (Neg): tag '/Net/Gone\\n\\x1b7' is not in the module table"});
+  RunResult json = Validate(WriteModel(model, "json.onnx"), /*json=*/true);
+  std::string error;
+  std::optional<Json> parsed = ParseJson(json.out, &error);
+  ASSERT_TRUE(parsed) << error;
+  const Json& problem = (*parsed)["problems"][0];
+  EXPECT_EQ(problem["node"], "n1\x1b]0;title\x07");
+  EXPECT_EQ(problem["problem"], "tag '/Net/Gone\n\x1b" "7' is not in the module table");
+}
+
 // Check that a fully tagged model is valid and the summary counts its nodes and modules.
 TEST_F(ValidateTest, FullyTaggedModelIsValid) {
   ExpectValid(LayeredModel(), 7, 4);

@@ -54,4 +54,12 @@ std::optional<ExportOptions> ReadExportOptions(const EnvironmentLookup& lookup, 
 // True for a class of torch.nn or torch.ao (torch.typename of the class).
 bool IsTorchModuleClass(std::string_view qualified);
 
+// The line to print on stderr (with its newline) when the HIERTAG_TORCH_MODULES
+// list holds names no torch.nn / torch.ao class has (a typo, "LayerNrom", or a
+// class of the user's, which always has a segment): such a name has no effect,
+// and the export goes on. "" when every name is a torch class's.
+// `is_torch_class` answers for a short class name.
+std::string UnknownTorchModulesWarning(const TorchModuleSegments& segments,
+                                       const std::function<bool(std::string_view)>& is_torch_class);
+
 }  // namespace hiertag

@@ -38,6 +38,11 @@ std::string MarkInstanceScopeName(int module_index, std::string_view torch_scope
 // "pkg.Class::var" -> "hiertag.d12|pkg.Class::var".
 std::string MarkDirectScopeName(int module_index, std::string_view torch_scope_name);
 
+// The scope name as torch hands it back: Scope::name().toUnqualString() is a C
+// string, so a name holding a NUL (an attribute or class name with "\0") comes
+// back cut at it. Compare recorded scopes with this, not with the name pushed.
+std::string_view ScopeNameAsRecorded(std::string_view name);
+
 struct ParsedScopeName {
   std::string_view class_part;
   std::string_view variable_part;

@@ -28,6 +28,13 @@
 // Readers take a "~" after a qualifier's first character literally: format 1
 // did not escape it.
 //
+// Writers also escape, byte by byte, every control character (C0, DEL, C1:
+// "\n" -> %0A, ESC -> %1B, U+0085 -> %C2%85) and every byte of ill-formed
+// UTF-8, in class names and qualifiers alike: a tag is one printable line of
+// valid UTF-8 whatever the Python name holds, and the user can type it. Other
+// characters (quotes, spaces, non-ASCII letters) stay as they are. Readers
+// decode any %HH, and take the characters earlier writers left raw as they are.
+//
 // Example: /BertModel/BertEncoder/BertLayer.0/BertAttention/BertSdpaSelfAttention
 //          /GPT2LMHeadModel/GPT2Model/GPT2Block.0/GPT2Attention/Conv1D[c_attn]
 //          /Transformer/EncoderLayer.0/SublayerConnection.0/Linear[~generator.proj]
@@ -96,6 +103,15 @@ struct TagSegment {
 // Renders one segment; the qualifier is percent-escaped, after "~" when absolute.
 std::string FormatSegment(const TagSegment& segment);
 
+// "/" + each FormatSegment, joined.
+std::string FormatTag(const std::vector<TagSegment>& segments);
+
+// The tag as this writer spells it: parsed and formatted again (a control
+// character a file written before holds raw comes out %-escaped); std::nullopt
+// when it does not parse. Two spellings of one module's tag have one canonical
+// form.
+std::optional<std::string> CanonicalTag(std::string_view tag);
+
 // Parses a whole tag. Returns std::nullopt and sets *error (when given) to a
 // one-line reason if the tag does not follow the grammar.
 std::optional<std::vector<TagSegment>> ParseTag(std::string_view tag,
@@ -108,11 +124,13 @@ bool IsTagAncestorOrSelf(std::string_view ancestor, std::string_view tag);
 std::string_view ParentTag(std::string_view tag);
 
 // Percent-escapes the characters a qualifier may not hold ("/", "[", "]", "%",
-// "#") and "~", which at a qualifier's start marks it absolute.
+// "#"), "~", which at a qualifier's start marks it absolute, control characters
+// and ill-formed UTF-8.
 std::string EscapeQualifier(std::string_view raw);
 
 // Percent-escapes the characters a class name may not hold ("/", ".", "[", "]",
-// "%", "#"); ordinary class names are unchanged.
+// "%", "#"), control characters and ill-formed UTF-8; ordinary class names are
+// unchanged.
 std::string EscapeClassName(std::string_view raw);
 
 // A tag, or one call of it.

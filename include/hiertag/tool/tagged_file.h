@@ -32,7 +32,17 @@ struct TaggedFile {
 
   // The entry of `tag`, or nullptr.
   const ModuleEntry* FindModule(std::string_view tag) const;
+
+  // The entry a user names by `tag`: the entry of `tag` itself, else of the one
+  // listed tag with the same canonical spelling (CanonicalTag), so a tag that a
+  // file written before holds with a raw control character is also named as
+  // `hiertag tree` prints it, %-escaped. nullptr when none or several match.
+  const ModuleEntry* ResolveModule(std::string_view tag) const;
 };
+
+// The tag as the tool prints it: its canonical spelling (CanonicalTag), which
+// ResolveModule accepts; the tag itself when it does not parse.
+std::string DisplayTag(std::string_view tag);
 
 // Loads `path`. On failure writes one line `<path>: <reason>` to *error.
 std::optional<TaggedFile> LoadTaggedFile(const std::string& path, std::string* error);

@@ -642,6 +642,45 @@ class OddClassNames(nn.Module):
         return self.hash(self.slash(self.dotted(self.bracket(x))))
 
 
+# Names as hostile as Python allows (README "Choices where the contract is
+# silent"): what the tag grammar reserves, quotes, control characters (a NUL,
+# which torch's own C strings cut names at, DEL and a C1 CSI), "::" and "|"
+# (what torch's and hiertag's scope names split at), a name that looks
+# absolute ("~"), and letters beyond ASCII. Python names are str: bytes that
+# are not UTF-8 arrive only as lone surrogates (os.fsdecode), which torch's
+# exporter refuses before hiertag runs, so they have no place here.
+HOSTILE_NAMES = ("a/b", "c[d]", "p%q", 'say "hi"', "it's", "line\nbreak", "tab\tstop", "esc\x1b[31m",
+                 "nul\x00", "del\x7f", "csi\x9b", "col::on", "pipe|x", "~tilde", "hash#1", "größe", "層")
+
+
+def _hostile_class(name):
+    return type(name, (Expert,), {"__module__": __name__, "__qualname__": name})
+
+
+class HostileNames(nn.Module):
+    """Every hostile name as an attribute name (same-class siblings: Expert[name],
+    the name in the qualifier), as a class name (ModuleList items: Name.N), and
+    as the names of filtered containers, which show in their children's
+    qualifiers (Expert[stack%2F%0A1.0])."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        for name in HOSTILE_NAMES:
+            self.add_module(name, Expert(width))
+        # Python refuses a NUL in a class name.
+        self.classes = nn.ModuleList(_hostile_class(name)(width) for name in HOSTILE_NAMES if "\x00" not in name)
+        self.stacks = ("stack/\n1", "stack[2]")
+        for name in self.stacks:
+            self.add_module(name, nn.Sequential(Expert(width), Expert(width)))
+
+    def forward(self, x):
+        for name in HOSTILE_NAMES + self.stacks:
+            x = getattr(self, name)(x)
+        for module in self.classes:
+            x = module(x)
+        return x
+
+
 def _rewrites_across_calls():
     model = RewritesAcrossCalls()
     with torch.no_grad():  # statistics a trained BatchNorm would have
@@ -698,4 +737,5 @@ MODELS = {
     "interleaved_container": lambda: (InterleavedContainer(), _width_input()),
     "odd_class_names": lambda: (OddClassNames(), _width_input()),
     "side_channels": lambda: (SideChannels(), (torch.randn(4, 8), torch.randn(4, 8))),
+    "hostile_names": lambda: (HostileNames(), _width_input()),
 }
