@@ -17,12 +17,22 @@ torch::jit::ScopePtr BorrowedScopes::Lend(Loan loan) {
 }
 
 bool BorrowedScopes::ShareWith(torch::jit::Node* node, const ScopePtr& other) {
-  Loan loan{node->scope(), node->scope(), {}, {}, {}, {}};
-  if (const Loan* existing = Find(node->scope())) loan = *existing;
-  if (!loan.recorded || loan.recorded->isRoot() || loan.recorded->isBlank() || other == loan.recorded ||
-      std::find(loan.shared_with.begin(), loan.shared_with.end(), other) != loan.shared_with.end()) {
+  ScopePtr scope = node->scope();
+  Loan* existing = FindMutable(scope);
+  const ScopePtr& recorded = existing ? existing->recorded : scope;
+  if (!recorded || recorded->isRoot() || recorded->isBlank() || other == recorded) return false;
+  if (existing && std::find(existing->shared_with.begin(), existing->shared_with.end(), other) !=
+                      existing->shared_with.end()) {
     return false;
   }
+  // A loan only this node holds (its scope is referenced by the node and by
+  // `scope` here alone) grows in place: sharing a node with N calls one at a
+  // time then costs N entries, not N loans of 1..N entries.
+  if (existing && scope.use_count() == 2) {
+    existing->shared_with.push_back(other);
+    return true;
+  }
+  Loan loan = existing ? *existing : Loan{scope, scope, {}, {}, {}, {}};
   loan.shared_with.push_back(other);
   node->setScope(Lend(std::move(loan)));
   return true;
@@ -33,6 +43,10 @@ const BorrowedScopes::Loan* BorrowedScopes::Find(const ScopePtr& scope) const {
   auto id = ParseBorrowedScopeName(scope->name().toUnqualString());
   if (!id || *id >= static_cast<int>(loans_.size())) return nullptr;
   return &loans_[*id];
+}
+
+BorrowedScopes::Loan* BorrowedScopes::FindMutable(const ScopePtr& scope) {
+  return const_cast<Loan*>(Find(scope));
 }
 
 int BorrowedScopes::Restore(torch::jit::Block* block) const {

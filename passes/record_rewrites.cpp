@@ -101,6 +101,7 @@ class Observer {
         created_.insert(node);
         created_order_.push_back(node);
         created_scope_[node] = node->scope();
+        made_in_scope_[node->scope().get()].push_back(created_order_.size() - 1);
       }
     }
     for (Value* input : graph_.inputs()) {
@@ -198,7 +199,7 @@ class Observer {
     // Every node the pass made from the group's nodes took them over too, also
     // one only another made node reads (conv1+bn1 fused before conv2+bn2).
     std::unordered_map<Node*, std::vector<Node*>> anchors;
-    for (Node* made : created_order_) {
+    for (Node* made : MadeInScopesOf(group)) {
       if (made->inputs().empty()) continue;
       // What it was made from: torch copies the replaced node's metadata, and
       // the replacement is mostly of the same kind (a Conv for a Conv).
@@ -227,15 +228,38 @@ class Observer {
     }
   }
 
+  // The nodes the pass made in the scope of one of the group's nodes, in
+  // graph order: only they can have been made from the group (a made node
+  // has the scope of what it replaces). Looked up by scope, so a pass that
+  // folds N groups into N constants does not compare every pair.
+  std::vector<Node*> MadeInScopesOf(const std::vector<Node*>& group) const {
+    std::vector<size_t> indices;
+    std::unordered_set<const torch::jit::Scope*> scopes;
+    for (Node* node : group) {
+      const torch::jit::Scope* scope = before_.at(node).scope.get();
+      if (!scopes.insert(scope).second) continue;
+      auto made = made_in_scope_.find(scope);
+      if (made != made_in_scope_.end()) indices.insert(indices.end(), made->second.begin(), made->second.end());
+    }
+    std::sort(indices.begin(), indices.end());
+    std::vector<Node*> made;
+    for (size_t index : indices) made.push_back(created_order_[index]);
+    return made;
+  }
+
   // Whether the group's nodes were computed from `value` (through nodes that
-  // are gone or alive alike).
+  // are gone or alive alike). Nodes before `value`'s producer in graph order
+  // cannot have read it: the walk stops there.
   bool ComputedFrom(const std::vector<Node*>& group, const Value* value) {
+    size_t earliest = 0;
+    std::vector<Node*> maker = ProducersOf(const_cast<Value*>(value));
+    if (!maker.empty()) earliest = position_.at(maker.front());
     std::unordered_set<Node*> seen;
     std::vector<Node*> work(group.begin(), group.end());
     while (!work.empty()) {
       Node* node = work.back();
       work.pop_back();
-      if (!seen.insert(node).second) continue;
+      if (position_.at(node) < earliest || !seen.insert(node).second) continue;
       for (Value* input : before_.at(node).inputs) {
         if (input == value) return true;
         for (Node* producer : ProducersOf(input)) work.push_back(producer);
@@ -406,6 +430,7 @@ class Observer {
   std::unordered_set<Value*> new_inputs_;
   std::unordered_map<Node*, ScopePtr> created_scope_;  // a made node's scope before any loan
   std::vector<Node*> created_order_;                  // made nodes, in graph order
+  std::unordered_map<const torch::jit::Scope*, std::vector<size_t>> made_in_scope_;  // scope -> created_order_ indices
   std::vector<Node*> order_;                          // nodes before the pass, in graph order
   std::unordered_map<Node*, size_t> position_;
   std::unordered_map<Value*, Node*> producers_;

@@ -59,6 +59,8 @@ class BorrowedScopes {
   bool empty() const { return loans_.empty(); }
 
  private:
+  Loan* FindMutable(const torch::jit::ScopePtr& scope);
+
   std::vector<Loan> loans_;
 };
 
