@@ -72,12 +72,18 @@ def _warm_up(method):
 
 
 def measure(method, model_name, path):
+    return measure_built(method, model_name, lambda: suite.build(model_name), path)
+
+
+def measure_built(method, model_name, build, path):
+    """measure() on the (model, args) that build() returns: for models that
+    are not in the suite (bench/deep_decoder.py). Call it once per process."""
     if method not in METHODS:
         raise ValueError(f"unknown method '{method}' (known: {', '.join(METHODS)})")
     warnings.simplefilter("ignore")
     if method == "hiertag":
         torch.ops.load_library(hiertag.library_path())
-    model, args = suite.build(model_name)
+    model, args = build()
     _warm_up(method)
     if method == "legacy":
         import legacy_htp
