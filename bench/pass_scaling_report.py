@@ -1,0 +1,98 @@
+"""The passes' per-node cost against the bare graph visit, at 1k to 1M nodes.
+
+usage: .venv/bin/python bench/pass_scaling_report.py [--repetitions N] [--out DIR]
+
+Runs build/hiertag_pass_scaling (Google Benchmark: AssignHierarchyTags,
+RecordCseSharing's bookkeeping around CSE and VisitGraph,
+a walk that only touches every node, its scope and its outputs' uses) with N
+repetitions, takes the median CPU time of each (the passes are single-threaded;
+CPU time is what a busy machine disturbs least), and writes
+DIR/pass_scaling.md and pass_scaling.json: per pass and size the nodes, the
+time, ns per node, the growth exponent from the size before (1 = linear) and
+the ratio to the visit at the same size (issue 10's target: within 3x at 1M).
+Exit status 1 when the benchmark fails."""
+
+import argparse
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PASSES = ("AssignHierarchyTags", "RecordCseSharing", "VisitGraph")  # the plan reads bytes: bench/harness.py
+GRAPH_WALKING = ("AssignHierarchyTags", "RecordCseSharing")
+UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def measure(repetitions):
+    binary = ROOT / "build" / "hiertag_pass_scaling"
+    if not binary.exists():
+        sys.exit("pass_scaling_report: build/hiertag_pass_scaling is missing: run scripts/build.sh first")
+    done = subprocess.run([str(binary), "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",
+                           "--benchmark_report_aggregates_only=true",
+                           f"--benchmark_filter=BM_({'|'.join(PASSES)})/"], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"pass_scaling_report: the benchmark failed (exit {done.returncode}): {done.stderr.strip()[-300:]}")
+    report = json.loads(done.stdout)
+    rows = []
+    for entry in report["benchmarks"]:
+        # One repetition gives the run itself, several their median.
+        if entry.get("aggregate_name", "median" if repetitions == 1 else None) != "median":
+            continue
+        benchmark, _, size = entry["run_name"].partition("/")
+        nodes = int(entry.get("nodes") or size)
+        ms = entry["cpu_time"] * UNIT_MS[entry["time_unit"]]
+        rows.append({"pass": benchmark.removeprefix("BM_"), "size": int(size), "nodes": nodes, "cpu_ms": ms,
+                     "ns_per_node": ms * 1e6 / nodes, "peak_heap_bytes": entry.get("max_bytes_used")})
+    return rows, report["context"]
+
+
+def markdown(rows, context, repetitions, seconds):
+    visit = {row["size"]: row["ns_per_node"] for row in rows if row["pass"] == "VisitGraph"}
+    lines = ["# Pass scaling", "",
+             f"Command: `.venv/bin/python bench/pass_scaling_report.py --repetitions {repetitions}` "
+             f"({time.strftime('%Y-%m-%d')}, {context.get('num_cpus')} CPUs at {context.get('mhz_per_cpu')} MHz, "
+             f"{platform.platform()}; {seconds:.0f} s). Median CPU time of {repetitions} repetitions.",
+             "",
+             "Synthetic graphs with transformer-like scopes 3 to 4 levels deep (`bench/pass_scaling.cpp`). "
+             "*x visit*: the pass's time per node over VisitGraph's at the same size (VisitGraph touches every "
+             "node, its scope and its outputs' uses: the floor of any pass over torch's graph). *Growth*: k in "
+             "time ~ nodes^k from the size before. RecordCseSharing is the bookkeeping around torch's CSE "
+             "(the pass itself is torch's and is not run here).",
+             "",
+             "| pass | nodes | CPU ms | ns per node | growth | x visit | peak heap bytes per node |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    previous = {}
+    for row in sorted(rows, key=lambda r: (PASSES.index(r["pass"]), r["size"])):
+        before = previous.get(row["pass"])
+        growth = (f"{math.log(row['cpu_ms'] / before['cpu_ms']) / math.log(row['nodes'] / before['nodes']):.2f}"
+                  if before else "-")
+        previous[row["pass"]] = row
+        ratio = (f"{row['ns_per_node'] / visit[row['size']]:.1f}"
+                 if row["pass"] in GRAPH_WALKING and row["size"] in visit else "-")
+        heap = f"{row['peak_heap_bytes'] / row['nodes']:.0f}" if row["peak_heap_bytes"] else "-"
+        lines.append(f"| {row['pass']} | {row['nodes']:,} | {row['cpu_ms']:.1f} | {row['ns_per_node']:.0f} | "
+                     f"{growth} | {ratio} | {heap} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    options = parser.parse_args()
+    start = time.monotonic()
+    rows, context = measure(options.repetitions)
+    seconds = time.monotonic() - start
+    options.out.mkdir(parents=True, exist_ok=True)
+    (options.out / "pass_scaling.json").write_text(
+        json.dumps({"repetitions": options.repetitions, "context": context, "rows": rows}, indent=1) + "\n")
+    (options.out / "pass_scaling.md").write_text(markdown(rows, context, options.repetitions, seconds))
+    print((options.out / "pass_scaling.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
