@@ -281,11 +281,6 @@ class Tagger {
       records->rewrite = loan.rewrite;
       std::sort(records->spans.begin(), records->spans.end());
     }
-    // A node computing from nothing (a constant) is weights, nobody's data:
-    // every extraction that reads it copies it, so it is never shared.
-    // (Measured: in a deep decoder each layer's own constants were lent every
-    // layer's call, a list growing with the square of the depth.)
-    if (tagged.node->inputs().empty()) records->shared_with.clear();
     // Not shared with itself: its own call, or its own tag when the calls are unknown.
     std::vector<TagRef>& shared = records->shared_with;
     shared.erase(std::remove_if(shared.begin(), shared.end(),
