@@ -89,22 +89,12 @@ def worker(method, layers, path):
 # Scoring a file (no torch needed)
 
 
-def _graphs(graph):
-    """The graph and every graph nested in its nodes' attributes (If/Loop/Scan bodies)."""
-    yield graph
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.HasField("g"):
-                yield from _graphs(attribute.g)
-            for sub in attribute.graphs:
-                yield from _graphs(sub)
-
-
 def score(path, tagged):
     import onnx
+    from hiertag import checks
     model = onnx.load(str(path), load_external_data=False)
-    nodes = [node for graph in _graphs(model.graph) for node in graph.node]
-    scored = {"nodes": len(nodes), "nested_graphs": sum(1 for _ in _graphs(model.graph)) - 1,
+    nodes = [node for graph in checks.walk_graphs(model.graph) for node in graph.node]
+    scored = {"nodes": len(nodes), "nested_graphs": sum(1 for _ in checks.walk_graphs(model.graph)) - 1,
               "file_bytes": Path(path).stat().st_size,
               "untagged_nodes": sum(1 for node in nodes if not any(p.key == TAG_KEY for p in node.metadata_props))}
     if tagged:

@@ -24,6 +24,17 @@ def node_props(node):
     return {p.key: p.value for p in node.metadata_props}
 
 
+def walk_graphs(graph):
+    """The graph and every graph nested in its nodes' attributes (If/Loop/Scan bodies), in pre-order."""
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from walk_graphs(attribute.g)
+            for sub in attribute.graphs:
+                yield from walk_graphs(sub)
+
+
 def walk_nodes(graph):
     """Every node, nested graphs included, in pre-order."""
     for node in graph.node:

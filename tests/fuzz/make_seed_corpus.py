@@ -32,6 +32,8 @@ import tempfile
 import onnx
 from onnx import helper, TensorProto
 
+from hiertag import checks
+
 DEFAULT_MODELS = ("bert,gpt2,t5,resnet,llama,scripted_loop,alias_chains,autograd_symbolic,calls_sharing_work,"
                   "rewrites_across_calls,cross_module_rewrites,shared_layer_stack,called_twice,folded_module,"
                   "odd_class_names,annotated_transformer,shared_subexpression,reached_past,tracer_alias,"
@@ -56,16 +58,6 @@ def write(folder, name, data):
         out.write(data)
 
 
-def graphs_of(graph):
-    yield graph
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                yield from graphs_of(attribute.g)
-            for sub in attribute.graphs:
-                yield from graphs_of(sub)
-
-
 def tensor_bytes(tensor):
     size = {TensorProto.FLOAT: 4, TensorProto.INT64: 8, TensorProto.INT32: 4, TensorProto.DOUBLE: 8,
             TensorProto.BOOL: 1, TensorProto.FLOAT16: 2, TensorProto.UINT8: 1, TensorProto.INT8: 1}.get(tensor.data_type, 4)
@@ -84,7 +76,7 @@ def drop_data(tensor):
 
 
 def drop_large_data(model):
-    for graph in graphs_of(model.graph):
+    for graph in checks.walk_graphs(model.graph):
         for tensor in graph.initializer:
             if tensor.ByteSize() > INLINE_LIMIT:
                 drop_data(tensor)
@@ -229,7 +221,7 @@ def strings_of(model):
             documents.append(metadata[key])
     if "hiertag.modules" in metadata:
         tags.update(json.loads(metadata["hiertag.modules"]))
-    for graph in graphs_of(model.graph):
+    for graph in checks.walk_graphs(model.graph):
         for node in graph.node:
             for entry in node.metadata_props:
                 if entry.key == "hierarchy_tag":
