@@ -1,14 +1,22 @@
 // Plugin loader: the static initializer of libhiertag.so.
 //
-// libhiertag.so holds the passes and knows nothing about Python, so loading it
-// into a process without Python (a C++ program) does nothing and fails nothing.
-// When the loading process runs a Python interpreter (torch.ops.load_library),
-// it loads libhiertag_python.so from the same directory, whose own static
-// initializer installs the plugin into torch's exporter.
+// libhiertag.so links neither torch nor Python, so loading it into a process
+// without Python (a C++ program) does nothing and fails nothing. When the
+// loading process runs a Python interpreter (torch.ops.load_library), it checks
+// that the torch imported there is the release this build was compiled against
+// (a plugin built for another torch fails at its first unresolved symbol, or
+// worse, runs against another C++ ABI), then loads libhiertag_python.so from
+// the same directory: the passes and the export session, whose own static
+// initializer installs them into torch's exporter.
 #include <dlfcn.h>
 
 #include <cstdio>
 #include <string>
+#include <string_view>
+
+#ifndef HIERTAG_TORCH_VERSION
+#define HIERTAG_TORCH_VERSION "unknown"
+#endif
 
 namespace hiertag {
 namespace {
@@ -37,8 +45,59 @@ void RaisePythonImportError(const std::string& message) {
   release(gil);
 }
 
+// torch.__version__ of the running interpreter, "" when it has not imported
+// torch (nothing is imported here).
+std::string RunningTorchVersion() {
+  using SysGet = void* (*)(const char*);
+  using DictGet = void* (*)(void*, const char*);
+  using GetAttr = void* (*)(void*, const char*);
+  using AsUtf8 = const char* (*)(void*);
+  using DecRef = void (*)(void*);
+  using Ensure = int (*)();
+  using Release = void (*)(int);
+  using ErrClear = void (*)();
+  auto sys_get = reinterpret_cast<SysGet>(dlsym(RTLD_DEFAULT, "PySys_GetObject"));
+  auto dict_get = reinterpret_cast<DictGet>(dlsym(RTLD_DEFAULT, "PyDict_GetItemString"));
+  auto get_attr = reinterpret_cast<GetAttr>(dlsym(RTLD_DEFAULT, "PyObject_GetAttrString"));
+  auto as_utf8 = reinterpret_cast<AsUtf8>(dlsym(RTLD_DEFAULT, "PyUnicode_AsUTF8"));
+  auto dec_ref = reinterpret_cast<DecRef>(dlsym(RTLD_DEFAULT, "Py_DecRef"));
+  auto ensure = reinterpret_cast<Ensure>(dlsym(RTLD_DEFAULT, "PyGILState_Ensure"));
+  auto release = reinterpret_cast<Release>(dlsym(RTLD_DEFAULT, "PyGILState_Release"));
+  auto clear = reinterpret_cast<ErrClear>(dlsym(RTLD_DEFAULT, "PyErr_Clear"));
+  if (!sys_get || !dict_get || !get_attr || !as_utf8 || !dec_ref || !ensure || !release || !clear) return "";
+  int gil = ensure();
+  std::string version;
+  void* modules = sys_get("modules");                                 // borrowed
+  void* torch = modules != nullptr ? dict_get(modules, "torch") : nullptr;  // borrowed
+  if (torch != nullptr) {
+    if (void* text = get_attr(torch, "__version__")) {
+      if (const char* utf8 = as_utf8(text)) version = utf8;
+      dec_ref(text);
+    }
+  }
+  clear();
+  release(gil);
+  return version;
+}
+
+// "2.14.1" of "2.14.1+cu130": builds of one release differ only in their
+// devices (CPU, CUDA), not in the CPU libraries the plugin links.
+std::string_view Release(std::string_view version) {
+  return version.substr(0, version.find('+'));
+}
+
 void LoadPythonSide() {
   if (!PythonIsRunning()) return;
+  std::string running = RunningTorchVersion();
+  if (Release(running) != Release(HIERTAG_TORCH_VERSION)) {
+    std::string message = std::string("hiertag: plugin not installed: it was built for torch " HIERTAG_TORCH_VERSION
+                                      ", and this is torch ") +
+                          (running.empty() ? "(not imported)" : running) +
+                          "; build hiertag against this torch (pip install --no-build-isolation <hiertag source>)";
+    std::fprintf(stderr, "%s\n", message.c_str());
+    RaisePythonImportError(message);
+    return;
+  }
   Dl_info info;
   if (dladdr(reinterpret_cast<void*>(&LoadPythonSide), &info) == 0 || info.dli_fname == nullptr) {
     std::fprintf(stderr, "hiertag: cannot locate libhiertag.so; plugin not installed\n");

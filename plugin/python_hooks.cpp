@@ -7,6 +7,10 @@
 // with no export session (HIERTAG unset, empty or 0) calls straight through.
 // The stages of a session, and hiertag's work in each, are in export_session.h;
 // here is only the Python side:
+// The TorchScript exporter is the module defining torch.onnx.utils.export
+// (torch.onnx.utils in torch 2.4 to 2.8, torch.onnx._internal.torchscript_exporter
+// .utils from 2.9 on): its functions are hooked there, where its export looks them
+// up, and onnx_proto_utils is the module it calls _export_file through.
 //   utils._setup_trace_module_map    reads the options, builds the module table
 //                                    from named_modules(), gives each instance
 //                                    its own scope name (scope_names.h), wraps
@@ -33,6 +37,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -49,8 +54,6 @@ namespace py = pybind11;
 namespace hiertag {
 namespace {
 
-constexpr const char* kExporterUtils = "torch.onnx._internal.torchscript_exporter.utils";
-constexpr const char* kExporterProtoUtils = "torch.onnx._internal.torchscript_exporter.onnx_proto_utils";
 constexpr const char* kDynamoExporter = "torch.onnx._internal.exporter._compat";
 constexpr const char* kInstalledMarker = "_hiertag_plugin_installed";
 constexpr const char* kInstallFailureMarker = "_hiertag_plugin_install_failure";
@@ -442,39 +445,80 @@ py::object ResetTraceModuleMap(const py::object& original, py::args args, py::kw
 
 // ---- Installation ----
 
-// A function hiertag hooks: an attribute of module `owner`, or of its class
+// Where a hooked function lives: a module (found when the plugin loads), or
+// a class of it (then the hook is a method).
+enum class Owner {
+  kTorchC,             // torch._C
+  kExporter,           // the TorchScript exporter's module (above)
+  kExporterProtoUtils, // the module the exporter writes files through
+  kDynamoExporter,     // kDynamoExporter
+};
+
+py::object TorchScriptExporter() {
+  py::object export_function = py::module_::import("torch.onnx.utils").attr("export");
+  return py::module_::import("sys").attr("modules")[export_function.attr("__module__")];
+}
+
+py::object FindOwner(Owner owner) {
+  switch (owner) {
+    case Owner::kTorchC:
+      return py::module_::import("torch._C");
+    case Owner::kExporter:
+      return TorchScriptExporter();
+    case Owner::kExporterProtoUtils:
+      return TorchScriptExporter().attr("onnx_proto_utils");
+    case Owner::kDynamoExporter:
+      return py::module_::import(kDynamoExporter);
+  }
+  throw std::logic_error("unknown owner");
+}
+
+// A function hiertag hooks: an attribute of `owner`, or of its class
 // `owner_class` (then the hook is a method).
 struct HookSite {
-  const char* owner;
+  Owner owner;
   const char* owner_class;  // nullptr: a module-level function
   const char* name;
   Hook hook;
   // The owner module may fail to import in a working environment (the dynamo
-  // exporter without its optional dependency onnxscript): then there is
-  // nothing to hook. A module that imports but lacks the function still fails.
+  // exporter without its optional dependency onnxscript, or a torch before
+  // it): then there is nothing to hook. A module that imports but lacks the
+  // function still fails.
   bool owner_may_be_absent = false;
 };
 
 template <size_t... kPass>
 void AddPassSites(std::vector<HookSite>* sites, std::index_sequence<kPass...>) {
-  (sites->push_back({"torch._C", nullptr, kObservedPasses[kPass], ObservePass<kPass>}), ...);
+  (sites->push_back({Owner::kTorchC, nullptr, kObservedPasses[kPass], ObservePass<kPass>}), ...);
 }
 
 std::vector<HookSite> HookSites() {
   std::vector<HookSite> sites = {
-      {kExporterUtils, nullptr, "_setup_trace_module_map", SetupTraceModuleMap},
-      {kExporterUtils, nullptr, "_reset_trace_module_map", ResetTraceModuleMap},
-      {kExporterProtoUtils, nullptr, "_export_file", ExportFile},
-      {kDynamoExporter, nullptr, "export_compat", DynamoExport, /*owner_may_be_absent=*/true},
-      {"torch._C", "ScriptFunction", "__call__", CallScriptFunction},
-      {"torch._C", "Graph", "_export_onnx", ExportOnnx},
-      {"torch._C", nullptr, "_jit_pass_onnx_function_substitution", SubstituteFunctions},
-      {"torch._C", nullptr, "_jit_pass_cse", EliminateCommonSubexpression},
-      {"torch._C", nullptr, "_jit_pass_onnx_eliminate_unused_items", EliminateUnusedItems},
-      {"torch._C", nullptr, "_jit_pass_onnx_assign_scoped_names_for_node_and_value", AssignScopedNames},
+      {Owner::kExporter, nullptr, "_setup_trace_module_map", SetupTraceModuleMap},
+      {Owner::kExporter, nullptr, "_reset_trace_module_map", ResetTraceModuleMap},
+      {Owner::kExporterProtoUtils, nullptr, "_export_file", ExportFile},
+      {Owner::kDynamoExporter, nullptr, "export_compat", DynamoExport, /*owner_may_be_absent=*/true},
+      {Owner::kTorchC, "ScriptFunction", "__call__", CallScriptFunction},
+      {Owner::kTorchC, "Graph", "_export_onnx", ExportOnnx},
+      {Owner::kTorchC, nullptr, "_jit_pass_onnx_function_substitution", SubstituteFunctions},
+      {Owner::kTorchC, nullptr, "_jit_pass_cse", EliminateCommonSubexpression},
+      {Owner::kTorchC, nullptr, "_jit_pass_onnx_eliminate_unused_items", EliminateUnusedItems},
+      {Owner::kTorchC, nullptr, "_jit_pass_onnx_assign_scoped_names_for_node_and_value", AssignScopedNames},
   };
   AddPassSites(&sites, std::make_index_sequence<std::size(kObservedPasses)>());
   return sites;
+}
+
+// "torch.onnx.utils._setup_trace_module_map": how an error names a site.
+std::string SiteName(const HookSite& site, const py::object& owner) {
+  std::string module;
+  if (owner && py::hasattr(owner, "__name__")) module = py::str(owner.attr("__name__"));
+  if (module.empty()) {
+    module = site.owner == Owner::kTorchC ? "torch._C"
+             : site.owner == Owner::kDynamoExporter ? kDynamoExporter
+                                                     : "the TorchScript exporter";
+  }
+  return module + "." + (site.owner_class ? std::string(site.owner_class) + "." : "") + site.name;
 }
 
 void Install() {
@@ -485,18 +529,17 @@ void Install() {
   std::vector<py::object> owners;
   std::vector<HookSite> present;
   for (const HookSite& site : sites) {
-    std::string where = std::string(site.owner) + "." +
-                        (site.owner_class ? std::string(site.owner_class) + "." : "") + site.name;
+    py::object module;
     py::object owner;
     try {
-      owner = py::module_::import(site.owner);
-      if (site.owner_class) owner = owner.attr(site.owner_class);
+      module = FindOwner(site.owner);
+      owner = site.owner_class ? module.attr(site.owner_class) : module;
     } catch (py::error_already_set& error) {
       if (site.owner_may_be_absent && error.matches(PyExc_ImportError)) continue;
       owner = py::object();
     }
     if (!owner || !py::hasattr(owner, site.name)) {
-      throw std::runtime_error("torch " + TorchVersion() + " has no " + where +
+      throw std::runtime_error("torch " + TorchVersion() + " has no " + SiteName(site, module) +
                                " (hiertag was built for torch " HIERTAG_TORCH_VERSION ")");
     }
     owners.push_back(owner);

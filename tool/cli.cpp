@@ -17,7 +17,7 @@ constexpr const char* kToolUsage =
     "  validate MODEL.onnx [--json]              check every node's tag against the grammar and the module table\n"
     "  tree MODEL.onnx [--json | --csv] [--depth N]\n"
     "                                            print the module tree with node, op and parameter counts\n"
-    "  extract MODEL.onnx --module TAG [--call K] [-o OUT]\n"
+    "  extract MODEL.onnx --module TAG [--call K] [-o OUT] [--value-types TYPES.onnx]\n"
     "                                            write one module (or one of its calls) as a standalone ONNX model\n"
     "\n"
     "Exit status: 0 success, 1 validate found problems, 2 bad input or usage.\n"
@@ -50,11 +50,12 @@ constexpr const char* kTreeUsage =
     "Exit status: 0 success, 2 missing, truncated, non-ONNX or untagged file.\n";
 
 constexpr const char* kExtractUsage =
-    "usage: hiertag extract MODEL.onnx --module TAG [--call K] [-o OUT.onnx] [--external-data MODE] [--json]\n"
+    "usage: hiertag extract MODEL.onnx --module TAG [--call K] [-o OUT.onnx] [--external-data MODE] "
+    "[--value-types TYPES.onnx] [--json]\n"
     "\n"
     "Writes the nodes tagged TAG or a descendant of TAG (and nodes CSE kept for them,\n"
     "hiertag.shared_with) as a standalone model: its inputs are the values they read from\n"
-    "outside (typed from the file or by ONNX shape inference), its outputs the values they make\n"
+    "outside (typed from the file, --value-types or ONNX shape inference), its outputs the values they make\n"
     "that are read outside or are model outputs; the initializers and Constant nodes they need\n"
     "are copied; node order, opsets and IR version are the source's.\n"
     "  --module TAG   the module's tag as hiertag tree prints it; tags %-escape control characters\n"
@@ -67,6 +68,10 @@ constexpr const char* kExtractUsage =
     "                 the output), reference (the source's files, which must lie inside OUT's folder);\n"
     "                 a location leading outside the source's folder is refused\n"
     "  -o OUT.onnx    where to write (default: MODEL.<tag>.onnx, MODEL.<tag>.callK.onnx)\n"
+    "  --value-types TYPES.onnx\n"
+    "                 types for values MODEL records none for: TYPES's main graph inputs, outputs\n"
+    "                 and value_info (MODEL after onnx.shape_inference.infer_shapes), before the\n"
+    "                 tool's own shape inference (a build without an ONNX library has none)\n"
     "  --json         print the result as JSON\n"
     "Exit status: 0 written, 2 bad input, unknown module (the closest are listed), a call out of\n"
     "range, a module whose boundary an export pass rewrote away, or a module that is not a convex\n"
@@ -97,9 +102,7 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   std::string model;
   std::string module;
-  std::string out_path;
-  std::optional<int64_t> call;
-  ExternalDataMode external_data = ExternalDataMode::kAuto;
+  ExtractOptions extract;
   bool json = false;
   bool csv = false;
   int depth = -1;
@@ -120,13 +123,13 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       if (i + 1 >= args.size()) return UsageError("--external-data needs a mode", err);
       const std::string& value = args[++i];
       if (value == "auto") {
-        external_data = ExternalDataMode::kAuto;
+        extract.external_data = ExternalDataMode::kAuto;
       } else if (value == "inline") {
-        external_data = ExternalDataMode::kInline;
+        extract.external_data = ExternalDataMode::kInline;
       } else if (value == "copy") {
-        external_data = ExternalDataMode::kCopy;
+        extract.external_data = ExternalDataMode::kCopy;
       } else if (value == "reference") {
-        external_data = ExternalDataMode::kReference;
+        extract.external_data = ExternalDataMode::kReference;
       } else {
         return UsageError("--external-data takes auto, inline, copy or reference, not '" + value + "'", err);
       }
@@ -138,10 +141,10 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       if (error != std::errc() || end != value.data() + value.size() || ordinal < 0) {
         return UsageError("--call takes a whole number >= 0, not '" + value + "'", err);
       }
-      call = ordinal;
-    } else if ((arg == "--module" || arg == "-o") && command == "extract") {
+      extract.call = ordinal;
+    } else if ((arg == "--module" || arg == "-o" || arg == "--value-types") && command == "extract") {
       if (i + 1 >= args.size()) return UsageError(arg + " needs a value", err);
-      (arg == "-o" ? out_path : module) = args[++i];
+      (arg == "-o" ? extract.out_path : arg == "--module" ? module : extract.value_types_path) = args[++i];
     } else if (!arg.empty() && arg[0] == '-') {
       return UsageError("unknown option '" + arg + "' for " + command, err);
     } else if (model.empty()) {
@@ -157,7 +160,8 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return RunTree(model, csv ? TreeFormat::kCsv : json ? TreeFormat::kJson : TreeFormat::kText, depth, out, err);
   }
   if (module.empty()) return UsageError("extract needs --module TAG", err);
-  return RunExtract(model, module, call, out_path, external_data, json, out, err);
+  extract.json = json;
+  return RunExtract(model, module, extract, out, err);
 }
 
 }  // namespace hiertag

@@ -80,7 +80,7 @@ std::string QuotedList(const std::vector<std::string>& names) {
 class Extractor {
  public:
   Extractor(const TaggedFile& file, std::string tag, std::optional<int64_t> call, std::string target,
-            ExternalDataMode mode)
+            ExternalDataMode mode, ValueTypeMap supplied_types)
       : file_(file),
         output_path_(std::move(target)),
         mode_(mode),
@@ -89,7 +89,7 @@ class Extractor {
         target_{tag_, call_},
         entry_(*file.FindModule(tag_)),
         calls_(file),
-        types_(file.model) {
+        types_(file.model, std::move(supplied_types)) {
     for (const ModuleEntry& module : file.modules) {
       if (ParentTag(module.tag).empty()) root_ = {module.tag, 0};
     }
@@ -640,9 +640,16 @@ int RunExtract(const std::string& path, const std::string& tag, std::optional<in
   return RunExtract(path, tag, call, out_path, ExternalDataMode::kAuto, json, out, err);
 }
 
-int RunExtract(const std::string& path, const std::string& requested, std::optional<int64_t> call,
+int RunExtract(const std::string& path, const std::string& tag, std::optional<int64_t> call,
                const std::string& out_path, ExternalDataMode external_data, bool json, std::ostream& out,
                std::ostream& err) {
+  return RunExtract(path, tag, ExtractOptions{call, out_path, external_data, "", json}, out, err);
+}
+
+int RunExtract(const std::string& path, const std::string& requested, const ExtractOptions& options,
+               std::ostream& out, std::ostream& err) {
+  const std::optional<int64_t>& call = options.call;
+  const bool json = options.json;
   // Names come from Python and from the command line: every line goes out
   // through Printable, so it stays one line.
   auto fail = [&err](const std::string& line) {
@@ -656,9 +663,15 @@ int RunExtract(const std::string& path, const std::string& requested, std::optio
   if (module == nullptr) {
     return fail(path + ": unknown module '" + requested + "'; closest: " + ClosestTags(*file, requested));
   }
+  ValueTypeMap supplied_types;
+  if (!options.value_types_path.empty()) {
+    std::optional<OnnxModel> types_model = OnnxModel::Load(options.value_types_path, &error);
+    if (!types_model) return fail(options.value_types_path + ": " + error);
+    supplied_types = RecordedValueTypes(*types_model);
+  }
   const std::string tag = module->tag;
-  std::string target = out_path.empty() ? DefaultOutputPath(path, tag, call) : out_path;
-  Extractor extractor(*file, tag, call, target, external_data);
+  std::string target = options.out_path.empty() ? DefaultOutputPath(path, tag, call) : options.out_path;
+  Extractor extractor(*file, tag, call, target, options.external_data, std::move(supplied_types));
   std::string bytes;
   if (!extractor.Run(&bytes, &error)) return fail(path + ": " + error);
   // The data file first, then the model that names it: a model is never

@@ -1,13 +1,8 @@
-// Value types: recorded ValueInfoProtos first, ONNX shape inference second.
+// Value types: the file's own, a types file's, then ONNX shape inference.
 #include "hiertag/tool/value_types.h"
 
 #include "hiertag/core/onnx_fields.h"
 #include "hiertag/core/proto_wire.h"
-
-#include <map>
-
-#include <onnx/onnx_pb.h>
-#include <onnx/shape_inference/implementation.h>
 
 namespace hiertag {
 
@@ -26,81 +21,33 @@ bool HasType(std::string_view value_info) {
   return false;
 }
 
-// Shape inference lists values it could not type with an empty TypeProto.
-bool IsUsableType(const onnx::TypeProto& type) {
-  if (type.has_tensor_type()) return type.tensor_type().elem_type() != onnx::TensorProto::UNDEFINED;
-  return type.value_case() != onnx::TypeProto::VALUE_NOT_SET;
-}
-
-// ONNX 1.12's data propagation for Shape (opset 15 on) reads the type of its
-// input without a null check: an input with no type when the Shape node is
-// reached (a graph input written without one, a value no earlier node makes, a
-// value whose node could not be typed) crashes the process (found by
-// extract_fuzzer). A value_info entry with an empty tensor type for each value a
-// Shape node reads gives it a type to read; inference fills the entry in where
-// it can, and one left empty is no usable type.
-void ListShapeInputs(onnx::GraphProto* graph) {
-  std::map<std::string, onnx::ValueInfoProto*> listed;
-  for (onnx::ValueInfoProto& value : *graph->mutable_value_info()) listed.emplace(value.name(), &value);
-  for (onnx::NodeProto& node : *graph->mutable_node()) {
-    if (node.op_type() == "Shape" && (node.domain().empty() || node.domain() == "ai.onnx") && node.input_size() > 0) {
-      auto [entry, added] = listed.emplace(node.input(0), nullptr);
-      if (added) {
-        entry->second = graph->add_value_info();
-        entry->second->set_name(node.input(0));
-      }
-      if (!entry->second->has_type()) entry->second->mutable_type()->mutable_tensor_type();
-    }
-    for (onnx::AttributeProto& attribute : *node.mutable_attribute()) {
-      if (attribute.has_g()) ListShapeInputs(attribute.mutable_g());
-      for (onnx::GraphProto& nested : *attribute.mutable_graphs()) ListShapeInputs(&nested);
-    }
-  }
-}
-
 }  // namespace
 
-ValueTypes::ValueTypes(const OnnxModel& model) : model_(model) {
+ValueTypeMap RecordedValueTypes(const OnnxModel& model) {
+  ValueTypeMap types;
   const OnnxGraph& main = model.graphs.at(0);
   for (const auto* values : {&main.inputs, &main.outputs, &main.value_info}) {
     for (const OnnxValue& value : *values) {
-      if (HasType(value.raw)) recorded_.emplace(value.name, std::string(value.raw));
+      if (HasType(value.raw)) types.emplace(value.name, std::string(value.raw));
     }
   }
+  return types;
+}
+
+ValueTypes::ValueTypes(const OnnxModel& model, ValueTypeMap supplied) : model_(model), known_(RecordedValueTypes(model)) {
+  known_.merge(supplied);  // the file's own type wins where both have one
 }
 
 std::optional<std::string_view> ValueTypes::Find(const std::string& name) {
-  auto recorded = recorded_.find(name);
-  if (recorded != recorded_.end()) return std::string_view(recorded->second);
-  if (!inferred_once_) Infer();
-  auto inferred = inferred_.find(name);
-  if (inferred != inferred_.end()) return std::string_view(inferred->second);
-  return std::nullopt;
-}
-
-void ValueTypes::Infer() {
-  inferred_once_ = true;
-  onnx::ModelProto proto;
-  std::string_view bytes = model_.bytes();
-  if (bytes.size() > static_cast<size_t>(INT32_MAX) ||
-      !proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    inference_error_ = "the model cannot be read by ONNX's shape inference";
-    return;
+  if (auto known = known_.find(name); known != known_.end()) return std::string_view(known->second);
+  if (!inferred_once_) {
+    inferred_once_ = true;
+    inferred_ = InferValueTypes(model_.bytes(), &inference_error_);
   }
-  ListShapeInputs(proto.mutable_graph());
-  try {
-    onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(),
-                                       onnx::ShapeInferenceOptions(/*check_type_val=*/false, /*strict_mode_val=*/0,
-                                                                   /*data_prop_val=*/true));
-  } catch (const std::exception& error) {
-    inference_error_ = std::string("ONNX shape inference failed: ") + error.what();
-    return;
-  }
-  for (const auto* values : {&proto.graph().input(), &proto.graph().output(), &proto.graph().value_info()}) {
-    for (const onnx::ValueInfoProto& value : *values) {
-      if (value.has_type() && IsUsableType(value.type())) inferred_.emplace(value.name(), value.SerializeAsString());
-    }
-  }
+  if (!inferred_) return std::nullopt;
+  auto inferred = inferred_->find(name);
+  if (inferred == inferred_->end()) return std::nullopt;
+  return std::string_view(inferred->second);
 }
 
 }  // namespace hiertag

@@ -4,12 +4,12 @@ the verifier (hiertag verify, hiertag/verify.py) and the end-to-end tests."""
 import functools
 import json
 import os
+import sys
 
 import numpy as np
 import onnx
 import onnxruntime
 import torch
-from torch.onnx._internal.torchscript_exporter import utils as exporter_utils
 
 TAG_KEY = "hierarchy_tag"
 SHARED_KEY = "hiertag.shared_with"
@@ -18,6 +18,14 @@ SPANS_KEY = "hiertag.spans"
 REWRITE_KEY = "hiertag.rewrite"
 TABLE_KEY = "hiertag.modules"
 REWRITES_KEY = "hiertag.rewrites"
+
+
+def torchscript_exporter():
+    """The module of torch's TorchScript-based exporter: where torch.onnx.utils.export is
+    defined (torch.onnx.utils in torch 2.4 to 2.8, torch.onnx._internal.torchscript_exporter.utils
+    later), as the plugin finds it."""
+    import torch.onnx.utils
+    return sys.modules[torch.onnx.utils.export.__module__]
 
 
 def node_props(node):
@@ -241,7 +249,7 @@ def record_module_io(model, args):
     paths they take under export (transformers keeps an all-ones attention
     mask when tracing and drops it in plain eager mode)."""
     calls = {}
-    decided = exporter_utils._decide_input_format(model, args)
+    decided = torchscript_exporter()._decide_input_format(model, args)
     wrapped = []
     for path, module in model.named_modules():
         original = module.forward
@@ -375,7 +383,7 @@ def feeds_for(model, torch_model, args):
     signature, defaults such as GPT-2's logits_to_keep kept), in order; an
     argument torch dropped from the graph (read only for its shape, constant-
     folded) is skipped, the graph's inputs matched in order by type and shape."""
-    decided = exporter_utils._decide_input_format(torch_model, args)
+    decided = torchscript_exporter()._decide_input_format(torch_model, args)
     values = [v for v in decided if isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool)]
     arrays = [v.numpy() if isinstance(v, torch.Tensor) else np.array(v) for v in values]
     # A path (str or Path) lets ONNX Runtime find external data beside the file.

@@ -234,6 +234,14 @@ class ExtractTest : public ToolTest {
     return files;
   }
 
+  // The model extract wrote to `file`; std::nullopt (with a failure recorded) when unreadable.
+  std::optional<OnnxModel> ReadOutput(const std::string& file) const {
+    std::string error;
+    std::optional<OnnxModel> written = OnnxModel::Load(OutPath(file), &error);
+    EXPECT_TRUE(written) << error;
+    return written;
+  }
+
   // Writes `model`, extracts `tag` into out.onnx and reads the result back;
   // std::nullopt (with a failure recorded) when extract did not succeed.
   std::optional<OnnxModel> ExtractOk(const ModelSpec& model, const std::string& tag) {
@@ -712,6 +720,50 @@ TEST_F(ExtractTest, UntypedGraphOutputIsInferred) {
   EXPECT_EQ(TensorTypeOf(written->graphs.at(0).outputs[0].raw), (TensorTypeSpec{kFloat, {2, 3}}));
 }
 
+// A types file: a model without nodes whose main graph types `value` as `type`, as the
+// Python package writes from onnx.shape_inference for --value-types.
+ModelSpec TypesModel(const std::string& value, const TensorTypeSpec& type) {
+  ModelSpec types;
+  types.graph.Type(value, type.dims, type.elem_type);
+  return types;
+}
+
+// Check that --value-types types a value neither the file nor shape inference can.
+TEST_F(ExtractTest, TypesFileTypesValueNothingElseCan) {
+  std::string path = WriteModel(CustomOpModel());
+  std::string types = WriteModel(TypesModel("v", {kInt64, {4}}), "types.onnx");
+  RunResult result = Tool({"extract", path, "--module", kLayer1, "-o", OutPath("out.onnx"), "--value-types", types});
+  ASSERT_EQ(result.code, 0) << result.err;
+  std::optional<OnnxModel> written = ReadOutput("out.onnx");
+  ASSERT_TRUE(written);
+  ASSERT_EQ(ValueNames(written->graphs.at(0).inputs), std::vector<std::string>{"v"});
+  EXPECT_EQ(TensorTypeOf(written->graphs.at(0).inputs[0].raw), (TensorTypeSpec{kInt64, {4}}));
+}
+
+// Check that a type the file records wins over the types file's for the same value.
+TEST_F(ExtractTest, FilesOwnTypeWinsOverTypesFile) {
+  std::string path = WriteModel(ChainModel());
+  std::string types = WriteModel(TypesModel("a", {kInt64, {7}}), "types.onnx");
+  RunResult result = Tool({"extract", path, "--module", kLayer1, "-o", OutPath("out.onnx"), "--value-types", types});
+  ASSERT_EQ(result.code, 0) << result.err;
+  std::optional<OnnxModel> written = ReadOutput("out.onnx");
+  ASSERT_TRUE(written);
+  ASSERT_EQ(ValueNames(written->graphs.at(0).inputs), (std::vector<std::string>{"a", "x"}));
+  EXPECT_EQ(TensorTypeOf(written->graphs.at(0).inputs[0].raw), (TensorTypeSpec{kFloat, {2, 3}}));
+}
+
+// Check that a types file that is no ONNX model is refused in one line naming it, and nothing is written.
+TEST_F(ExtractTest, UnreadableTypesFileIsRefused) {
+  std::string path = WriteModel(ChainModel());
+  std::string types = Write("not a model", "types.onnx");
+  RunResult result = Tool({"extract", path, "--module", kLayer1, "-o", OutPath("out.onnx"), "--value-types", types});
+  EXPECT_EQ(result.code, 2);
+  EXPECT_EQ(result.out, "");
+  EXPECT_EQ(Lines(result.err).size(), 1u) << result.err;
+  EXPECT_EQ(result.err.rfind(types + ": ", 0), 0u) << result.err;
+  EXPECT_EQ(Files(), (std::set<std::string>{"model.onnx", "types.onnx"}));
+}
+
 // x -> relu0 [Layer.0] -> a; loop1 [Layer.1] Loop(x) -> y whose body computes v_out from `body_reads`.
 ModelSpec LoopModel(const std::vector<std::string>& body_reads) {
   ModelSpec model;
@@ -775,7 +827,8 @@ TEST_F(ExtractTest, CommandLineHelpPrintsUsage) {
   std::vector<std::string> lines = Lines(result.out);
   ASSERT_GT(lines.size(), 1u) << result.out;
   EXPECT_EQ(lines[0],
-            "usage: hiertag extract MODEL.onnx --module TAG [--call K] [-o OUT.onnx] [--external-data MODE] [--json]");
+            "usage: hiertag extract MODEL.onnx --module TAG [--call K] [-o OUT.onnx] [--external-data MODE] "
+            "[--value-types TYPES.onnx] [--json]");
 }
 
 constexpr const char* kEvalPeephole = "_jit_pass_onnx_eval_peephole";

@@ -71,6 +71,20 @@ int RunExtract(const std::string& path, const std::string& tag, std::optional<in
                const std::string& out_path, ExternalDataMode external_data, bool json, std::ostream& out,
                std::ostream& err);
 
+// All of extract's options. `value_types_path`: an ONNX model whose main graph
+// gives the types of values the source records none for (inputs, outputs,
+// value_info: the source after onnx.shape_inference.infer_shapes, weights not
+// needed), consulted before the tool's own shape inference.
+struct ExtractOptions {
+  std::optional<int64_t> call;
+  std::string out_path;
+  ExternalDataMode external_data = ExternalDataMode::kAuto;
+  std::string value_types_path;
+  bool json = false;
+};
+int RunExtract(const std::string& path, const std::string& tag, const ExtractOptions& options, std::ostream& out,
+               std::ostream& err);
+
 // A range of an external data file to copy into the output's data file.
 struct DataCopy {
   std::filesystem::path source;
