@@ -109,8 +109,8 @@ def export_tagged(name, path):
 
 
 def run_tool(tool, *arguments):
-    import hiertag
-    return subprocess.run([hiertag.tool_path(), tool, *map(str, arguments)], capture_output=True, text=True)
+    from hiertag import native
+    return native.run_tool([tool, *arguments], capture_output=True, text=True)
 
 
 def boundary_check(carried, name, pass_name, original_bytes):

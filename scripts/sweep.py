@@ -68,8 +68,12 @@ def worker(name, out_json, build_dir):
     import onnx
     import onnxruntime
     import torch
+    import hiertag
     from hiertag import checks
     from hiertag import verify
+
+    if build_dir:
+        os.environ["HIERTAG_NATIVE_DIR"] = build_dir
 
     warnings.simplefilter("ignore")
     onnxruntime.set_default_logger_severity(3)
@@ -94,7 +98,7 @@ def worker(name, out_json, build_dir):
             Path(out_json).write_text(json.dumps(result))
             return
         result["exportable"] = True
-        torch.ops.load_library(str(Path(build_dir) / "libhiertag.so"))
+        torch.ops.load_library(hiertag.library_path())
         os.environ["HIERTAG"] = "0"
         result["flag_off"] = export_bytes(*builder()) == plain_bytes
         os.environ["HIERTAG"] = "1"
@@ -122,8 +126,7 @@ def worker(name, out_json, build_dir):
             result["checker"] = True
         except onnx.checker.ValidationError:
             result["checker"] = False
-        validate = subprocess.run([str(Path(build_dir) / "hiertag"), "validate", str(source)],
-                                  capture_output=True, text=True)
+        validate = subprocess.run([hiertag.tool_path(), "validate", str(source)], capture_output=True, text=True)
         result["validate"] = validate.returncode == 0
         if not result["validate"]:
             result["validate_problems"] = validate.stdout.strip().splitlines()[:5]
@@ -135,7 +138,7 @@ def worker(name, out_json, build_dir):
                               onnx.load_from_string(twin_bytes).SerializeToString())
         # The check runs the model again: a fresh one, as models cache state
         # across calls (Levit keeps its attention biases after the first).
-        rows, failures = verify.verify_file(source, *builder(), tmp, Path(build_dir) / "hiertag")
+        rows, failures = verify.verify_file(source, *builder(), tmp)
         result["calls"] = len(rows)
         result["calls_passed"] = sum(row[-1] for row in rows)
         result["boundary_failed"] = sum(row[3].startswith("FAIL") for row in rows)
@@ -158,7 +161,8 @@ def run_one(name, timeout, build_dir):
         out = Path(tmp) / "result.json"
         started = time.perf_counter()
         try:
-            finished = subprocess.run([sys.executable, __file__, "--worker", name, str(out), "--build", build_dir],
+            build = ["--build", build_dir] if build_dir else []
+            finished = subprocess.run([sys.executable, __file__, "--worker", name, str(out), *build],
                                       capture_output=True, text=True, timeout=timeout, env=_env_without_hiertag(),
                                       cwd=ROOT)
         except subprocess.TimeoutExpired:
@@ -236,7 +240,8 @@ def main():
     parser.add_argument("--models", help="comma list (default: every sweep model); zoo:NAME for a bundled one")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     parser.add_argument("--timeout", type=int, default=600, help="seconds per model")
-    parser.add_argument("--build", default=str(ROOT / "build"), help="folder holding libhiertag.so and hiertag")
+    parser.add_argument("--build", default=os.environ.get("HIERTAG_NATIVE_DIR"),
+                        help="folder holding libhiertag.so and hiertag (default: the hiertag package's own)")
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "OUT_JSON"), help=argparse.SUPPRESS)
     parser.add_argument("--plain", nargs=2, metavar=("MODEL", "OUT"), help=argparse.SUPPRESS)
     options = parser.parse_args()

@@ -12,23 +12,30 @@ import contextlib
 import os
 from pathlib import Path
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # The ONNX opset of hiertag's own exports (tests, verifier, bundled models, `hiertag export`).
 OPSET = 17
 
 _PACKAGE = Path(__file__).resolve().parent
-# Installed (pip): the native files sit in the package. In a checkout
-# (python/hiertag beside CMakeLists.txt): in build/.
-_NATIVE_DIRS = [_PACKAGE / "_native", _PACKAGE.parents[1] / "build"]
+
+
+def _native_dirs():
+    """Where the native files are: $HIERTAG_NATIVE_DIR when set (another build of
+    them); installed (pip), in the package; in a checkout (python/hiertag beside
+    CMakeLists.txt), in build/."""
+    if os.environ.get("HIERTAG_NATIVE_DIR"):
+        return [Path(os.environ["HIERTAG_NATIVE_DIR"]).resolve()]
+    return [_PACKAGE / "_native", _PACKAGE.parents[1] / "build"]
 
 
 def _native_file(name):
-    for directory in _NATIVE_DIRS:
+    directories = _native_dirs()
+    for directory in directories:
         if (directory / name).exists():
             return directory / name
     raise FileNotFoundError(
-        f"hiertag: {name} not found in {' or '.join(str(d) for d in _NATIVE_DIRS)} "
+        f"hiertag: {name} not found in {' or '.join(str(d) for d in directories)} "
         "(install the package with pip, or build the checkout: scripts/build.sh)")
 
 

@@ -7,7 +7,6 @@ bad input gives one line on stderr and exit status 2."""
 
 import importlib
 import os
-import subprocess
 import sys
 
 # verb -> (module with main(argv), one-line summary); None: the native tool.
@@ -37,13 +36,12 @@ def usage():
 
 
 def run_native(argv):
-    from hiertag import tool_path
+    from hiertag import native
     try:
-        tool = tool_path()
+        return native.run_tool(argv).returncode
     except FileNotFoundError as error:
         print(error, file=sys.stderr)
         return 2
-    return subprocess.run([tool, *argv]).returncode
 
 
 def main(argv=None):

@@ -5,14 +5,13 @@ wording, the native tool's JSON, and writing a result atomically."""
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import onnx
 
-from hiertag import checks
+from hiertag import checks, native
 
 
 class UsageError(Exception):
@@ -94,12 +93,10 @@ def load_tagged(path):
 
 def native_json(*arguments):
     """The JSON the native tool prints for `arguments` (tree FILE --json, validate FILE --json)."""
-    import hiertag
     try:
-        tool = hiertag.tool_path()
+        result = native.run_tool(arguments, capture_output=True, text=True)
     except FileNotFoundError as error:
         fail(str(error).removeprefix("hiertag: "))
-    result = subprocess.run([tool, *map(str, arguments)], capture_output=True, text=True)
     try:
         return json.loads(result.stdout)
     except json.JSONDecodeError:

@@ -29,7 +29,6 @@ ones[1,16])."""
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -41,7 +40,7 @@ import onnxruntime
 import torch
 
 import hiertag
-from hiertag import OPSET, checks
+from hiertag import OPSET, checks, native
 
 
 class UsageError(Exception):
@@ -71,24 +70,24 @@ def build(options):
     return model.eval() if isinstance(model, torch.nn.Module) else model, args
 
 
-def extract_all(source, table, out_dir, tool=None):
+def extract_all(source, table, out_dir):
     """{boundary key: (path, extract's JSON) or (None, its error line)}, one per call."""
-    tool = tool or hiertag.tool_path()
     extracted = {}
-    for index, tag in enumerate(table):
-        for call in range(checks.call_count(table, tag)):
-            key = checks.boundary_key(table, tag, call)
-            out = Path(out_dir) / f"module{index}_{call}.onnx"
-            command = [str(tool), "extract", str(source), "--module", tag, "-o", str(out), "--json"]
-            if key != tag:
-                command += ["--call", str(call)]
-            result = subprocess.run(command, capture_output=True, text=True)
-            extracted[key] = ((out, json.loads(result.stdout)) if result.returncode == 0
-                              else (None, result.stderr.strip()))
+    with native.value_types_file(source) as types:
+        for index, tag in enumerate(table):
+            for call in range(checks.call_count(table, tag)):
+                key = checks.boundary_key(table, tag, call)
+                out = Path(out_dir) / f"module{index}_{call}.onnx"
+                command = ["extract", source, "--module", tag, "-o", out, "--json", "--value-types", types]
+                if key != tag:
+                    command += ["--call", str(call)]
+                result = native.run_tool(command, capture_output=True, text=True)
+                extracted[key] = ((out, json.loads(result.stdout)) if result.returncode == 0
+                                  else (None, result.stderr.strip()))
     return extracted
 
 
-def verify_file(source, torch_model, args, out_dir, tool=None):
+def verify_file(source, torch_model, args, out_dir):
     """Checks every call of every module of the tagged file `source` exported
     from `torch_model` on `args`. Returns (rows, failure lines): a row
     (key, nodes, extract result, boundary result, passed) per call."""
@@ -96,7 +95,7 @@ def verify_file(source, torch_model, args, out_dir, tool=None):
     table = checks.module_table(model)
     reference = checks.eager_reference(torch_model)
     feeds = checks.feeds_for(source, torch_model, args)
-    extracted = extract_all(source, table, out_dir, tool)
+    extracted = extract_all(source, table, out_dir)
     _, boundary_skipped, boundary_failures = checks.check_module_boundaries(model, reference, args, feeds)
     wanted = sorted({n for path, info in extracted.values() if path for n in info["inputs"] + info["outputs"]})
     values = checks.intermediate_values(model, feeds, wanted)

@@ -3,9 +3,7 @@
 import io
 import json
 import os
-import subprocess
 import urllib.parse
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -15,7 +13,7 @@ import pytest
 import torch
 
 from hiertag import checks
-from hiertag import OPSET, zoo
+from hiertag import OPSET, native, zoo
 
 
 def export(model, args, flag):
@@ -151,11 +149,8 @@ def test_every_module_passes_the_boundary_check(exported):
     assert set(skipped) == not_checked.get(name, set())
 
 
-TOOL = Path(__file__).resolve().parents[2] / "build" / "hiertag"
-
-
 def run_tool(*args):
-    return subprocess.run([str(TOOL), *map(str, args)], capture_output=True, text=True)
+    return native.run_tool(args, capture_output=True, text=True)
 
 
 def test_hiertag_validate_accepts_the_tagged_file_and_rejects_the_plain_one(exported, tmp_path):

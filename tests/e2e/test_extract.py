@@ -1,4 +1,4 @@
-"""End-to-end: every module of real exports extracted with build/hiertag
+"""End-to-end: every module of real exports extracted with the native tool (hiertag extract)
 extract is a valid model that reproduces the full model's values."""
 
 import json

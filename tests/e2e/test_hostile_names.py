@@ -7,10 +7,8 @@ import csv
 import io
 import json
 import os
-import subprocess
 import unicodedata
 import urllib.parse
-from pathlib import Path
 
 import onnx
 import onnxruntime
@@ -18,16 +16,15 @@ import pytest
 import torch
 from torch import nn
 
-from hiertag import OPSET, checks, dynamo, zoo
+from hiertag import OPSET, checks, dynamo, native, zoo
 from hiertag.zoo import corner_cases
 
-TOOL = Path(__file__).resolve().parents[2] / "build" / "hiertag"
 ROOT_TAG = "/HostileNames"
 
 
 def run_tool(*args):
     """(exit status, stdout, stderr), output as bytes: nothing decoded away."""
-    done = subprocess.run([str(TOOL), *map(str, args)], capture_output=True)
+    done = native.run_tool(args, capture_output=True)
     return done.returncode, done.stdout, done.stderr
 
 

@@ -19,10 +19,9 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, dynamo, verify, zoo
+from hiertag import OPSET, checks, dynamo, native, verify, zoo
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOL = ROOT / "build" / "hiertag"
 
 # bert: a HuggingFace encoder; resnet: a CNN whose same-class blocks sit behind
 # filtered Sequentials; called_twice: one module called twice; containers:
@@ -43,7 +42,7 @@ def run_import(*arguments):
 
 
 def run_tool(*arguments):
-    return subprocess.run([str(TOOL), *map(str, arguments)], capture_output=True, text=True)
+    return native.run_tool(arguments, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ module extracted from it loads and runs in ONNX Runtime, giving the full
 model's values (its data written inline, copied beside it, or referenced)."""
 
 import json
-import subprocess
 
 import numpy as np
 import onnx
@@ -14,7 +13,7 @@ import torch
 from torch import nn
 
 import hiertag
-from hiertag import OPSET
+from hiertag import OPSET, native
 
 
 class Head(nn.Module):
@@ -39,7 +38,7 @@ class LargeTable(nn.Module):
 
 
 def tool(*args):
-    return subprocess.run([hiertag.tool_path(), *map(str, args)], capture_output=True, text=True)
+    return native.run_tool(args, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")

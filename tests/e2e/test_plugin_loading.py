@@ -9,7 +9,7 @@ import onnx
 import torch
 
 from hiertag import checks
-from tests.conftest import PLUGIN
+from tests.conftest import plugin_path
 from tests.e2e.test_export import export
 from hiertag import zoo
 
@@ -21,27 +21,36 @@ def assert_tagged_once(model_bytes):
 
 
 def test_loading_the_same_library_again_changes_nothing():
-    torch.ops.load_library(str(PLUGIN))
+    torch.ops.load_library(str(plugin_path()))
     model, args = zoo.ALL["containers"]()
     assert_tagged_once(export(model, args, "1"))
 
 
 def test_loading_a_copy_from_another_path_installs_nothing_twice(tmp_path):
     for name in ("libhiertag.so", "libhiertag_python.so"):
-        shutil.copy(PLUGIN.parent / name, tmp_path / name)
+        shutil.copy(plugin_path().parent / name, tmp_path / name)
     torch.ops.load_library(str(tmp_path / "libhiertag.so"))
     model, args = zoo.ALL["containers"]()
     assert_tagged_once(export(model, args, "1"))
 
 
-MISSING_FUNCTION = """
+# torch.ops.load_library wraps what the library's loader raised (OSError from
+# SystemError from our ImportError; older torch: SystemError from ImportError).
+LOAD_ERROR = """
+def load_error(error):
+    while error is not None and not isinstance(error, ImportError):
+        error = error.__cause__ or error.__context__
+    return error
+"""
+
+MISSING_FUNCTION = LOAD_ERROR + """
 import os, sys, torch
 hidden = torch._C._jit_pass_onnx_eval_peephole
 del torch._C._jit_pass_onnx_eval_peephole  # a torch whose exporter lacks a hooked function
 try:
     torch.ops.load_library({plugin!r})
-except OSError as error:
-    print("load failed:", error.__cause__.__context__)
+except Exception as error:
+    print("load failed:", load_error(error))
 else:
     sys.exit("the plugin loaded into a torch it cannot hook")
 torch._C._jit_pass_onnx_eval_peephole = hidden  # what torch's own export needs below
@@ -59,7 +68,7 @@ assert os.path.exists({out!r}), "a plain export must still run"
 
 
 def test_torch_lacking_a_hooked_function_fails_at_load_and_refuses_tagged_exports(tmp_path):
-    script = MISSING_FUNCTION.format(plugin=str(PLUGIN), out=str(tmp_path / "m.onnx"))
+    script = MISSING_FUNCTION.format(plugin=str(plugin_path()), out=str(tmp_path / "m.onnx"))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     version = torch.__version__
@@ -70,15 +79,39 @@ def test_torch_lacking_a_hooked_function_fails_at_load_and_refuses_tagged_export
 
 
 def test_plugin_without_its_python_side_fails_at_load(tmp_path):
-    shutil.copy(PLUGIN, tmp_path / "libhiertag.so")  # libhiertag_python.so left behind
-    script = f"""
+    shutil.copy(plugin_path(), tmp_path / "libhiertag.so")  # libhiertag_python.so left behind
+    script = LOAD_ERROR + f"""
 import torch
 try:
     torch.ops.load_library({str(tmp_path / "libhiertag.so")!r})
-except OSError as error:
-    print("load failed:", error.__cause__.__context__)
+except Exception as error:
+    print("load failed:", load_error(error))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("load failed: hiertag: plugin not installed: ")
     assert "libhiertag_python.so" in done.stdout
+
+
+OTHER_TORCH = LOAD_ERROR + """
+import os, torch
+built_for = torch.__version__
+torch.__version__ = "2.99.0+cpu"  # a torch other than the one the plugin was built against
+try:
+    torch.ops.load_library({plugin!r})
+except Exception as error:
+    print("load failed:", load_error(error))
+else:
+    raise SystemExit("the plugin loaded into another torch")
+assert not hasattr(torch._C, "_hiertag_plugin_installed"), "hooks installed"
+"""
+
+
+def test_plugin_built_for_another_torch_fails_at_load_naming_both_versions(tmp_path):
+    done = subprocess.run([sys.executable, "-c", OTHER_TORCH.format(plugin=str(plugin_path()))],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    message = (f"hiertag: plugin not installed: it was built for torch {torch.__version__}, and this is torch "
+               "2.99.0+cpu; build hiertag against this torch (pip install --no-build-isolation <hiertag source>)")
+    assert done.stdout == f"load failed: {message}\n"
+    assert done.stderr.count(message) == 1
