@@ -1,12 +1,18 @@
-"""The pip route, as a user takes it (README "Install with pip"): a fresh venv
-next to the same torch, `pip install --no-build-isolation` of the checkout, and
-a wheel from `pip wheel` installed into another fresh venv; in each, from a
-folder outside the checkout, the plugin loads from hiertag.library_path(), an
-export with HIERTAG=1 is tagged, and the installed `hiertag` command validates
-it. Slow (one build of the package, two venvs): about three minutes."""
+"""The pip route, as a user takes it (README "Install"): a fresh venv next to
+the same torch with the build's tools from PyPI (scikit-build-core, cmake,
+ninja, nlohmann-json), `pip install --no-build-isolation` of the checkout with
+nothing found on the system but the compiler, and a wheel from `pip wheel`
+installed into another fresh venv, and a wheel built from the source
+distribution; in each, from a folder outside the checkout, the plugin loads from
+hiertag.library_path(), an export with HIERTAG=1 is tagged, and the installed
+`hiertag` command validates it. The wheel names and requires the torch it was
+built against, and its binaries need nothing but torch's libraries and the
+C/C++ runtime. Slow (two builds of the package, three venvs): about six minutes."""
 
+import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -46,12 +52,27 @@ def run(command, **kwargs):
     return done
 
 
+def pinned(*packages):
+    """The requirements.txt pins of `packages`."""
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    return [line for line in lines if line.split("==")[0] in packages]
+
+
+BUILD_TOOLS = pinned("scikit-build-core", "cmake", "ninja", "nlohmann-json", "build")
+TORCH_RELEASE = torch.__version__.split("+")[0]
+# The wheel's local version label names the torch it was built against.
+TORCH_LABEL = "torch" + re.sub(r"[^0-9A-Za-z]+", ".", torch.__version__)
+# Nothing of the system's but the compiler: CMake looks for no package under
+# /usr (Debian's nlohmann-json, libonnx, GoogleTest stay unseen).
+NO_SYSTEM_PACKAGES = "--config-settings=cmake.define.CMAKE_IGNORE_PREFIX_PATH=/usr"
+
+
 def fresh_venv(path, build_backend=False):
-    """A venv holding torch (the machine's local 2.13 CPU build) and, to build
-    the package there, its build backend."""
+    """A venv holding this torch and, to build the package there, the build's
+    tools from PyPI."""
     run([sys.executable, "-m", "venv", str(path)])
-    run([str(path / "bin" / "pip"), "install", "-q", f"torch=={torch.__version__.split('+')[0]}"] +
-        (["scikit-build-core"] if build_backend else []))
+    run([str(path / "bin" / "pip"), "install", "-q", f"torch=={TORCH_RELEASE}"] +
+        (BUILD_TOOLS if build_backend else []))
     return path
 
 
@@ -68,7 +89,7 @@ def assert_tags_from_outside(venv, workdir):
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     venv = fresh_venv(tmp_path_factory.mktemp("venv") / "env", build_backend=True)
-    run([str(venv / "bin" / "pip"), "install", "-q", "--no-build-isolation", str(ROOT)])
+    run([str(venv / "bin" / "pip"), "install", "-q", "--no-build-isolation", NO_SYSTEM_PACKAGES, str(ROOT)])
     return venv
 
 
@@ -82,11 +103,66 @@ def test_installed_command_lists_every_verb(installed):
         assert f"  {verb}" in done.stdout
 
 
-def test_wheel_installs_into_another_venv_and_works_there(installed, tmp_path):
-    wheels = tmp_path / "wheels"
-    run([str(installed / "bin" / "pip"), "wheel", "-q", "--no-build-isolation", "--no-deps", str(ROOT),
-         "-w", str(wheels)])
-    (wheel,) = wheels.glob("hiertag-*.whl")
+@pytest.fixture(scope="module")
+def wheel(installed, tmp_path_factory):
+    wheels = tmp_path_factory.mktemp("wheels")
+    run([str(installed / "bin" / "pip"), "wheel", "-q", "--no-build-isolation", "--no-deps", NO_SYSTEM_PACKAGES,
+         str(ROOT), "-w", str(wheels)])
+    (built,) = wheels.glob("hiertag-*.whl")
+    return built
+
+
+def test_wheel_names_and_requires_the_torch_it_was_built_for(wheel):
+    assert wheel.name.startswith(f"hiertag-{hiertag_version()}+{TORCH_LABEL}-"), wheel.name
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+        requires = [line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
+    assert f"Requires-Dist: torch=={TORCH_RELEASE}" in requires, requires
+
+
+# The C and C++ runtime: what every program on the system links.
+RUNTIME = {"linux-vdso.so.1", "ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0",
+           "librt.so.1", "libutil.so.1", "libstdc++.so.6", "libgcc_s.so.1"}
+
+
+def test_every_binary_of_the_wheel_needs_only_torch_and_the_runtime(wheel, tmp_path):
+    """`ldd` of each binary (with torch's own libraries findable, as they are once
+    torch is imported) lists torch's libraries, what they bring from torch's
+    package dependencies, and the C/C++ runtime; nothing of the system's."""
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp_path)
+    binaries = [path for path in (tmp_path / "hiertag" / "_native").iterdir() if path.read_bytes()[:4] == b"\x7fELF"]
+    assert {path.name for path in binaries} == {"libhiertag.so", "libhiertag_python.so", "hiertag"}
+    torch_lib = Path(torch.__file__).parent / "lib"
+    site_packages = torch_lib.parents[1]
+    for binary in binaries:
+        listed = run(["ldd", str(binary)], env={"LD_LIBRARY_PATH": str(torch_lib), "PATH": "/usr/bin:/bin"}).stdout
+        for line in listed.strip().splitlines():
+            name, _, resolved = line.strip().partition(" => ")
+            name, resolved = name.split()[0], resolved.split(" (")[0]
+            assert "not found" not in resolved, f"{binary.name}: {line}"
+            if Path(name).name in RUNTIME:
+                continue
+            assert Path(resolved).resolve().is_relative_to(site_packages), f"{binary.name} needs {line.strip()}"
+
+
+def test_wheel_installs_into_another_venv_and_works_there(wheel, tmp_path):
     other = fresh_venv(tmp_path / "other")
     run([str(other / "bin" / "pip"), "install", "-q", str(wheel)])
     assert_tags_from_outside(other, tmp_path / "work")
+
+
+def test_source_distribution_builds_a_wheel_for_this_torch(installed, tmp_path):
+    run([str(installed / "bin" / "python"), "-m", "build", "--sdist", "--no-isolation", "-o", str(tmp_path / "dist"),
+         str(ROOT)])
+    (sdist,) = (tmp_path / "dist").glob("hiertag-*.tar.gz")
+    assert sdist.name == f"hiertag-{hiertag_version()}.tar.gz"
+    run([str(installed / "bin" / "pip"), "wheel", "-q", "--no-build-isolation", "--no-deps", NO_SYSTEM_PACKAGES,
+         str(sdist), "-w", str(tmp_path / "wheels")])
+    (built,) = (tmp_path / "wheels").glob("hiertag-*.whl")
+    assert built.name.startswith(f"hiertag-{hiertag_version()}+{TORCH_LABEL}-"), built.name
+
+
+def hiertag_version():
+    text = (ROOT / "python" / "hiertag" / "__init__.py").read_text()
+    return re.search(r'^__version__ = "([^"]+)"', text, re.MULTILINE).group(1)

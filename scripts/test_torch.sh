@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The tests on another torch, as a user would have it: a venv holding torch
+# VERSION (scripts/torch_env.sh, outside the checkout), hiertag installed there
+# with `pip install --no-build-isolation` of this checkout (built against that
+# torch, with the build tools of PyPI and nothing of the system's but the
+# compiler), and pytest run against the installed package (its plugin, its
+# native tool). One command per version:
+#
+#   scripts/test_torch.sh 2.4.0                the whole pytest suite
+#   scripts/test_torch.sh 2.4.0 --plugin       the plugin's end-to-end tests and corner cases (CI)
+#   scripts/test_torch.sh 2.4.0 -- tests/e2e/test_export.py -k bert
+#
+# The build stays in build/torch-VERSION (incremental), its log in build/torch-VERSION.log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+usage() { echo "usage: scripts/test_torch.sh VERSION [--plugin] [-- PYTEST_ARGS...]" >&2; exit 2; }
+[[ "${1:-}" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || usage
+version=$1
+shift
+selection=(tests)
+while (($#)); do
+  case "$1" in
+    # The plugin's lane: exports of every bundled model and corner case with every
+    # check (tags, table, checker, ONNX Runtime, flag-off bytes, stripped bytes,
+    # module boundaries), extraction, the verifier, loading, failure injection.
+    --plugin) selection=(tests/e2e/test_export.py tests/e2e/test_corner_cases.py tests/e2e/test_extract.py
+                         tests/e2e/test_verifier.py tests/e2e/test_plugin_loading.py tests/e2e/test_python_api.py
+                         tests/e2e/test_failure_injection.py tests/e2e/test_hostile_names.py); shift ;;
+    --) shift; selection=("$@"); break ;;
+    *) usage ;;
+  esac
+done
+
+start=$SECONDS
+venv=$(scripts/torch_env.sh "$version" | tail -1)
+mkdir -p build
+log=build/torch-$version.log
+if ! "$venv/bin/pip" install --no-build-isolation --no-deps --force-reinstall -C "build-dir=build/torch-$version" . \
+     >"$log" 2>&1; then
+  tail -40 "$log"; echo "test_torch: pip install of hiertag against torch $version failed (log: $log)"; exit 1
+fi
+installed=$("$venv/bin/python" -c "import hiertag, torch; print(hiertag.library_path(), torch.__version__)")
+echo "torch $version: hiertag installed in $venv ($((SECONDS - start)) s): ${installed}"
+# -o pythonpath: the installed package, not the checkout's python/ (bench/ stays for tests/bench).
+exec env -u PYTHONPATH "$venv/bin/python" -m pytest -q -o pythonpath=bench "${selection[@]}"
