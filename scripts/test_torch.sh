@@ -7,7 +7,7 @@
 # native tool). One command per version:
 #
 #   scripts/test_torch.sh 2.4.0                the whole pytest suite
-#   scripts/test_torch.sh 2.4.0 --plugin       the plugin's end-to-end tests and corner cases (CI)
+#   scripts/test_torch.sh 2.4.0 --plugin       the plugin's lane: its end-to-end tests and corner cases (CI)
 #   scripts/test_torch.sh 2.4.0 -- tests/e2e/test_export.py -k bert
 #
 # The build stays in build/torch-VERSION (incremental), its log in build/torch-VERSION.log.
@@ -20,12 +20,7 @@ shift
 selection=(tests)
 while (($#)); do
   case "$1" in
-    # The plugin's lane: exports of every bundled model and corner case with every
-    # check (tags, table, checker, ONNX Runtime, flag-off bytes, stripped bytes,
-    # module boundaries), extraction, the verifier, loading, failure injection.
-    --plugin) selection=(tests/e2e/test_export.py tests/e2e/test_corner_cases.py tests/e2e/test_extract.py
-                         tests/e2e/test_verifier.py tests/e2e/test_plugin_loading.py tests/e2e/test_python_api.py
-                         tests/e2e/test_failure_injection.py tests/e2e/test_hostile_names.py); shift ;;
+    --plugin) selection=(-m plugin tests/e2e); shift ;;  # the plugin's lane: tests/conftest.py
     --) shift; selection=("$@"); break ;;
     *) usage ;;
   esac

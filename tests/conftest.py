@@ -8,6 +8,25 @@ import hiertag
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The plugin's lane (`pytest -m plugin`): exports of every bundled model and corner case
+# with every check (tags, table, checker, ONNX Runtime, flag-off bytes, stripped bytes,
+# module boundaries), extraction, the verifier, loading, failure injection, hostile
+# names. CI runs it first, and on the oldest and newest supported torch
+# (scripts/test.sh, scripts/test_torch.sh --plugin).
+PLUGIN_LANE = {"test_export.py", "test_corner_cases.py", "test_extract.py", "test_verifier.py",
+               "test_plugin_loading.py", "test_python_api.py", "test_failure_injection.py",
+               "test_hostile_names.py"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "plugin: the plugin's lane (tests/conftest.py PLUGIN_LANE)")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.parent.name == "e2e" and item.path.name in PLUGIN_LANE:
+            item.add_marker(pytest.mark.plugin)
+
 
 def plugin_path():
     """The plugin the tests load: the hiertag package's (build/libhiertag.so in a
