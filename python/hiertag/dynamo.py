@@ -46,7 +46,7 @@ from pathlib import Path
 import onnx
 from onnx import external_data_helper
 
-from hiertag import checks
+from hiertag import checks, verbs
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"
@@ -60,7 +60,7 @@ FORMAT_VERSION = "3"
 RULES = ("metadata", "enclosing", "consumers", "neighbours", "root")
 
 
-class DynamoImportError(Exception):
+class DynamoImportError(verbs.UsageError):
     """Bad input: one line, exit status 2."""
 
 
@@ -546,14 +546,9 @@ def export_arguments(args):
 
 # ---- The command ----
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        fail(f"{message} (hiertag import-dynamo --help)")
-
-
 def _parser():
-    parser = _Parser(prog="hiertag import-dynamo", description=__doc__.split("\n")[0],
-                     epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = verbs.Parser(prog="hiertag import-dynamo", description=__doc__.split("\n")[0],
+                          epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("input", metavar="IN.onnx", help="a file of torch.onnx.export(..., dynamo=True)")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="the tagged file to write")
     parser.add_argument("--torch-modules", default=None, metavar="0|1|A,B",
@@ -641,31 +636,24 @@ def describe(summary):
     return line
 
 
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
+def run(options):
+    given, source = options.torch_modules, "--torch-modules"
+    if given is None:
+        given, source = os.environ.get("HIERTAG_TORCH_MODULES", ""), "HIERTAG_TORCH_MODULES"
     try:
-        options = _parser().parse_args(argv)
-        given, source = options.torch_modules, "--torch-modules"
-        if given is None:
-            given, source = os.environ.get("HIERTAG_TORCH_MODULES", ""), "HIERTAG_TORCH_MODULES"
-        try:
-            torch_modules = read_torch_modules(given)
-        except ValueError as error:
-            fail(f"{source} {error}")
-        summary = import_file(options.input, options.output, torch_modules)
-    except DynamoImportError as error:
-        print(f"hiertag import-dynamo: {error}", file=sys.stderr)
-        return 2
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else 0
-    except Exception as error:  # never a traceback
-        print(f"hiertag import-dynamo: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
-        return 2
+        torch_modules = read_torch_modules(given)
+    except ValueError as error:
+        fail(f"{source} {error}")
+    summary = import_file(options.input, options.output, torch_modules)
     if options.json:
         print(json.dumps(summary))
     else:
         print(describe(summary))
     return 0
+
+
+def main(argv=None):
+    return verbs.run_verb("hiertag import-dynamo", _parser(), run, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

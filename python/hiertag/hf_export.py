@@ -44,6 +44,7 @@ import warnings
 from pathlib import Path
 
 import hiertag
+from hiertag import verbs
 
 # --task NAME -> transformers Auto class (aliases share one).
 TASKS = {
@@ -70,7 +71,7 @@ _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_m
                  "pytorch_model.bin.index.json")
 
 
-class ExportError(Exception):
+class ExportError(verbs.UsageError):
     """Bad input, or a model that cannot be exported: one line, exit status 2."""
 
 
@@ -738,11 +739,6 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
 # The command
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise ExportError(f"{message} (hiertag export --help)")
-
-
 def _parser():
     by_class = {}
     for task, auto in TASKS.items():
@@ -750,8 +746,8 @@ def _parser():
     tasks = "\n".join(f"  {' | '.join(names):<46}  transformers.{auto}" for auto, names in by_class.items())
     epilog = (__doc__.split("\n", 2)[2] + "\n\nTASK (default: a directory's or hub id's config.architectures[0], else AutoModel):\n"
               + tasks)
-    parser = _Parser(prog="hiertag export", description=__doc__.split("\n")[0],
-                     epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = verbs.Parser(prog="hiertag export", description=__doc__.split("\n")[0],
+                          epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL",
                         help="a transformers class (BertModel, transformers:GPT2LMHeadModel), a save_pretrained "
                              "directory, a cached hub id, or FILE.py:FUNCTION")
@@ -773,26 +769,9 @@ def _parser():
     return parser
 
 
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # Nothing is ever downloaded: the hub is offline for this process.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    try:
-        options = _parser().parse_args(argv)
-        summary = export_model(options.model, options.output, config=options.config, task=options.task,
-                               inputs=options.input, opset=options.opset, torch_modules=options.torch_modules)
-    except ExportError as error:
-        print(f"hiertag export: {error}", file=sys.stderr)
-        return 2
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else 0
-    except KeyboardInterrupt:
-        print("hiertag export: interrupted", file=sys.stderr)
-        return 2
-    except Exception as error:  # never a traceback
-        print(f"hiertag export: {_first_line(error)}", file=sys.stderr)
-        return 2
+def run(options):
+    summary = export_model(options.model, options.output, config=options.config, task=options.task,
+                           inputs=options.input, opset=options.opset, torch_modules=options.torch_modules)
     if options.json:
         print(json.dumps(summary))
         return 0
@@ -800,6 +779,13 @@ def main(argv=None):
     tree = _tool("tree", summary["output"], "--depth", "2")
     sys.stdout.write(tree.stdout)
     return 0
+
+
+def main(argv=None):
+    # Nothing is ever downloaded: the hub is offline for this process.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    return verbs.run_verb("hiertag export", _parser(), run, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,130 @@
+"""End-to-end: what every verb of the `hiertag` command shares, run on real files
+as a user runs them (`hiertag VERB ...`): a bad command line is one line naming
+its real problem."""
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import textwrap
+
+import onnx
+import onnxruntime
+import pytest
+import torch
+
+import hiertag
+from hiertag import OPSET, checks, cli, dynamo, verify, zoo
+from hiertag.hf_export import quiet
+
+MODEL = "containers"  # small, same-class siblings: quick to export, profile and carry
+
+
+@pytest.fixture(scope="module")
+def originals(tmp_path_factory):
+    """The input files every verb reads, in one folder (copied into each test's own):
+    m.onnx tagged; x.onnx, the same with its weights in x.data; t.onnx, ONNX Runtime's
+    basic optimization of m.onnx (carry's TRANSFORMED); d.onnx, torch's dynamo export
+    with its weights in d.onnx.data; v.json, `hiertag verify --json`; models.py:containers,
+    a FILE.py:FUNCTION for `hiertag export`."""
+    folder = tmp_path_factory.mktemp("verbs")
+    os.environ.pop("HIERTAG", None)
+    model, args = zoo.ALL[MODEL]()
+    with quiet(), hiertag.tagging():
+        torch.onnx.export(model, args, str(folder / "m.onnx"), dynamo=False, opset_version=OPSET)
+    onnx.save_model(onnx.load(folder / "m.onnx"), str(folder / "x.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="x.data", size_threshold=0)
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(folder / "t.onnx")
+    onnxruntime.InferenceSession(str(folder / "m.onnx"), options, providers=["CPUExecutionProvider"])
+    positional, keywords = dynamo.export_arguments(args)
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(model, positional, str(folder / "d.onnx"), kwargs=keywords, dynamo=True)
+    # torch keeps a small model's weights inline (and leaves d.onnx.data empty): put them there.
+    exported = onnx.load(folder / "d.onnx")
+    (folder / "d.onnx.data").unlink(missing_ok=True)
+    onnx.save_model(exported, str(folder / "d.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="d.onnx.data", size_threshold=0)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert verify.main([f"zoo:{MODEL}", "--json"]) == 0
+    (folder / "v.json").write_text(printed.getvalue())
+    (folder / "models.py").write_text(textwrap.dedent(f"""
+        from hiertag import zoo
+
+        def containers():
+            return zoo.ALL["{MODEL}"]()
+    """))
+    return folder
+
+
+@pytest.fixture
+def files(originals, tmp_path):
+    for path in originals.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    return tmp_path
+
+
+def root_tag(path):
+    return next(iter(checks.module_table(onnx.load(path))))
+
+
+def snapshot(folder):
+    """{name: sha256} of every file in the folder (links by what they are)."""
+    return {p.name: os.readlink(p) if p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.iterdir())}
+
+
+def hiertag_command(capfd, *arguments):
+    """(exit status, stdout, stderr) of `hiertag ARGUMENTS` (the native verbs run as the command runs them)."""
+    status = cli.main([str(a) for a in arguments])
+    captured = capfd.readouterr()
+    return status, captured.out, captured.err
+
+
+def resolved(files, arguments, out=None):
+    """The arguments with OUT, ROOT (m.onnx's root tag) and the files of the folder filled in."""
+    def one(argument):
+        if argument == "OUT":
+            return out
+        if argument == "ROOT":
+            return root_tag(files / "m.onnx")
+        name, colon, function = argument.partition(":")
+        return f"{files / name}{colon}{function}" if (files / name).is_file() else argument
+    return [one(argument) for argument in arguments]
+
+
+PYTHON_VERBS = [verb for verb, (module, _) in cli.VERBS.items() if module is not None]
+
+
+@pytest.mark.parametrize("verb", PYTHON_VERBS)
+def test_an_unknown_option_is_named_not_the_missing_arguments(verb, capfd):
+    """Check that an unknown option is reported as such (argparse checks required
+    arguments first, and said they were missing), in one line with exit status 2."""
+    assert hiertag_command(capfd, verb, "--no-such-option") == \
+        (2, "", f"hiertag {verb}: unrecognized arguments: --no-such-option (hiertag {verb} --help)\n")
+
+
+@pytest.mark.parametrize("verb,arguments,problem", [
+    ("graphml", ["m.onnx", "--ouput", "out.graphml"], "unrecognized arguments: --ouput out.graphml"),
+    ("carry", ["m.onnx", "t.onnx", "--out-file", "out.onnx"], "unrecognized arguments: --out-file out.onnx"),
+    ("carry", ["m.onnx", "-o", "out.onnx"], "the following arguments are required: TRANSFORMED.onnx"),
+    ("profile", ["m.onnx", "--runs", "many"], "argument --runs: invalid int value: 'many'"),
+    ("profile", ["m.onnx", "--level", "most"], "argument --level: invalid choice: 'most'"),
+    ("profile", ["m.onnx", "--json", "--csv"], "argument --csv: not allowed with argument --json"),
+    ("select", ["m.onnx", "--module"], "argument --module: expected one argument"),
+    ("report", ["m.onnx", "--bad\nflag"], "unrecognized arguments: --bad\\nflag"),
+    ("verify", [], "the following arguments are required: model"),
+    ("export", ["BertModel", "--bogus"], "unrecognized arguments: --bogus"),
+    ("import-dynamo", ["d.onnx", "--torch-classes", "1", "-o", "out.onnx"], "unrecognized arguments: --torch-classes 1"),
+])
+def test_every_usage_error_names_its_problem_in_one_line(files, capfd, monkeypatch, verb, arguments, problem):
+    """Check that each kind of bad command line says what is wrong, one line prefixed
+    `hiertag VERB:`, exit status 2, and writes nothing."""
+    monkeypatch.chdir(files)
+    before = snapshot(files)
+    status, stdout, stderr = hiertag_command(capfd, verb, *resolved(files, arguments))
+    assert (status, stdout) == (2, "")
+    assert stderr.count("\n") == 1 and stderr.startswith(f"hiertag {verb}: {problem}"), stderr
+    assert snapshot(files) == before
