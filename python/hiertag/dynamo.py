@@ -44,7 +44,6 @@ import tempfile
 from pathlib import Path
 
 import onnx
-from onnx import external_data_helper
 
 from hiertag import checks, verbs
 
@@ -580,10 +579,7 @@ def load(path):
         fail(f"{path}: not an ONNX model ({type(error).__name__}: {_first_line(error)})")
     if not model.graph.node:
         fail(f"{path}: not an ONNX model with a graph (no nodes)")
-    try:
-        external_data_helper.load_external_data_for_model(model, str(source.resolve().parent))
-    except Exception as error:  # a missing or short .data file
-        fail(f"{path}: cannot read its external data ({type(error).__name__}: {_first_line(error)})")
+    verbs.read_external_data(model, source)
     return model
 
 

@@ -120,7 +120,9 @@ def run_profiled(path, feeds, runs, warmup, threads, level, directory):
             if start <= event["ts"] <= end:
                 timings[index][event["name"][:-len(KERNEL_SUFFIX)]] += event["dur"]
                 break
-    return onnx.load(options.optimized_model_filepath), timings
+    # ONNX Runtime's saved graph names the initializers it kept as MODEL does:
+    # their external data lies beside MODEL, not beside the saved graph.
+    return verbs.load_model(options.optimized_model_filepath, data_directory=Path(path).parent), timings
 
 
 def attribute(tagged, timings, statistic):

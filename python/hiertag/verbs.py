@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import onnx
+from onnx import external_data_helper
 
 from hiertag import checks
 
@@ -96,20 +97,90 @@ def run_verb(prog, parser, run, argv):
     return 2
 
 
-def load_model(path):
-    """The ONNX model at `path`; a missing, empty, truncated or non-ONNX file is a UsageError."""
+def load_model(path, data_directory=None):
+    """The ONNX model at `path`, its external data read in from `data_directory`
+    (default: the model's folder); a missing, empty, truncated or non-ONNX file,
+    and external data that cannot be read safely, is a UsageError."""
     path = Path(path)
     if not path.is_file() or not os.access(path, os.R_OK):
         fail(f"{path}: cannot open the file (missing or unreadable)")
     if path.stat().st_size == 0:
         fail(f"{path}: the file is empty")
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except Exception:
         fail(f"{path}: not a well-formed ONNX model (truncated or another format)")
     if not model.HasField("graph"):
         fail(f"{path}: not a well-formed ONNX model (no graph)")
+    read_external_data(model, path, data_directory)
     return model
+
+
+def read_external_data(model, path, data_directory=None):
+    """Reads the external data of `model` (read from `path`) in from
+    `data_directory` (default: the model's folder). A location that is not
+    safe, a missing file or a range outside it is a UsageError worded as the
+    native tool words it, and nothing is opened for it."""
+    path = Path(path)
+    directory = Path(data_directory) if data_directory is not None else path.parent
+    for tensor, subject in external_tensors(model):
+        problem = external_data_problem(directory, tensor)
+        if problem:
+            fail(f"{path}: {subject}: {problem}")
+    try:
+        external_data_helper.load_external_data_for_model(model, str(directory))
+    except Exception as error:
+        fail(f"{path}: cannot read its external data ({first_line(error)})")
+
+
+def external_tensors(model):
+    """(tensor, "initializer 'NAME'" or "tensor 'NAME'") for every tensor the
+    model keeps in an external data file."""
+    for graph in checks.walk_graphs(model.graph):
+        tensors = [(tensor, "initializer") for tensor in graph.initializer]
+        tensors += [(tensor, "tensor") for node in graph.node for attribute in node.attribute
+                    for tensor in [*([attribute.t] if attribute.HasField("t") else []), *attribute.tensors]]
+        for tensor, kind in tensors:
+            if external_data_helper.uses_external_data(tensor):
+                yield tensor, f"{kind} '{tensor.name}'"
+
+
+def external_data_problem(directory, tensor):
+    """Why `tensor`'s external data cannot be read from `directory`, worded as
+    the native tool words it (core/external_data.cpp: a location is relative,
+    names no "..", stays inside the model's folder with links resolved, and its
+    range lies in the file), or None. A hostile location is never opened."""
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    location = entries.get("location", "")
+    reason = None
+    if not location:
+        reason = "is empty"
+    elif "\0" in location:
+        reason = "holds a NUL byte"
+    elif os.path.isabs(location) or location[0] in "/\\":
+        reason = "is an absolute path"
+    elif ".." in Path(location).parts:
+        reason = "leads outside the model's folder"
+    else:
+        folder = os.path.realpath(directory)
+        file = os.path.realpath(os.path.join(folder, location))
+        if os.path.commonpath([folder, file]) != folder:
+            reason = "leads outside the model's folder"
+    if reason:
+        return f"external data location '{location}' {reason}"
+    if not os.path.isfile(file):
+        return f"external data file '{location}' does not exist next to the model"
+    size = os.path.getsize(file)
+    try:
+        offset = int(entries.get("offset", "0"))
+        length = int(entries["length"]) if "length" in entries else size - offset
+    except ValueError:
+        return f"external data of '{location}' has an offset or length that is no number"
+    if offset > size:
+        return f"external data file '{location}' holds {size} bytes, the tensor starts at byte {offset}"
+    if length > size - offset:
+        return f"external data file '{location}' holds {size} bytes, the tensor needs {offset} + {length}"
+    return None
 
 
 def is_tagged(model):

@@ -1,6 +1,7 @@
 """End-to-end: what every verb of the `hiertag` command shares, run on real files
-as a user runs them (`hiertag VERB ...`): a bad command line is one line naming
-its real problem."""
+as a user runs them (`hiertag VERB ...`): a hostile external-data location is
+named alike by every verb, native or Python; and a bad command line is one line
+naming its real problem."""
 
 import contextlib
 import hashlib
@@ -93,6 +94,57 @@ def resolved(files, arguments, out=None):
         name, colon, function = argument.partition(":")
         return f"{files / name}{colon}{function}" if (files / name).is_file() else argument
     return [one(argument) for argument in arguments]
+
+
+def hostile_copy(source, folder, name, location):
+    """`source` (a model with external data) saved as folder/name with every location set to `location`."""
+    model = onnx.load(source, load_external_data=False)
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = location
+    onnx.save(model, folder / name)
+    return folder / name
+
+
+@pytest.mark.parametrize("location", ["../../etc/passwd", "/etc/passwd", "evil.bin"])
+def test_a_hostile_external_data_location_is_named_alike_by_every_verb(files, capfd, location):
+    """Check that every verb reading a model whose external data location leads outside its
+    folder ("..", an absolute path, a symbolic link out) refuses it in one line naming the
+    initializer and the location as the native tool does, and writes nothing."""
+    (files / "evil.bin").symlink_to("/etc/passwd")
+    tagged = hostile_copy(files / "x.onnx", files, "hostile.onnx", location)
+    imported = hostile_copy(files / "d.onnx", files, "hostile_dynamo.onnx", location)
+    validated = hiertag_command(capfd, "validate", tagged)
+    assert validated[0] == 1
+    native = {line.split(": ", 1)[1] for line in validated[1].splitlines()[:-1]}
+    assert native and all(f"external data location '{location}' " in line for line in native)
+    reason = next(iter(native)).split(f"external data location '{location}' ", 1)[1]
+    first = onnx.load(tagged, load_external_data=False).graph.initializer[0].name
+    first_dynamo = onnx.load(imported, load_external_data=False).graph.initializer[0].name
+    expected = {tagged: f"{tagged}: initializer '{first}': external data location '{location}' {reason}",
+                imported: f"{imported}: initializer '{first_dynamo}': external data location '{location}' {reason}"}
+    assert expected[tagged].split(": ", 1)[1] in native
+    out = files / "out"
+    commands = [
+        ("extract", [tagged, "--module", root_tag(files / "m.onnx"), "-o", out], tagged),
+        ("report", [tagged], tagged),
+        ("graphml", [tagged, "-o", out], tagged),
+        ("explorer", [tagged, "-o", out], tagged),
+        ("select", [tagged, "--module", "*"], tagged),
+        ("compare", [tagged, files / "m.onnx"], tagged),
+        ("compare", [files / "m.onnx", tagged], tagged),
+        ("carry", [tagged, files / "t.onnx", "-o", out], tagged),
+        ("carry", [files / "m.onnx", tagged, "-o", out], tagged),
+        ("profile", [tagged, "--runs", "1"], tagged),
+        ("import-dynamo", [imported, "-o", out], imported),
+    ]
+    before = snapshot(files)
+    for verb, arguments, named in commands:
+        status, stdout, stderr = hiertag_command(capfd, verb, *arguments)
+        assert (status, stdout) == (2, ""), (verb, stderr)
+        assert stderr == (f"{expected[named]}\n" if verb == "extract" else f"hiertag {verb}: {expected[named]}\n"), verb
+    assert snapshot(files) == before
 
 
 PYTHON_VERBS = [verb for verb, (module, _) in cli.VERBS.items() if module is not None]
