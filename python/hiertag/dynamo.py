@@ -583,17 +583,18 @@ def load(path):
     return model
 
 
-def save(model, output):
+def save(model, output, sources=()):
     """Writes OUT in a folder beside it, then renames: nothing half-written is
     left. Self-contained (torch's dynamo exporter puts the weights of even a small
     model into IN.onnx.data) unless it is too big for one file: then the weights
-    go to OUT.data beside it."""
+    go to OUT.data beside it, which must not be a file the models `sources` read."""
     target = Path(output)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     try:
         staged = staging / target.name
         if model.ByteSize() > INLINE_LIMIT:
             data = f"{target.name}.data"
+            verbs.refuse_overwriting([target.parent / data], models=sources)
             onnx.save(model, str(staged), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
             # onnx creates the data file owner-only; give it the model file's mode.
             shutil.copymode(staged, staging / data)
@@ -607,6 +608,7 @@ def save(model, output):
 
 def import_file(source, output, torch_modules):
     """Reads SOURCE, tags it (tag_dynamo_model) and writes OUTPUT; the summary."""
+    verbs.refuse_overwriting([output], models=[source])
     model = load(source)
     try:
         summary = tag_dynamo_model(model, torch_modules)
@@ -615,7 +617,7 @@ def import_file(source, output, torch_modules):
     if not Path(output).resolve().parent.is_dir():
         fail(f"{output}: no such directory")
     try:
-        save(model, output)
+        save(model, output, sources=[source])
     except (OSError, ValueError) as error:
         fail(f"{output}: cannot write ({error})")
     return {"input": str(source), "output": str(output), **summary}

@@ -606,6 +606,16 @@ def _output_names(result, input_names):
     return names
 
 
+def _input_files(model_spec):
+    """The files building `model_spec` reads that an output could name: a
+    FILE.py, or a save_pretrained directory's files (its ONNX files aside)."""
+    if _is_file_spec(model_spec):
+        return [str(model_spec).rpartition(":")[0]]
+    if Path(str(model_spec)).is_dir():
+        return [path for path in Path(str(model_spec)).iterdir() if path.is_file() and path.suffix != ".onnx"]
+    return []
+
+
 def _graph_inputs(path):
     import onnx
     model = onnx.load(str(path), load_external_data=False)
@@ -657,6 +667,7 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
         fail(f"output '{output}' is a directory")
     if not output.parent.is_dir():
         fail(f"output directory '{output.parent}' does not exist")
+    verbs.refuse_overwriting([output], inputs=_input_files(model_spec))
     modules = _torch_modules(torch_modules)
     import torch
     from torch.onnx import _constants

@@ -291,6 +291,7 @@ def main(argv=None):
 
 
 def run(options):
+    verbs.refuse_overwriting([options.plot], models=[options.model])
     if options.runs < 1 or options.warmup < 0 or options.threads < 0 or options.top < 0:
         verbs.fail("--runs must be at least 1; --warmup, --threads and --top must not be negative")
     if options.plot and not Path(options.plot).resolve().parent.is_dir():

@@ -24,8 +24,9 @@ Sections:
   Verifier       with --verify-json FILE (the output of `hiertag verify
                  --json`): its rows, one per module call, and its failures
 
-Writes REPORT.md (beside it first, then renamed) or prints to stdout; --json
-prints the facts behind the report as one JSON object instead."""
+Writes REPORT.md (beside it first, then renamed; never over MODEL or FILE) or
+prints to stdout; --json prints the facts behind the report as one JSON object
+instead."""
 
 import argparse
 import json
@@ -35,7 +36,7 @@ from pathlib import Path
 import onnx
 
 from hiertag import checks
-from hiertag.verbs import Parser, fail, load_tagged, native_json, run_verb, write_atomically
+from hiertag.verbs import Parser, fail, load_tagged, native_json, refuse_overwriting, run_verb, write_atomically
 
 ELEMENT_TYPES = {value: name.lower() for name, value in onnx.TensorProto.DataType.items()}
 
@@ -208,6 +209,7 @@ def markdown(f):
 
 
 def run(options):
+    refuse_overwriting([options.output], inputs=[options.verify_json], models=[options.model])
     found = facts(options.model, options.verify_json)
     if options.json:
         print(json.dumps(found))

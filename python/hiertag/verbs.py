@@ -1,6 +1,7 @@
 """What every verb of the hiertag command shares: one-line errors (exit
 status 2, never a traceback), loading a tagged file with the native tool's
-wording, the native tool's JSON, and writing a result atomically."""
+wording, the native tool's JSON, refusing an output that is one of the verb's
+inputs, and writing a result atomically."""
 
 import argparse
 import json
@@ -183,6 +184,22 @@ def external_data_problem(directory, tensor):
     return None
 
 
+def external_data_files(path):
+    """(location, path) of every external data file the ONNX model at `path`
+    reads that lies inside its folder; [] for a file that is no ONNX model."""
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:
+        return []
+    folder = Path(path).parent
+    files = {}
+    for tensor, _ in external_tensors(model):
+        if external_data_problem(folder, tensor) is None:
+            location = next(entry.value for entry in tensor.external_data if entry.key == "location")
+            files[location] = folder / location
+    return sorted(files.items())
+
+
 def is_tagged(model):
     return checks.TABLE_KEY in checks.model_props(model)
 
@@ -216,9 +233,40 @@ def native_json(*arguments):
         fail(first_line(result.stderr) if result.stderr.strip() else f"hiertag {arguments[0]} printed no JSON")
 
 
+def same_file(a, b):
+    """Whether paths `a` and `b` are one file (one device and inode: the same
+    path, or a symbolic or hard link to it)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def refuse_overwriting(outputs, inputs=(), models=()):
+    """Fails, before anything is written, when one of `outputs` is one of the
+    verb's input files: `inputs`, the ONNX `models` or an external data file
+    one of those models reads. No verb destroys its input."""
+    outputs = [str(output) for output in outputs if output is not None and os.path.exists(output)]
+    if not outputs:
+        return
+    models = [str(model) for model in models if model is not None]
+    for output in outputs:
+        for given in [*models, *(str(i) for i in inputs if i is not None)]:
+            if same_file(output, given):
+                through = "" if os.path.abspath(output) == os.path.abspath(given) else " (the same file through a link)"
+                fail(f"output '{output}' is the input '{given}'{through}: refusing to overwrite it")
+    for model in models:
+        for location, data in external_data_files(model):
+            for output in outputs:
+                if same_file(output, data):
+                    fail(f"output '{output}' is the external data file '{location}' of the input '{model}': "
+                         "refusing to overwrite it")
+
+
 def write_atomically(path, write):
     """Calls write(temporary path) beside `path`, then renames it to `path`: a
-    reader never sees half a file, and on any error nothing is left."""
+    reader never sees half a file, and on any error nothing is left. The file
+    gets the mode a new file gets (0666 less the umask), not mkstemp's 0600."""
     path = Path(path)
     if path.is_dir():
         fail(f"output '{path}' is a directory")
@@ -228,6 +276,9 @@ def write_atomically(path, write):
     os.close(handle)
     try:
         write(staged)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staged, 0o666 & ~umask)
         os.replace(staged, path)
     finally:
         if os.path.exists(staged):

@@ -1,7 +1,8 @@
 """End-to-end: what every verb of the `hiertag` command shares, run on real files
-as a user runs them (`hiertag VERB ...`): a hostile external-data location is
-named alike by every verb, native or Python; and a bad command line is one line
-naming its real problem."""
+as a user runs them (`hiertag VERB ...`): no verb writes over one of its inputs
+(the file itself, a link to it, or an external data file a model reads); a
+hostile external-data location is named alike by every verb, native or Python;
+and a bad command line is one line naming its real problem."""
 
 import contextlib
 import hashlib
@@ -94,6 +95,66 @@ def resolved(files, arguments, out=None):
         name, colon, function = argument.partition(":")
         return f"{files / name}{colon}{function}" if (files / name).is_file() else argument
     return [one(argument) for argument in arguments]
+
+
+# (verb, arguments with OUT for the output, the input OUT is made to be, and the
+# model whose external data file that is, if it is one).
+WRITERS = [
+    ("extract", ["m.onnx", "--module", "ROOT", "-o", "OUT"], "m.onnx", None),
+    ("extract", ["x.onnx", "--module", "ROOT", "-o", "OUT"], "x.data", "x.onnx"),
+    ("carry", ["m.onnx", "t.onnx", "-o", "OUT"], "m.onnx", None),
+    ("carry", ["m.onnx", "t.onnx", "-o", "OUT"], "t.onnx", None),
+    ("carry", ["x.onnx", "t.onnx", "-o", "OUT"], "x.data", "x.onnx"),
+    ("report", ["m.onnx", "-o", "OUT"], "m.onnx", None),
+    ("report", ["m.onnx", "--verify-json", "v.json", "-o", "OUT"], "v.json", None),
+    ("graphml", ["m.onnx", "-o", "OUT"], "m.onnx", None),
+    ("graphml", ["x.onnx", "-o", "OUT"], "x.data", "x.onnx"),
+    ("explorer", ["m.onnx", "-o", "OUT"], "m.onnx", None),
+    ("profile", ["m.onnx", "--runs", "1", "--plot", "OUT"], "m.onnx", None),
+    ("import-dynamo", ["d.onnx", "-o", "OUT"], "d.onnx", None),
+    ("import-dynamo", ["d.onnx", "-o", "OUT"], "d.onnx.data", "d.onnx"),
+    ("export", ["models.py:containers", "-o", "OUT"], "models.py", None),
+]
+
+
+@pytest.mark.parametrize("link", ["itself", "symlink", "hardlink"])
+@pytest.mark.parametrize("verb,arguments,target,model", WRITERS,
+                         ids=[f"{verb}-{target}" for verb, _, target, _ in WRITERS])
+def test_no_verb_writes_over_its_input(files, capfd, link, verb, arguments, target, model):
+    """Check that an output naming an input file (itself, or a symbolic or hard link to it),
+    or an external data file an input model reads, is refused in one line with exit
+    status 2, and nothing is written."""
+    out = files / target
+    if link == "symlink":
+        (files / "link").symlink_to(target)
+        out = files / "link"
+    elif link == "hardlink":
+        os.link(files / target, files / "link")
+        out = files / "link"
+    before = snapshot(files)
+    status, stdout, stderr = hiertag_command(capfd, verb, *resolved(files, arguments, out))
+    assert (status, stdout) == (2, ""), stderr
+    through = "" if link == "itself" else " (the same file through a link)"
+    if model is None:
+        refusal = f"output '{out}' is the input '{files / target}'{through}"
+    else:
+        refusal = f"output '{out}' is the external data file '{target}' of the input '{files / model}'"
+    assert stderr == f"hiertag {verb}: {refusal}: refusing to overwrite it\n"
+    assert snapshot(files) == before
+
+
+@pytest.mark.parametrize("verb,arguments", sorted({(verb, tuple(arguments)) for verb, arguments, _, _ in WRITERS}))
+def test_an_output_that_is_another_file_is_replaced(files, capfd, verb, arguments):
+    """Check the pair of the refusal: an existing output that is no input is replaced, atomically."""
+    out = files / "earlier.out"
+    out.write_text("an earlier result")
+    inputs = {name: digest for name, digest in snapshot(files).items() if name != out.name}
+    status, _, stderr = hiertag_command(capfd, verb, *resolved(files, arguments, out))
+    assert status == 0, stderr
+    assert out.read_bytes() != b"an earlier result"
+    after = snapshot(files)
+    assert {name: after[name] for name in inputs} == inputs
+    assert not [name for name in after if name.endswith("partial")]
 
 
 def hostile_copy(source, folder, name, location):
