@@ -624,18 +624,25 @@ def _graph_inputs(path):
 
 
 def _torch_modules(value):
-    """None (the environment's HIERTAG_TORCH_MODULES), False, True or class names."""
-    if value is None:
-        return None
-    if value in (False, "", "0"):
-        return False
-    if value is True or value == "1":
-        return True
-    if isinstance(value, str):
-        if not re.fullmatch(r"[A-Za-z_]\w*(,[A-Za-z_]\w*)*", value):
-            fail(f"bad --torch-modules '{value}' (0, 1 or a comma list of torch.nn class names)")
+    """None (the environment's HIERTAG_TORCH_MODULES), False, True or the
+    variable's text. The text is not checked here: the plugin reads it at the
+    export as it reads HIERTAG_TORCH_MODULES (core/export_options.cpp), and its
+    error or warning is reported (_plugin_line)."""
+    if value is None or value is True or value is False or isinstance(value, str):
         return value
     return ",".join(value)
+
+
+# The plugin's lines about HIERTAG_TORCH_MODULES (an invalid value, or names
+# that are no torch.nn class) start so.
+_TORCH_MODULES_LINE = "hiertag: HIERTAG_TORCH_MODULES"
+
+
+def _plugin_line(text, flag_given):
+    """The plugin's line about HIERTAG_TORCH_MODULES, naming --torch-modules
+    when the flag set the variable."""
+    text = text.strip().removeprefix("hiertag: ")
+    return text.replace("HIERTAG_TORCH_MODULES", "--torch-modules", 1) if flag_given else text
 
 
 def _tool(*arguments):
@@ -647,10 +654,12 @@ def _tool(*arguments):
 
 
 def _export_once(model, args, path, opset, torch_modules, input_names, output_names):
+    """Returns the plugin's lines about HIERTAG_TORCH_MODULES (torch's own output is silenced)."""
     import torch
-    with quiet(), hiertag.tagging(torch_modules=torch_modules):
+    with quiet() as printed, hiertag.tagging(torch_modules=torch_modules):
         torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
                           input_names=input_names, output_names=output_names)
+    return [line for text in printed for line in text.splitlines() if line.startswith(_TORCH_MODULES_LINE)]
 
 
 def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset=hiertag.OPSET,
@@ -706,15 +715,18 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
     staged = staging / output.name
     try:
         try:
-            _export_once(model, args, staged, opset, modules, input_names, output_names)
+            notes = _export_once(model, args, staged, opset, modules, input_names, output_names)
             graph_inputs, output_count = _graph_inputs(staged)
             if output_names and output_count != len(output_names):
                 # The outputs did not flatten as their names: torch's names then.
-                _export_once(model, args, staged, opset, modules, input_names, None)
+                notes = _export_once(model, args, staged, opset, modules, input_names, None)
                 graph_inputs, output_count = _graph_inputs(staged)
         except ExportError:
             raise
         except Exception as error:
+            text = str(error)
+            if _TORCH_MODULES_LINE in text:
+                fail(_plugin_line(text[text.index(_TORCH_MODULES_LINE):].splitlines()[0], torch_modules is not None))
             if getattr(error, "hiertag_raised_by_model", False):
                 shapes = ", ".join(f"{n}{list(v.shape)}" for n, v in zip(input_names or [], values))
                 fail(f"{type(model).__name__} fails on the example inputs{f' ({shapes})' if shapes else ''}: "
@@ -738,6 +750,8 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
         os.replace(staged, output)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    for note in notes:
+        print(f"hiertag export: {_plugin_line(note, torch_modules is not None)}", file=sys.stderr)
     tree = _tool("tree", output, "--depth", "2", "--json")
     if tree.returncode != 0:
         fail(f"hiertag tree failed on {output}: {tree.stderr.strip()}")
