@@ -28,8 +28,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <set>
+#include <string>
 
 #include "hiertag/core/external_data.h"
 #include "hiertag/core/onnx_fields.h"
@@ -591,6 +593,40 @@ std::string DefaultOutputPath(const std::string& path, const std::string& tag, s
   return stem + "." + suffix + ".onnx";
 }
 
+// Why writing `output` would destroy one of extract's inputs, or std::nullopt:
+// the model at `path`, or an external data file it names. Two paths are one
+// file when they are one device and inode (std::filesystem::equivalent): the
+// same path, or a symbolic or hard link to it.
+std::optional<std::string> OverwrittenInput(const std::string& output, const std::string& path,
+                                            const OnnxModel& model) {
+  namespace fs = std::filesystem;
+  std::error_code status;
+  if (!fs::exists(output, status)) return std::nullopt;
+  auto same = [](const fs::path& a, const fs::path& b) {
+    std::error_code ignored;
+    return fs::equivalent(a, b, ignored);
+  };
+  const std::string refusal = ": refusing to overwrite it";
+  if (same(output, path)) {
+    bool spelled_alike =
+        fs::absolute(output, status).lexically_normal() == fs::absolute(path, status).lexically_normal();
+    return "output '" + output + "' is the input '" + path + "'" +
+           (spelled_alike ? "" : " (the same file through a link)") + refusal;
+  }
+  fs::path folder = model.directory.empty() ? fs::path(".") : fs::path(model.directory);
+  for (const OnnxGraph& graph : model.graphs) {
+    for (const OnnxInitializer& initializer : graph.initializers) {
+      if (!initializer.external || UnsafeLocationReason(initializer.external->location)) continue;
+      const std::string& location = initializer.external->location;
+      if (same(output, folder / location)) {
+        return "output '" + output + "' is the external data file '" + location + "' of the input '" + path + "'" +
+               refusal;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 // Writes next to the target and renames, so no half-written file is left as OUT.
 bool WriteFileAtomically(const std::string& path, const std::string& bytes, std::string* error) {
   std::string temporary = path + ".hiertag-partial";
@@ -671,6 +707,9 @@ int RunExtract(const std::string& path, const std::string& requested, const Extr
   }
   const std::string tag = module->tag;
   std::string target = options.out_path.empty() ? DefaultOutputPath(path, tag, call) : options.out_path;
+  if (std::optional<std::string> refused = OverwrittenInput(target, path, file->model)) {
+    return fail("hiertag extract: " + *refused);
+  }
   Extractor extractor(*file, tag, call, target, options.external_data, std::move(supplied_types));
   std::string bytes;
   if (!extractor.Run(&bytes, &error)) return fail(path + ": " + error);
@@ -679,6 +718,9 @@ int RunExtract(const std::string& path, const std::string& requested, const Extr
   std::string data_path;
   if (!extractor.data_copies().empty()) {
     data_path = (std::filesystem::path(target).parent_path() / extractor.data_file_name()).string();
+    if (std::optional<std::string> refused = OverwrittenInput(data_path, path, file->model)) {
+      return fail("hiertag extract: " + *refused);
+    }
     std::string partial = data_path + ".hiertag-partial";
     if (!WriteDataFile(partial, extractor.data_copies(), &error) || std::rename(partial.c_str(), data_path.c_str()) != 0) {
       std::remove(partial.c_str());

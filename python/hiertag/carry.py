@@ -950,6 +950,7 @@ def main(argv=None):
 
 
 def run(options):
+    verbs.refuse_overwriting([options.output], models=[options.tagged, options.transformed])
     original, _ = verbs.load_tagged(options.tagged)
     transformed = verbs.load_model(options.transformed)
     by = options.by or describe_producer(original, transformed) or Path(options.transformed).name

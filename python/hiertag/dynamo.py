@@ -44,9 +44,8 @@ import tempfile
 from pathlib import Path
 
 import onnx
-from onnx import external_data_helper
 
-from hiertag import checks
+from hiertag import checks, verbs
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"
@@ -60,7 +59,7 @@ FORMAT_VERSION = "3"
 RULES = ("metadata", "enclosing", "consumers", "neighbours", "root")
 
 
-class DynamoImportError(Exception):
+class DynamoImportError(verbs.UsageError):
     """Bad input: one line, exit status 2."""
 
 
@@ -546,14 +545,9 @@ def export_arguments(args):
 
 # ---- The command ----
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        fail(f"{message} (hiertag import-dynamo --help)")
-
-
 def _parser():
-    parser = _Parser(prog="hiertag import-dynamo", description=__doc__.split("\n")[0],
-                     epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = verbs.Parser(prog="hiertag import-dynamo", description=__doc__.split("\n")[0],
+                          epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("input", metavar="IN.onnx", help="a file of torch.onnx.export(..., dynamo=True)")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="the tagged file to write")
     parser.add_argument("--torch-modules", default=None, metavar="0|1|A,B",
@@ -585,24 +579,22 @@ def load(path):
         fail(f"{path}: not an ONNX model ({type(error).__name__}: {_first_line(error)})")
     if not model.graph.node:
         fail(f"{path}: not an ONNX model with a graph (no nodes)")
-    try:
-        external_data_helper.load_external_data_for_model(model, str(source.resolve().parent))
-    except Exception as error:  # a missing or short .data file
-        fail(f"{path}: cannot read its external data ({type(error).__name__}: {_first_line(error)})")
+    verbs.read_external_data(model, source)
     return model
 
 
-def save(model, output):
+def save(model, output, sources=()):
     """Writes OUT in a folder beside it, then renames: nothing half-written is
     left. Self-contained (torch's dynamo exporter puts the weights of even a small
     model into IN.onnx.data) unless it is too big for one file: then the weights
-    go to OUT.data beside it."""
+    go to OUT.data beside it, which must not be a file the models `sources` read."""
     target = Path(output)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     try:
         staged = staging / target.name
         if model.ByteSize() > INLINE_LIMIT:
             data = f"{target.name}.data"
+            verbs.refuse_overwriting([target.parent / data], models=sources)
             onnx.save(model, str(staged), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
             # onnx creates the data file owner-only; give it the model file's mode.
             shutil.copymode(staged, staging / data)
@@ -616,6 +608,7 @@ def save(model, output):
 
 def import_file(source, output, torch_modules):
     """Reads SOURCE, tags it (tag_dynamo_model) and writes OUTPUT; the summary."""
+    verbs.refuse_overwriting([output], models=[source])
     model = load(source)
     try:
         summary = tag_dynamo_model(model, torch_modules)
@@ -624,7 +617,7 @@ def import_file(source, output, torch_modules):
     if not Path(output).resolve().parent.is_dir():
         fail(f"{output}: no such directory")
     try:
-        save(model, output)
+        save(model, output, sources=[source])
     except (OSError, ValueError) as error:
         fail(f"{output}: cannot write ({error})")
     return {"input": str(source), "output": str(output), **summary}
@@ -641,31 +634,24 @@ def describe(summary):
     return line
 
 
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
+def run(options):
+    given, source = options.torch_modules, "--torch-modules"
+    if given is None:
+        given, source = os.environ.get("HIERTAG_TORCH_MODULES", ""), "HIERTAG_TORCH_MODULES"
     try:
-        options = _parser().parse_args(argv)
-        given, source = options.torch_modules, "--torch-modules"
-        if given is None:
-            given, source = os.environ.get("HIERTAG_TORCH_MODULES", ""), "HIERTAG_TORCH_MODULES"
-        try:
-            torch_modules = read_torch_modules(given)
-        except ValueError as error:
-            fail(f"{source} {error}")
-        summary = import_file(options.input, options.output, torch_modules)
-    except DynamoImportError as error:
-        print(f"hiertag import-dynamo: {error}", file=sys.stderr)
-        return 2
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else 0
-    except Exception as error:  # never a traceback
-        print(f"hiertag import-dynamo: {type(error).__name__}: {_first_line(error)}", file=sys.stderr)
-        return 2
+        torch_modules = read_torch_modules(given)
+    except ValueError as error:
+        fail(f"{source} {error}")
+    summary = import_file(options.input, options.output, torch_modules)
     if options.json:
         print(json.dumps(summary))
     else:
         print(describe(summary))
     return 0
+
+
+def main(argv=None):
+    return verbs.run_verb("hiertag import-dynamo", _parser(), run, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@ tag below the tag of the node holding the body (empty when they are equal):
 viewers show a body under (or beside) the node that holds it, so the full tag
 would repeat the holder's layers there. A namespace the file already has is
 replaced. Nothing else changes: the tags, the module table and the graph stay
-as they are (`hiertag validate` accepts OUT). OUT may be MODEL itself; it is
-written beside OUT and renamed, so nothing half-written is ever left.
+as they are (`hiertag validate` accepts OUT). OUT must not be MODEL (nor a
+link to it): no verb writes over its input. It is written beside OUT and
+renamed, so nothing half-written is ever left.
 
 Prints `OUT: N nodes given a namespace, M layers` (--json: one object)."""
 
@@ -30,7 +31,7 @@ import sys
 import onnx
 
 from hiertag import checks
-from hiertag.verbs import Parser, load_tagged, run_verb, write_atomically
+from hiertag.verbs import Parser, load_tagged, refuse_overwriting, run_verb, write_atomically
 
 NAMESPACE_KEY = "namespace"
 
@@ -79,6 +80,7 @@ def write_namespaces(graph, holder_tag=None, counts=None):
 
 
 def run(options):
+    refuse_overwriting([options.output], models=[options.model])
     model, _ = load_tagged(options.model)
     counts = write_namespaces(model.graph)
     write_atomically(options.output, lambda staged: onnx.save(model, staged))
@@ -97,7 +99,7 @@ def main(argv=None):
     parser = Parser(prog="hiertag explorer", description=__doc__.split("\n")[0],
                     epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL.onnx", help="a file tagged by hiertag")
-    parser.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="the file to write (may be MODEL)")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="the file to write (not MODEL)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     return run_verb("hiertag explorer", parser, run, sys.argv[1:] if argv is None else argv)
 

@@ -27,7 +27,7 @@ import sys
 import xml.etree.ElementTree as ElementTree
 
 from hiertag import checks
-from hiertag.verbs import Parser, load_tagged, run_verb, write_atomically
+from hiertag.verbs import Parser, load_tagged, refuse_overwriting, run_verb, write_atomically
 
 GRAPHML_NS = "http://graphml.graphdrawing.org/xmlns"
 YFILES_NS = "http://www.yworks.com/xml/graphml"
@@ -179,6 +179,7 @@ def to_graphml(model, table):
 
 
 def run(options):
+    refuse_overwriting([options.output], models=[options.model])
     model, table = load_tagged(options.model)
     text, counts = to_graphml(model, table)
 

@@ -44,6 +44,7 @@ import warnings
 from pathlib import Path
 
 import hiertag
+from hiertag import native, verbs
 
 # --task NAME -> transformers Auto class (aliases share one).
 TASKS = {
@@ -70,7 +71,7 @@ _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_m
                  "pytorch_model.bin.index.json")
 
 
-class ExportError(Exception):
+class ExportError(verbs.UsageError):
     """Bad input, or a model that cannot be exported: one line, exit status 2."""
 
 
@@ -605,6 +606,16 @@ def _output_names(result, input_names):
     return names
 
 
+def _input_files(model_spec):
+    """The files building `model_spec` reads that an output could name: a
+    FILE.py, or a save_pretrained directory's files (its ONNX files aside)."""
+    if _is_file_spec(model_spec):
+        return [str(model_spec).rpartition(":")[0]]
+    if Path(str(model_spec)).is_dir():
+        return [path for path in Path(str(model_spec)).iterdir() if path.is_file() and path.suffix != ".onnx"]
+    return []
+
+
 def _graph_inputs(path):
     import onnx
     model = onnx.load(str(path), load_external_data=False)
@@ -613,33 +624,41 @@ def _graph_inputs(path):
 
 
 def _torch_modules(value):
-    """None (the environment's HIERTAG_TORCH_MODULES), False, True or class names."""
-    if value is None:
-        return None
-    if value in (False, "", "0"):
-        return False
-    if value is True or value == "1":
-        return True
-    if isinstance(value, str):
-        if not re.fullmatch(r"[A-Za-z_]\w*(,[A-Za-z_]\w*)*", value):
-            fail(f"bad --torch-modules '{value}' (0, 1 or a comma list of torch.nn class names)")
+    """None (the environment's HIERTAG_TORCH_MODULES), False, True or the
+    variable's text. The text is not checked here: the plugin reads it at the
+    export as it reads HIERTAG_TORCH_MODULES (core/export_options.cpp), and its
+    error or warning is reported (_plugin_line)."""
+    if value is None or value is True or value is False or isinstance(value, str):
         return value
     return ",".join(value)
 
 
+# The plugin's lines about HIERTAG_TORCH_MODULES (an invalid value, or names
+# that are no torch.nn class) start so.
+_TORCH_MODULES_LINE = "hiertag: HIERTAG_TORCH_MODULES"
+
+
+def _plugin_line(text, flag_given):
+    """The plugin's line about HIERTAG_TORCH_MODULES, naming --torch-modules
+    when the flag set the variable."""
+    text = text.strip().removeprefix("hiertag: ")
+    return text.replace("HIERTAG_TORCH_MODULES", "--torch-modules", 1) if flag_given else text
+
+
 def _tool(*arguments):
     try:
-        tool = hiertag.tool_path()
+        return native.run_tool(arguments, capture_output=True, text=True)
     except FileNotFoundError as error:
         fail(str(error).removeprefix("hiertag: "))
-    return subprocess.run([tool, *map(str, arguments)], capture_output=True, text=True)
 
 
 def _export_once(model, args, path, opset, torch_modules, input_names, output_names):
+    """Returns the plugin's lines about HIERTAG_TORCH_MODULES (torch's own output is silenced)."""
     import torch
-    with quiet(), hiertag.tagging(torch_modules=torch_modules):
+    with quiet() as printed, hiertag.tagging(torch_modules=torch_modules):
         torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
                           input_names=input_names, output_names=output_names)
+    return [line for text in printed for line in text.splitlines() if line.startswith(_TORCH_MODULES_LINE)]
 
 
 def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset=hiertag.OPSET,
@@ -656,6 +675,7 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
         fail(f"output '{output}' is a directory")
     if not output.parent.is_dir():
         fail(f"output directory '{output.parent}' does not exist")
+    verbs.refuse_overwriting([output], inputs=_input_files(model_spec))
     modules = _torch_modules(torch_modules)
     import torch
     from torch.onnx import _constants
@@ -694,15 +714,18 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
     staged = staging / output.name
     try:
         try:
-            _export_once(model, args, staged, opset, modules, input_names, output_names)
+            notes = _export_once(model, args, staged, opset, modules, input_names, output_names)
             graph_inputs, output_count = _graph_inputs(staged)
             if output_names and output_count != len(output_names):
                 # The outputs did not flatten as their names: torch's names then.
-                _export_once(model, args, staged, opset, modules, input_names, None)
+                notes = _export_once(model, args, staged, opset, modules, input_names, None)
                 graph_inputs, output_count = _graph_inputs(staged)
         except ExportError:
             raise
         except Exception as error:
+            text = str(error)
+            if _TORCH_MODULES_LINE in text:
+                fail(_plugin_line(text[text.index(_TORCH_MODULES_LINE):].splitlines()[0], torch_modules is not None))
             if getattr(error, "hiertag_raised_by_model", False):
                 shapes = ", ".join(f"{n}{list(v.shape)}" for n, v in zip(input_names or [], values))
                 fail(f"{type(model).__name__} fails on the example inputs{f' ({shapes})' if shapes else ''}: "
@@ -726,6 +749,8 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
         os.replace(staged, output)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    for note in notes:
+        print(f"hiertag export: {_plugin_line(note, torch_modules is not None)}", file=sys.stderr)
     tree = _tool("tree", output, "--depth", "2", "--json")
     if tree.returncode != 0:
         fail(f"hiertag tree failed on {output}: {tree.stderr.strip()}")
@@ -738,11 +763,6 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
 # The command
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise ExportError(f"{message} (hiertag export --help)")
-
-
 def _parser():
     by_class = {}
     for task, auto in TASKS.items():
@@ -750,8 +770,8 @@ def _parser():
     tasks = "\n".join(f"  {' | '.join(names):<46}  transformers.{auto}" for auto, names in by_class.items())
     epilog = (__doc__.split("\n", 2)[2] + "\n\nTASK (default: a directory's or hub id's config.architectures[0], else AutoModel):\n"
               + tasks)
-    parser = _Parser(prog="hiertag export", description=__doc__.split("\n")[0],
-                     epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = verbs.Parser(prog="hiertag export", description=__doc__.split("\n")[0],
+                          epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL",
                         help="a transformers class (BertModel, transformers:GPT2LMHeadModel), a save_pretrained "
                              "directory, a cached hub id, or FILE.py:FUNCTION")
@@ -773,26 +793,9 @@ def _parser():
     return parser
 
 
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # Nothing is ever downloaded: the hub is offline for this process.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    try:
-        options = _parser().parse_args(argv)
-        summary = export_model(options.model, options.output, config=options.config, task=options.task,
-                               inputs=options.input, opset=options.opset, torch_modules=options.torch_modules)
-    except ExportError as error:
-        print(f"hiertag export: {error}", file=sys.stderr)
-        return 2
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else 0
-    except KeyboardInterrupt:
-        print("hiertag export: interrupted", file=sys.stderr)
-        return 2
-    except Exception as error:  # never a traceback
-        print(f"hiertag export: {_first_line(error)}", file=sys.stderr)
-        return 2
+def run(options):
+    summary = export_model(options.model, options.output, config=options.config, task=options.task,
+                           inputs=options.input, opset=options.opset, torch_modules=options.torch_modules)
     if options.json:
         print(json.dumps(summary))
         return 0
@@ -800,6 +803,13 @@ def main(argv=None):
     tree = _tool("tree", summary["output"], "--depth", "2")
     sys.stdout.write(tree.stdout)
     return 0
+
+
+def main(argv=None):
+    # Nothing is ever downloaded: the hub is offline for this process.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    return verbs.run_verb("hiertag export", _parser(), run, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -120,7 +120,9 @@ def run_profiled(path, feeds, runs, warmup, threads, level, directory):
             if start <= event["ts"] <= end:
                 timings[index][event["name"][:-len(KERNEL_SUFFIX)]] += event["dur"]
                 break
-    return onnx.load(options.optimized_model_filepath), timings
+    # ONNX Runtime's saved graph names the initializers it kept as MODEL does:
+    # their external data lies beside MODEL, not beside the saved graph.
+    return verbs.load_model(options.optimized_model_filepath, data_directory=Path(path).parent), timings
 
 
 def attribute(tagged, timings, statistic):
@@ -289,6 +291,7 @@ def main(argv=None):
 
 
 def run(options):
+    verbs.refuse_overwriting([options.plot], models=[options.model])
     if options.runs < 1 or options.warmup < 0 or options.threads < 0 or options.top < 0:
         verbs.fail("--runs must be at least 1; --warmup, --threads and --top must not be negative")
     if options.plot and not Path(options.plot).resolve().parent.is_dir():

@@ -22,10 +22,13 @@ Sections:
                  refuses them, naming the pass)
   Shared nodes   every node listing hiertag.shared_with
   Verifier       with --verify-json FILE (the output of `hiertag verify
-                 --json`): its rows, one per module call, and its failures
+                 --json`): its rows, one per module call, and its failures;
+                 refused unless they are MODEL's (its node count, and one row
+                 for each of its module calls)
 
-Writes REPORT.md (beside it first, then renamed) or prints to stdout; --json
-prints the facts behind the report as one JSON object instead."""
+Writes REPORT.md (beside it first, then renamed; never over MODEL or FILE) or
+prints to stdout; --json prints the facts behind the report as one JSON object
+instead."""
 
 import argparse
 import json
@@ -35,7 +38,7 @@ from pathlib import Path
 import onnx
 
 from hiertag import checks
-from hiertag.verbs import Parser, fail, load_tagged, native_json, run_verb, write_atomically
+from hiertag.verbs import Parser, fail, load_tagged, native_json, refuse_overwriting, run_verb, write_atomically
 
 ELEMENT_TYPES = {value: name.lower() for name, value in onnx.TensorProto.DataType.items()}
 
@@ -69,6 +72,7 @@ def facts(path, verify_json=None):
             fail(f"{verify_json}: not the JSON of `hiertag verify --json` ({error})")
         if not isinstance(verify, dict) or not isinstance(verify.get("rows"), list):
             fail(f"{verify_json}: not the JSON of `hiertag verify --json` (no \"rows\" list)")
+        check_describes(verify, verify_json, path, len(nodes), table)
     return {
         "file": str(path),
         "bytes": Path(path).stat().st_size,
@@ -101,6 +105,25 @@ def facts(path, verify_json=None):
         "shared": shared,
         "verify": verify,
     }
+
+
+def check_describes(verify, verify_json, path, node_count, table):
+    """Fails unless the verifier's results are this model's: its node count,
+    and one row for every module call of the file and no other."""
+    rows = verify["rows"]
+    if not all(isinstance(row, dict) and isinstance(row.get("call"), str) for row in rows):
+        fail(f"{verify_json}: not the JSON of `hiertag verify --json` (a row without its \"call\")")
+    calls = {checks.boundary_key(table, tag, call) for tag in table for call in range(checks.call_count(table, tag))}
+    checked = [row["call"] for row in rows]
+    foreign = [call for call in checked if call not in calls]
+    missing = sorted(calls - set(checked))
+    if verify.get("nodes") == node_count and not foreign and not missing and len(checked) == len(calls):
+        return
+    why = (f"it checks module call '{foreign[0]}', which {path} does not have" if foreign
+           else f"it does not check module call '{missing[0]}' of {path}" if missing
+           else f"it names {verify.get('nodes')} nodes, {path} has {node_count}" if verify.get("nodes") != node_count
+           else "it checks a module call twice")
+    fail(f"{verify_json}: the verifier's results of {verify.get('model', 'another model')} are not {path}'s: {why}")
 
 
 def cell(text):
@@ -208,6 +231,7 @@ def markdown(f):
 
 
 def run(options):
+    refuse_overwriting([options.output], inputs=[options.verify_json], models=[options.model])
     found = facts(options.model, options.verify_json)
     if options.json:
         print(json.dumps(found))

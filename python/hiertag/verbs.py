@@ -1,6 +1,7 @@
 """What every verb of the hiertag command shares: one-line errors (exit
 status 2, never a traceback), loading a tagged file with the native tool's
-wording, the native tool's JSON, and writing a result atomically."""
+wording, the native tool's JSON, refusing an output that is one of the verb's
+inputs, and writing a result atomically."""
 
 import argparse
 import json
@@ -10,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import onnx
+from onnx import external_data_helper
 
 from hiertag import checks, native
 
@@ -23,15 +25,54 @@ def fail(message):
 
 
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one-line UsageErrors."""
+    """An argument parser whose errors are one-line UsageErrors. An argument
+    no option takes is reported before a missing one: argparse checks required
+    arguments first, so a misspelt `-o` came out as "-o/--output is required"."""
 
     def error(self, message):
         raise UsageError(f"{message} ({self.prog} --help)")
+
+    def parse_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        unrecognized = self._unrecognized(args)
+        if unrecognized:
+            self.error(f"unrecognized arguments: {' '.join(unrecognized)}")
+        return super().parse_args(args, namespace)
+
+    def _unrecognized(self, args):
+        """The arguments nothing takes, with every argument made optional for
+        the look (argparse would stop at the first missing one)."""
+        relaxed = [(item, item.required) for item in [*self._actions, *self._mutually_exclusive_groups]]
+        try:
+            for item, _ in relaxed:
+                item.required = False
+            return self.parse_known_args(args)[1]
+        finally:
+            for item, required in relaxed:
+                item.required = required
 
 
 def first_line(error):
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0]
+
+
+def one_line(text):
+    """`text` with control characters escaped (\\n, \\x1b, \\u009b), as the
+    native tool prints names: a path or argument holding a newline stays one line."""
+    def escaped(c):
+        named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+        if c in named:
+            return named[c]
+        code = ord(c)
+        if code < 0x20 or code == 0x7f:
+            return f"\\x{code:02x}"
+        if 0x80 <= code < 0xa0:
+            return f"\\u{code:04x}"
+        if 0xdc80 <= code <= 0xdcff:  # a byte that was not UTF-8 (os.fsdecode)
+            return f"\\x{code - 0xdc00:02x}"
+        return c
+    return "".join(escaped(c) for c in str(text))
 
 
 def run_verb(prog, parser, run, argv):
@@ -48,28 +89,114 @@ def run_verb(prog, parser, run, argv):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except UsageError as error:
-        print(f"{prog}: {error}", file=sys.stderr)
+        print(f"{prog}: {one_line(error)}", file=sys.stderr)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
     except Exception as error:  # never a traceback
-        print(f"{prog}: {first_line(error)}", file=sys.stderr)
+        print(f"{prog}: {one_line(first_line(error))}", file=sys.stderr)
     return 2
 
 
-def load_model(path):
-    """The ONNX model at `path`; a missing, empty, truncated or non-ONNX file is a UsageError."""
+def load_model(path, data_directory=None):
+    """The ONNX model at `path`, its external data read in from `data_directory`
+    (default: the model's folder); a missing, empty, truncated or non-ONNX file,
+    and external data that cannot be read safely, is a UsageError."""
     path = Path(path)
     if not path.is_file() or not os.access(path, os.R_OK):
         fail(f"{path}: cannot open the file (missing or unreadable)")
     if path.stat().st_size == 0:
         fail(f"{path}: the file is empty")
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except Exception:
         fail(f"{path}: not a well-formed ONNX model (truncated or another format)")
     if not model.HasField("graph"):
         fail(f"{path}: not a well-formed ONNX model (no graph)")
+    read_external_data(model, path, data_directory)
     return model
+
+
+def read_external_data(model, path, data_directory=None):
+    """Reads the external data of `model` (read from `path`) in from
+    `data_directory` (default: the model's folder). A location that is not
+    safe, a missing file or a range outside it is a UsageError worded as the
+    native tool words it, and nothing is opened for it."""
+    path = Path(path)
+    directory = Path(data_directory) if data_directory is not None else path.parent
+    for tensor, subject in external_tensors(model):
+        problem = external_data_problem(directory, tensor)
+        if problem:
+            fail(f"{path}: {subject}: {problem}")
+    try:
+        external_data_helper.load_external_data_for_model(model, str(directory))
+    except Exception as error:
+        fail(f"{path}: cannot read its external data ({first_line(error)})")
+
+
+def external_tensors(model):
+    """(tensor, "initializer 'NAME'" or "tensor 'NAME'") for every tensor the
+    model keeps in an external data file."""
+    for graph in checks.walk_graphs(model.graph):
+        tensors = [(tensor, "initializer") for tensor in graph.initializer]
+        tensors += [(tensor, "tensor") for node in graph.node for attribute in node.attribute
+                    for tensor in [*([attribute.t] if attribute.HasField("t") else []), *attribute.tensors]]
+        for tensor, kind in tensors:
+            if external_data_helper.uses_external_data(tensor):
+                yield tensor, f"{kind} '{tensor.name}'"
+
+
+def external_data_problem(directory, tensor):
+    """Why `tensor`'s external data cannot be read from `directory`, worded as
+    the native tool words it (core/external_data.cpp: a location is relative,
+    names no "..", stays inside the model's folder with links resolved, and its
+    range lies in the file), or None. A hostile location is never opened."""
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    location = entries.get("location", "")
+    reason = None
+    if not location:
+        reason = "is empty"
+    elif "\0" in location:
+        reason = "holds a NUL byte"
+    elif os.path.isabs(location) or location[0] in "/\\":
+        reason = "is an absolute path"
+    elif ".." in Path(location).parts:
+        reason = "leads outside the model's folder"
+    else:
+        folder = os.path.realpath(directory)
+        file = os.path.realpath(os.path.join(folder, location))
+        if os.path.commonpath([folder, file]) != folder:
+            reason = "leads outside the model's folder"
+    if reason:
+        return f"external data location '{location}' {reason}"
+    if not os.path.isfile(file):
+        return f"external data file '{location}' does not exist next to the model"
+    size = os.path.getsize(file)
+    try:
+        offset = int(entries.get("offset", "0"))
+        length = int(entries["length"]) if "length" in entries else size - offset
+    except ValueError:
+        return f"external data of '{location}' has an offset or length that is no number"
+    if offset > size:
+        return f"external data file '{location}' holds {size} bytes, the tensor starts at byte {offset}"
+    if length > size - offset:
+        return f"external data file '{location}' holds {size} bytes, the tensor needs {offset} + {length}"
+    return None
+
+
+def external_data_files(path):
+    """(location, path) of every external data file the ONNX model at `path`
+    reads that lies inside its folder; [] for a file that is no ONNX model."""
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:
+        return []
+    folder = Path(path).parent
+    files = {}
+    for tensor, _ in external_tensors(model):
+        if external_data_problem(folder, tensor) is None:
+            location = next(entry.value for entry in tensor.external_data if entry.key == "location")
+            files[location] = folder / location
+    return sorted(files.items())
 
 
 def is_tagged(model):
@@ -103,9 +230,40 @@ def native_json(*arguments):
         fail(first_line(result.stderr) if result.stderr.strip() else f"hiertag {arguments[0]} printed no JSON")
 
 
+def same_file(a, b):
+    """Whether paths `a` and `b` are one file (one device and inode: the same
+    path, or a symbolic or hard link to it)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def refuse_overwriting(outputs, inputs=(), models=()):
+    """Fails, before anything is written, when one of `outputs` is one of the
+    verb's input files: `inputs`, the ONNX `models` or an external data file
+    one of those models reads. No verb destroys its input."""
+    outputs = [str(output) for output in outputs if output is not None and os.path.exists(output)]
+    if not outputs:
+        return
+    models = [str(model) for model in models if model is not None]
+    for output in outputs:
+        for given in [*models, *(str(i) for i in inputs if i is not None)]:
+            if same_file(output, given):
+                through = "" if os.path.abspath(output) == os.path.abspath(given) else " (the same file through a link)"
+                fail(f"output '{output}' is the input '{given}'{through}: refusing to overwrite it")
+    for model in models:
+        for location, data in external_data_files(model):
+            for output in outputs:
+                if same_file(output, data):
+                    fail(f"output '{output}' is the external data file '{location}' of the input '{model}': "
+                         "refusing to overwrite it")
+
+
 def write_atomically(path, write):
     """Calls write(temporary path) beside `path`, then renames it to `path`: a
-    reader never sees half a file, and on any error nothing is left."""
+    reader never sees half a file, and on any error nothing is left. The file
+    gets the mode a new file gets (0666 less the umask), not mkstemp's 0600."""
     path = Path(path)
     if path.is_dir():
         fail(f"output '{path}' is a directory")
@@ -115,6 +273,9 @@ def write_atomically(path, write):
     os.close(handle)
     try:
         write(staged)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staged, 0o666 & ~umask)
         os.replace(staged, path)
     finally:
         if os.path.exists(staged):

@@ -27,7 +27,6 @@ returning (model, args). Example inputs come from the config; --input
 NAME=SPEC replaces or adds one (SPEC: DTYPE[D0,D1,...], int64[1,16]:0..1000,
 ones[1,16])."""
 
-import argparse
 import json
 import sys
 import tempfile
@@ -40,15 +39,8 @@ import onnxruntime
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, native
-
-
-class UsageError(Exception):
-    """Bad input: one line, exit status 2."""
-
-
-def fail(message):
-    raise UsageError(message)
+from hiertag import OPSET, checks, native, verbs
+from hiertag.verbs import fail
 
 
 def build(options):
@@ -135,17 +127,12 @@ def verify_file(source, torch_model, args, out_dir):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="hiertag verify", description=__doc__.split("\n")[0])
+    parser = verbs.Parser(prog="hiertag verify", description=__doc__.split("\n")[0])
     parser.add_argument("model", help="zoo:NAME, transformers:CLASS or FILE.py:FUNCTION")
     parser.add_argument("--config", help="JSON of the transformers config's arguments")
     parser.add_argument("--input", action="append", default=[], help="NAME=SPEC (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    options = parser.parse_args(argv)
-    try:
-        return run(options)
-    except UsageError as error:
-        print(f"hiertag verify: {error}", file=sys.stderr)
-        return 2
+    return verbs.run_verb("hiertag verify", parser, run, sys.argv[1:] if argv is None else argv)
 
 
 def run(options):

@@ -101,15 +101,21 @@ def test_only_the_namespace_entries_are_added(tmp_path):
     assert validated.returncode == 0 and json.loads(validated.stdout)["valid"]
 
 
-def test_in_place_and_replacing_a_namespace(tmp_path, capsys):
+def test_replacing_a_namespace_and_never_the_input(tmp_path, capsys):
     source = export_tagged("containers", tmp_path / "model.onnx")
     model = onnx.load(source)
     model.graph.node[0].metadata_props.add(key=explorer.NAMESPACE_KEY, value="stale/namespace")
     onnx.save(model, source)
-    assert explorer.main([str(source), "-o", str(source), "--json"]) == 0
+    before = source.read_bytes()
+    assert explorer.main([str(source), "-o", str(source), "--json"]) == 2
+    assert capsys.readouterr().err == (f"hiertag explorer: output '{source}' is the input '{source}': "
+                                       "refusing to overwrite it\n")
+    assert source.read_bytes() == before
+    out = tmp_path / "out.onnx"
+    assert explorer.main([str(source), "-o", str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["replaced"] == 1 and summary["nodes"] == len(model.graph.node)
-    first = onnx.load(source).graph.node[0]
+    first = onnx.load(out).graph.node[0]
     assert [p.value for p in first.metadata_props if p.key == explorer.NAMESPACE_KEY] == \
         [checks.node_props(first)[checks.TAG_KEY]]
 

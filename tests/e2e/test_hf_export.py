@@ -22,6 +22,7 @@ import pytest
 import torch
 from onnx import numpy_helper
 
+import hiertag
 from hiertag import checks, hf_export
 
 BERT = {"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -280,6 +281,42 @@ def test_torch_modules_get_segments_when_asked(exports):
     assert result.returncode == 0, result.stderr
     table = checks.module_table(check_file(path, ["x"], "Small"))
     assert "/Small/Block[first]/Linear" in table
+
+
+@pytest.mark.parametrize("value", ["Linear,Foo", "bogus", "Layer Norm", "1,2"])
+@pytest.mark.parametrize("given_as", ["--torch-modules", "HIERTAG_TORCH_MODULES"])
+def test_torch_modules_is_read_as_the_environment_variable_is(workdir, tmp_path, capfd, monkeypatch, value, given_as):
+    """Check that --torch-modules (and HIERTAG_TORCH_MODULES under `hiertag export`) is read
+    by the plugin's one rule: a value torch.onnx.export refuses under HIERTAG_TORCH_MODULES is
+    refused in one line, exit 2, nothing written; a name that is no torch.nn class gets the
+    plugin's warning naming it, and the export goes on. The lines are the plugin's, naming
+    the flag where the flag was given."""
+    model, args = hf_export.build(f"{workdir / 'models.py'}:small")
+    monkeypatch.setenv("HIERTAG_TORCH_MODULES", value)
+    capfd.readouterr()
+    try:
+        with hiertag.tagging():
+            torch.onnx.export(model, args, str(tmp_path / "plain.onnx"), dynamo=False)
+        plain, refused = capfd.readouterr().err.strip(), False
+    except ValueError as error:
+        plain, refused = str(error), True
+    assert plain.startswith("hiertag: HIERTAG_TORCH_MODULES") and "\n" not in plain
+    monkeypatch.delenv("HIERTAG_TORCH_MODULES")
+    (tmp_path / "plain.onnx").unlink(missing_ok=True)
+    out = tmp_path / "out.onnx"
+    if given_as == "--torch-modules":
+        result = run_export(workdir, "models.py:small", "-o", out, "--json", "--torch-modules", value)
+    else:
+        result = run_export(workdir, "models.py:small", "-o", out, "--json",
+                            env={**os.environ, "HIERTAG_TORCH_MODULES": value})
+    assert result.stderr == "hiertag export: " + plain.removeprefix("hiertag: ").replace(
+        "HIERTAG_TORCH_MODULES", given_as, 1) + "\n"
+    if refused:
+        assert result.returncode == 2 and result.stdout == "" and list(tmp_path.iterdir()) == []
+    else:
+        assert result.returncode == 0, result.stderr
+        tags = {checks.node_props(node)[checks.TAG_KEY] for node in onnx.load(out).graph.node}
+        assert any(tag.endswith("/Linear") for tag in tags) == ("Linear" in value.split(","))
 
 
 def test_help_lists_the_tasks(workdir):

@@ -103,6 +103,25 @@ def test_symbolic_dimensions_are_one_unless_an_input_sets_them(tmp_path):
     assert result["dims_set_to_1"] == [] and result["unattributed_share"] == 0
 
 
+@pytest.mark.parametrize("name", ["bert", "resnet"])
+def test_a_model_with_external_data_is_profiled_as_the_inline_one(exports, tmp_path, name):
+    """Check that a tagged model whose weights sit in an external data file (onnx's own
+    layout: one file beside it) profiles like its inline copy: ONNX Runtime's saved graph
+    names that file relative to the model, and profile reads it from there."""
+    path = tmp_path / f"{name}_ext.onnx"
+    onnx.save_model(onnx.load(exports[name]), str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=f"{name}_ext.data", size_threshold=0)
+    stored = onnx.load(str(path), load_external_data=False)
+    assert all(i.data_location == onnx.TensorProto.EXTERNAL for i in stored.graph.initializer)
+    external, inline = profile_json(path, "--runs", "1"), profile_json(exports[name], "--runs", "1")
+    assert external["unattributed_share"] == 0 and external["total_ms"] > 0
+    for key in ("nodes", "optimized_nodes", "carry"):
+        assert external[key] == inline[key], key
+    assert [(row["module"], row["nodes"]) for row in external["modules"]] == \
+        [(row["module"], row["nodes"]) for row in inline["modules"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{name}_ext.data", f"{name}_ext.onnx"]
+
+
 def test_bad_input_is_one_line_and_writes_nothing(exports, tmp_path):
     plain = tmp_path / "plain.onnx"
     plain.write_bytes(checks.strip_tags(onnx.load(exports["bert"])).SerializeToString())

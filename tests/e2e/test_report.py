@@ -1,6 +1,8 @@
 """End-to-end: `hiertag report` on real exports: the Markdown holds the file's
 module tree, rewrites, shared nodes and, when given, the verifier's rows."""
 
+import contextlib
+import io
 import json
 import subprocess
 
@@ -115,6 +117,41 @@ def test_verifier_rows_appear_when_given(exports, tmp_path, capsys):
     assert [row.split(" | ")[0].strip("| `") for row in listed] == [row["call"] for row in rows]
     assert all(row.endswith("| yes |") for row in listed)
     assert "## Verifier" not in run_report(capsys, exports["cross_module_rewrites"])[1]
+
+
+@pytest.fixture(scope="module")
+def cross_module_verified(tmp_path_factory):
+    """`hiertag verify zoo:cross_module_rewrites --json`, parsed."""
+    stream = io.StringIO()
+    with contextlib.redirect_stdout(stream):
+        assert verify.main(["zoo:cross_module_rewrites", "--json"]) == 0
+    return json.loads(stream.getvalue())
+
+
+@pytest.mark.parametrize("case", ["another model", "a call left out", "another node count"])
+def test_verifier_results_not_of_this_model_are_refused(exports, cross_module_verified, tmp_path, capsys, case):
+    """Check that --verify-json must describe the model it reports on (its node count and
+    exactly its module calls): another model's results, or results missing a call or
+    counting other nodes, are refused in one line, exit status 2, nothing written."""
+    model, results = exports["cross_module_rewrites"], json.loads(json.dumps(cross_module_verified))
+    calls = [row["call"] for row in results["rows"]]
+    if case == "another model":
+        model = exports["shared_layer_stack"]
+        why = f"it checks module call '{calls[0]}', which {model} does not have"
+    elif case == "a call left out":
+        results["rows"] = results["rows"][:-1]
+        why = f"it does not check module call '{calls[-1]}' of {model}"
+    else:
+        results["nodes"] += 1
+        why = f"it names {results['nodes']} nodes, {model} has {results['nodes'] - 1}"
+    verify_json = tmp_path / "verify.json"
+    verify_json.write_text(json.dumps(results))
+    out_path = tmp_path / "report.md"
+    status, out, err = run_report(capsys, model, "-o", out_path, "--verify-json", verify_json)
+    assert (status, out) == (2, "")
+    assert err == (f"hiertag report: {verify_json}: the verifier's results of zoo:cross_module_rewrites are not "
+                   f"{model}'s: {why}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["verify.json"]
 
 
 def test_json_holds_the_facts(exports, capsys):

@@ -1394,5 +1394,65 @@ TEST_F(ExtractExternalDataTest, SymbolicLinkLeadingOutIsRefused) {
       << result.err;
 }
 
+
+// The bytes of a file ("" when it cannot be read).
+std::string FileBytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Check that an output naming the model itself, or a symbolic or hard link to
+// it, is refused in one line and the model is left as it was.
+TEST_F(ExtractExternalDataTest, OutputThatIsTheModelIsRefused) {
+  std::string path = WriteModel(ChainModel());
+  std::string before = FileBytes(path);
+  std::filesystem::create_symlink(path, dir_ / "symlink.onnx");
+  std::filesystem::create_hard_link(path, dir_ / "hardlink.onnx");
+  const std::string through_a_link = " (the same file through a link)";
+  for (const auto& [out, through] : {std::pair{path, std::string()}, std::pair{OutPath("symlink.onnx"), through_a_link},
+                                     std::pair{OutPath("hardlink.onnx"), through_a_link}}) {
+    RunResult result = ExtractWith(path, ExternalDataMode::kAuto, out);
+    EXPECT_EQ(result.code, 2);
+    EXPECT_EQ(result.out, "");
+    EXPECT_EQ(result.err, "hiertag extract: output '" + out + "' is the input '" + path + "'" + through +
+                              ": refusing to overwrite it\n");
+    EXPECT_EQ(FileBytes(path), before);
+    EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "symlink.onnx"));
+  }
+  EXPECT_EQ(Files(), (std::set<std::string>{"model.onnx", "symlink.onnx", "hardlink.onnx"}));
+}
+
+// Check that an output that exists but is another file is replaced, as before.
+TEST_F(ExtractExternalDataTest, OutputThatIsAnotherFileIsReplaced) {
+  std::string path = WriteModel(ChainModel());
+  std::ofstream(OutPath(), std::ios::binary) << "an earlier result";
+  RunResult result = ExtractWith(path, ExternalDataMode::kAuto, OutPath());
+  ASSERT_EQ(result.code, 0) << result.err;
+  std::string error;
+  EXPECT_TRUE(OnnxModel::Load(OutPath(), &error)) << error;
+}
+
+// Check that an output naming the model's external data file is refused, and
+// that --external-data copy refuses an OUT.data that is the model's data file.
+TEST_F(ExtractExternalDataTest, OutputThatIsTheModelsDataFileIsRefused) {
+  WriteWeights("out.onnx.data");
+  std::string path = WriteModel(ExternalWeightModel("out.onnx.data"));
+  std::string weights = FileBytes(dir_ / "out.onnx.data");
+  std::string data = OutPath("out.onnx.data");
+  std::string refusal = "hiertag extract: output '" + data + "' is the external data file 'out.onnx.data' of the " +
+                        "input '" + path + "': refusing to overwrite it\n";
+  RunResult as_model = ExtractWith(path, ExternalDataMode::kInline, data);
+  EXPECT_EQ(as_model.code, 2);
+  EXPECT_EQ(as_model.err, refusal);
+  RunResult as_data = ExtractWith(path, ExternalDataMode::kCopy, OutPath());
+  EXPECT_EQ(as_data.code, 2);
+  EXPECT_EQ(as_data.err, refusal);
+  EXPECT_EQ(FileBytes(dir_ / "out.onnx.data"), weights);
+  EXPECT_EQ(Files(), (std::set<std::string>{"model.onnx", "out.onnx.data"}));
+  // Inline, the data file is no output: extract reads it and writes out.onnx alone.
+  ASSERT_EQ(ExtractWith(path, ExternalDataMode::kInline, OutPath()).code, 0);
+  EXPECT_EQ(FileBytes(dir_ / "out.onnx.data"), weights);
+}
+
 }  // namespace
 }  // namespace hiertag::tooltest

@@ -56,6 +56,8 @@ inline int RunTree(const std::string& path, bool json, int depth, std::ostream& 
 // An unknown tag lists the closest ones; a call out of range, a module whose
 // boundary a rewrite removed and a non-convex module are refused; nothing is
 // written unless the whole model is built (written beside OUT, then renamed).
+// An OUT (or OUT.data) that is MODEL or one of its external data files, or a
+// link to one, is refused: extract never writes over its input.
 int RunExtract(const std::string& path, const std::string& tag, std::optional<int64_t> call,
                const std::string& out_path, bool json, std::ostream& out, std::ostream& err);
 

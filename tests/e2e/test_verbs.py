@@ -1,0 +1,243 @@
+"""End-to-end: what every verb of the `hiertag` command shares, run on real files
+as a user runs them (`hiertag VERB ...`): no verb writes over one of its inputs
+(the file itself, a link to it, or an external data file a model reads); a
+hostile external-data location is named alike by every verb, native or Python;
+and a bad command line is one line naming its real problem."""
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import textwrap
+
+import onnx
+import onnxruntime
+import pytest
+import torch
+
+import hiertag
+from hiertag import OPSET, checks, cli, dynamo, verify, zoo
+from hiertag.hf_export import quiet
+
+MODEL = "containers"  # small, same-class siblings: quick to export, profile and carry
+
+
+@pytest.fixture(scope="module")
+def originals(tmp_path_factory):
+    """The input files every verb reads, in one folder (copied into each test's own):
+    m.onnx tagged; x.onnx, the same with its weights in x.data; t.onnx, ONNX Runtime's
+    basic optimization of m.onnx (carry's TRANSFORMED); d.onnx, torch's dynamo export
+    with its weights in d.onnx.data; v.json, `hiertag verify --json`; models.py:containers,
+    a FILE.py:FUNCTION for `hiertag export`."""
+    folder = tmp_path_factory.mktemp("verbs")
+    os.environ.pop("HIERTAG", None)
+    model, args = zoo.ALL[MODEL]()
+    with quiet(), hiertag.tagging():
+        torch.onnx.export(model, args, str(folder / "m.onnx"), dynamo=False, opset_version=OPSET)
+    onnx.save_model(onnx.load(folder / "m.onnx"), str(folder / "x.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="x.data", size_threshold=0)
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(folder / "t.onnx")
+    onnxruntime.InferenceSession(str(folder / "m.onnx"), options, providers=["CPUExecutionProvider"])
+    positional, keywords = dynamo.export_arguments(args)
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(model, positional, str(folder / "d.onnx"), kwargs=keywords, dynamo=True)
+    # torch keeps a small model's weights inline (and leaves d.onnx.data empty): put them there.
+    exported = onnx.load(folder / "d.onnx")
+    (folder / "d.onnx.data").unlink(missing_ok=True)
+    onnx.save_model(exported, str(folder / "d.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="d.onnx.data", size_threshold=0)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert verify.main([f"zoo:{MODEL}", "--json"]) == 0
+    (folder / "v.json").write_text(printed.getvalue())
+    (folder / "models.py").write_text(textwrap.dedent(f"""
+        from hiertag import zoo
+
+        def containers():
+            return zoo.ALL["{MODEL}"]()
+    """))
+    return folder
+
+
+@pytest.fixture
+def files(originals, tmp_path):
+    for path in originals.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    return tmp_path
+
+
+def root_tag(path):
+    return next(iter(checks.module_table(onnx.load(path))))
+
+
+def snapshot(folder):
+    """{name: sha256} of every file in the folder (links by what they are)."""
+    return {p.name: os.readlink(p) if p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.iterdir())}
+
+
+def hiertag_command(capfd, *arguments):
+    """(exit status, stdout, stderr) of `hiertag ARGUMENTS` (the native verbs run as the command runs them)."""
+    status = cli.main([str(a) for a in arguments])
+    captured = capfd.readouterr()
+    return status, captured.out, captured.err
+
+
+def resolved(files, arguments, out=None):
+    """The arguments with OUT, ROOT (m.onnx's root tag) and the files of the folder filled in."""
+    def one(argument):
+        if argument == "OUT":
+            return out
+        if argument == "ROOT":
+            return root_tag(files / "m.onnx")
+        name, colon, function = argument.partition(":")
+        return f"{files / name}{colon}{function}" if (files / name).is_file() else argument
+    return [one(argument) for argument in arguments]
+
+
+# (verb, arguments with OUT for the output, the input OUT is made to be, and the
+# model whose external data file that is, if it is one).
+WRITERS = [
+    ("extract", ["m.onnx", "--module", "ROOT", "-o", "OUT"], "m.onnx", None),
+    ("extract", ["x.onnx", "--module", "ROOT", "-o", "OUT"], "x.data", "x.onnx"),
+    ("carry", ["m.onnx", "t.onnx", "-o", "OUT"], "m.onnx", None),
+    ("carry", ["m.onnx", "t.onnx", "-o", "OUT"], "t.onnx", None),
+    ("carry", ["x.onnx", "t.onnx", "-o", "OUT"], "x.data", "x.onnx"),
+    ("report", ["m.onnx", "-o", "OUT"], "m.onnx", None),
+    ("report", ["m.onnx", "--verify-json", "v.json", "-o", "OUT"], "v.json", None),
+    ("graphml", ["m.onnx", "-o", "OUT"], "m.onnx", None),
+    ("graphml", ["x.onnx", "-o", "OUT"], "x.data", "x.onnx"),
+    ("explorer", ["m.onnx", "-o", "OUT"], "m.onnx", None),
+    ("profile", ["m.onnx", "--runs", "1", "--plot", "OUT"], "m.onnx", None),
+    ("import-dynamo", ["d.onnx", "-o", "OUT"], "d.onnx", None),
+    ("import-dynamo", ["d.onnx", "-o", "OUT"], "d.onnx.data", "d.onnx"),
+    ("export", ["models.py:containers", "-o", "OUT"], "models.py", None),
+]
+
+
+@pytest.mark.parametrize("link", ["itself", "symlink", "hardlink"])
+@pytest.mark.parametrize("verb,arguments,target,model", WRITERS,
+                         ids=[f"{verb}-{target}" for verb, _, target, _ in WRITERS])
+def test_no_verb_writes_over_its_input(files, capfd, link, verb, arguments, target, model):
+    """Check that an output naming an input file (itself, or a symbolic or hard link to it),
+    or an external data file an input model reads, is refused in one line with exit
+    status 2, and nothing is written."""
+    out = files / target
+    if link == "symlink":
+        (files / "link").symlink_to(target)
+        out = files / "link"
+    elif link == "hardlink":
+        os.link(files / target, files / "link")
+        out = files / "link"
+    before = snapshot(files)
+    status, stdout, stderr = hiertag_command(capfd, verb, *resolved(files, arguments, out))
+    assert (status, stdout) == (2, ""), stderr
+    through = "" if link == "itself" else " (the same file through a link)"
+    if model is None:
+        refusal = f"output '{out}' is the input '{files / target}'{through}"
+    else:
+        refusal = f"output '{out}' is the external data file '{target}' of the input '{files / model}'"
+    assert stderr == f"hiertag {verb}: {refusal}: refusing to overwrite it\n"
+    assert snapshot(files) == before
+
+
+@pytest.mark.parametrize("verb,arguments", sorted({(verb, tuple(arguments)) for verb, arguments, _, _ in WRITERS}))
+def test_an_output_that_is_another_file_is_replaced(files, capfd, verb, arguments):
+    """Check the pair of the refusal: an existing output that is no input is replaced, atomically."""
+    out = files / "earlier.out"
+    out.write_text("an earlier result")
+    inputs = {name: digest for name, digest in snapshot(files).items() if name != out.name}
+    status, _, stderr = hiertag_command(capfd, verb, *resolved(files, arguments, out))
+    assert status == 0, stderr
+    assert out.read_bytes() != b"an earlier result"
+    after = snapshot(files)
+    assert {name: after[name] for name in inputs} == inputs
+    assert not [name for name in after if name.endswith("partial")]
+
+
+def hostile_copy(source, folder, name, location):
+    """`source` (a model with external data) saved as folder/name with every location set to `location`."""
+    model = onnx.load(source, load_external_data=False)
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = location
+    onnx.save(model, folder / name)
+    return folder / name
+
+
+@pytest.mark.parametrize("location", ["../../etc/passwd", "/etc/passwd", "evil.bin"])
+def test_a_hostile_external_data_location_is_named_alike_by_every_verb(files, capfd, location):
+    """Check that every verb reading a model whose external data location leads outside its
+    folder ("..", an absolute path, a symbolic link out) refuses it in one line naming the
+    initializer and the location as the native tool does, and writes nothing."""
+    (files / "evil.bin").symlink_to("/etc/passwd")
+    tagged = hostile_copy(files / "x.onnx", files, "hostile.onnx", location)
+    imported = hostile_copy(files / "d.onnx", files, "hostile_dynamo.onnx", location)
+    validated = hiertag_command(capfd, "validate", tagged)
+    assert validated[0] == 1
+    native = {line.split(": ", 1)[1] for line in validated[1].splitlines()[:-1]}
+    assert native and all(f"external data location '{location}' " in line for line in native)
+    reason = next(iter(native)).split(f"external data location '{location}' ", 1)[1]
+    first = onnx.load(tagged, load_external_data=False).graph.initializer[0].name
+    first_dynamo = onnx.load(imported, load_external_data=False).graph.initializer[0].name
+    expected = {tagged: f"{tagged}: initializer '{first}': external data location '{location}' {reason}",
+                imported: f"{imported}: initializer '{first_dynamo}': external data location '{location}' {reason}"}
+    assert expected[tagged].split(": ", 1)[1] in native
+    out = files / "out"
+    commands = [
+        ("extract", [tagged, "--module", root_tag(files / "m.onnx"), "-o", out], tagged),
+        ("report", [tagged], tagged),
+        ("graphml", [tagged, "-o", out], tagged),
+        ("explorer", [tagged, "-o", out], tagged),
+        ("select", [tagged, "--module", "*"], tagged),
+        ("compare", [tagged, files / "m.onnx"], tagged),
+        ("compare", [files / "m.onnx", tagged], tagged),
+        ("carry", [tagged, files / "t.onnx", "-o", out], tagged),
+        ("carry", [files / "m.onnx", tagged, "-o", out], tagged),
+        ("profile", [tagged, "--runs", "1"], tagged),
+        ("import-dynamo", [imported, "-o", out], imported),
+    ]
+    before = snapshot(files)
+    for verb, arguments, named in commands:
+        status, stdout, stderr = hiertag_command(capfd, verb, *arguments)
+        assert (status, stdout) == (2, ""), (verb, stderr)
+        assert stderr == (f"{expected[named]}\n" if verb == "extract" else f"hiertag {verb}: {expected[named]}\n"), verb
+    assert snapshot(files) == before
+
+
+PYTHON_VERBS = [verb for verb, (module, _) in cli.VERBS.items() if module is not None]
+
+
+@pytest.mark.parametrize("verb", PYTHON_VERBS)
+def test_an_unknown_option_is_named_not_the_missing_arguments(verb, capfd):
+    """Check that an unknown option is reported as such (argparse checks required
+    arguments first, and said they were missing), in one line with exit status 2."""
+    assert hiertag_command(capfd, verb, "--no-such-option") == \
+        (2, "", f"hiertag {verb}: unrecognized arguments: --no-such-option (hiertag {verb} --help)\n")
+
+
+@pytest.mark.parametrize("verb,arguments,problem", [
+    ("graphml", ["m.onnx", "--ouput", "out.graphml"], "unrecognized arguments: --ouput out.graphml"),
+    ("carry", ["m.onnx", "t.onnx", "--out-file", "out.onnx"], "unrecognized arguments: --out-file out.onnx"),
+    ("carry", ["m.onnx", "-o", "out.onnx"], "the following arguments are required: TRANSFORMED.onnx"),
+    ("profile", ["m.onnx", "--runs", "many"], "argument --runs: invalid int value: 'many'"),
+    ("profile", ["m.onnx", "--level", "most"], "argument --level: invalid choice: 'most'"),
+    ("profile", ["m.onnx", "--json", "--csv"], "argument --csv: not allowed with argument --json"),
+    ("select", ["m.onnx", "--module"], "argument --module: expected one argument"),
+    ("report", ["m.onnx", "--bad\nflag"], "unrecognized arguments: --bad\\nflag"),
+    ("verify", [], "the following arguments are required: model"),
+    ("export", ["BertModel", "--bogus"], "unrecognized arguments: --bogus"),
+    ("import-dynamo", ["d.onnx", "--torch-classes", "1", "-o", "out.onnx"], "unrecognized arguments: --torch-classes 1"),
+])
+def test_every_usage_error_names_its_problem_in_one_line(files, capfd, monkeypatch, verb, arguments, problem):
+    """Check that each kind of bad command line says what is wrong, one line prefixed
+    `hiertag VERB:`, exit status 2, and writes nothing."""
+    monkeypatch.chdir(files)
+    before = snapshot(files)
+    status, stdout, stderr = hiertag_command(capfd, verb, *resolved(files, arguments))
+    assert (status, stdout) == (2, "")
+    assert stderr.count("\n") == 1 and stderr.startswith(f"hiertag {verb}: {problem}"), stderr
+    assert snapshot(files) == before
