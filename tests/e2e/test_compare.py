@@ -11,11 +11,12 @@ from onnxconverter_common import float16
 from onnxruntime.quantization import quantize_dynamic
 
 import hiertag
-from hiertag import OPSET, checks, compare, select, zoo
+from hiertag import OPSET, checks, compare, select
+from tests.e2e.exportable import zoo_model
 
 
 def export_tagged(name, path, torch_modules=None, input_names=None):
-    model, args = zoo.ALL[name]()
+    model, args = zoo_model(name)
     with hiertag.tagging(torch_modules=torch_modules):
         torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET, input_names=input_names)
     return path
@@ -151,7 +152,7 @@ def test_a_value_missing_in_b_is_reported_for_its_module(files, tmp_path, capsys
 
 
 def test_symbolic_dimensions_are_set_to_one_with_a_note(tmp_path, capsys):
-    model, args = zoo.ALL["containers"]()
+    model, args = zoo_model("containers")
     path = tmp_path / "dynamic.onnx"
     with hiertag.tagging():
         torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET, input_names=["x"],

@@ -7,11 +7,11 @@ import pytest
 
 from hiertag import checks
 from tests.e2e.test_export import export
-from hiertag import zoo
+from tests.e2e.exportable import zoo_model
 
 
 def tagged(name):
-    model, args = zoo.ALL[name]()
+    model, args = zoo_model(name)
     return onnx.load_from_string(export(model, args, "1"))
 
 
@@ -164,7 +164,7 @@ def test_torch_modules_setting_gives_torch_nn_modules_segments(monkeypatch, sett
 
 
 def test_invalid_flag_is_an_error_before_anything_is_written(tmp_path, monkeypatch):
-    model, args = zoo.ALL["containers"]()
+    model, args = zoo_model("containers")
     monkeypatch.setenv("HIERTAG", "yes")
     path = tmp_path / "model.onnx"
     with pytest.raises(ValueError, match="HIERTAG='yes' is not valid"):

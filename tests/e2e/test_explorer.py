@@ -10,11 +10,12 @@ import torch
 from model_explorer_onnx.main import ONNXAdapter
 
 import hiertag
-from hiertag import OPSET, checks, explorer, zoo
+from hiertag import OPSET, checks, explorer
+from tests.e2e.exportable import zoo_model
 
 
 def export_tagged(name, path):
-    model, args = zoo.ALL[name]()
+    model, args = zoo_model(name)
     with hiertag.tagging():
         torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET)
     return path

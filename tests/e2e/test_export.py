@@ -11,9 +11,11 @@ import onnx.numpy_helper
 import onnxruntime
 import pytest
 import torch
+import transformers
 
 from hiertag import checks
 from hiertag import OPSET, native, zoo
+from tests.e2e.exportable import PINNED_TRANSFORMERS, skip_unless_torch_exports
 
 
 def export(model, args, flag):
@@ -34,6 +36,7 @@ def run(model_bytes, feeds):
 def exported(request):
     """(name, model, args, tagged bytes, plain bytes); each export gets a model
     of its own, as torch's exporter mutates some (scripted) models."""
+    skip_unless_torch_exports(request.param)
     factory = zoo.ALL[request.param]
     # torch names a scripted class's nodes differently from its second export
     # in a process on (README, Limitations): export once first, so the two
@@ -109,7 +112,10 @@ def test_rest_of_the_file_equals_the_untagged_export(exported):
 
 @pytest.mark.parametrize("name", sorted(zoo.ALL))
 def test_flag_off_is_byte_identical_to_a_process_without_hiertag(name, flag_off_exports, never_loaded_exports):
-    assert flag_off_exports[name] == never_loaded_exports[name]
+    (flag_off, flag_off_errors), (plain, plain_errors) = flag_off_exports, never_loaded_exports
+    # A model torch cannot export fails alike with the flag off: hiertag changes nothing there either.
+    assert flag_off_errors.get(name) == plain_errors.get(name)
+    assert flag_off.get(name) == plain.get(name)
 
 
 @pytest.mark.parametrize("flag", ["", None])
@@ -146,7 +152,10 @@ def test_every_module_passes_the_boundary_check(exported):
                                              "/RewritesAcrossCalls/NHWCScale#0", "/RewritesAcrossCalls/NHWCScale#1"},
                    "cancelled_pair_kept": {"/CancelledPairKept/PermuteBack"},
                    "interleaved_container": {"/InterleavedContainer/Blocks"}}
-    assert set(skipped) == not_checked.get(name, set())
+    # Known for the corner cases, and for the HuggingFace models with the transformers
+    # release the project pins (tests/e2e/test_verifier.py).
+    if name in zoo.CORNER_CASES or transformers.__version__ == PINNED_TRANSFORMERS:
+        assert set(skipped) == not_checked.get(name, set())
 
 
 def run_tool(*args):

@@ -11,11 +11,12 @@ import pytest
 from hiertag import checks
 from tests.e2e.test_export import export, run_tool
 from hiertag import zoo
+from tests.e2e.exportable import zoo_model
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "resnet", "vit"])
 def test_every_module_extracts_to_a_model_that_reproduces_the_full_model(name, tmp_path):
-    torch_model, args = zoo.ALL[name]()
+    torch_model, args = zoo_model(name)
     tagged = export(torch_model, args, "1")
     source = tmp_path / "model.onnx"
     source.write_bytes(tagged)

@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-import hiertag
-from hiertag import OPSET, zoo
+from hiertag import OPSET
+from tests.e2e.exportable import zoo_model
 
 STEPS = ["module-map", "trace", "function-substitution", "graph-pass", "cse", "unused-items", "tagging", "plan",
          "write"]
@@ -17,7 +17,7 @@ STEPS = ["module-map", "trace", "function-substitution", "graph-pass", "cse", "u
 
 def export(path, flag, inject=None):
     """Exports the bundled model with a script function (every step runs) to `path`."""
-    model, args = zoo.ALL["scripted_loop"]()
+    model, args = zoo_model("scripted_loop")
     os.environ["HIERTAG"] = flag
     if inject:
         os.environ["HIERTAG_INJECT_FAILURE"] = inject
@@ -52,7 +52,7 @@ def test_failure_at_a_step_writes_nothing_and_leaves_the_exporter_as_it_was(step
 
 @pytest.mark.parametrize("step", ["trace", "tagging"])
 def test_no_module_keeps_a_wrapped_forward_after_a_failure(step, tmp_path):
-    model, args = zoo.ALL["scripted_loop"]()
+    model, args = zoo_model("scripted_loop")
     os.environ.update(HIERTAG="1", HIERTAG_INJECT_FAILURE=step)
     try:
         with pytest.raises(RuntimeError):

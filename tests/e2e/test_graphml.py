@@ -10,13 +10,14 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, graphml, zoo
+from hiertag import OPSET, checks, graphml
+from tests.e2e.exportable import zoo_model
 
 NS = {"g": graphml.GRAPHML_NS, "y": graphml.YFILES_NS}
 
 
 def export_tagged(name, path):
-    model, args = zoo.ALL[name]()
+    model, args = zoo_model(name)
     with hiertag.tagging():
         torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET)
     return path

@@ -16,8 +16,9 @@ import pytest
 import torch
 from torch import nn
 
-from hiertag import OPSET, checks, dynamo, native, zoo
+from hiertag import OPSET, checks, dynamo, native
 from hiertag.zoo import corner_cases
+from tests.e2e.exportable import zoo_model
 
 ROOT_TAG = "/HostileNames"
 
@@ -46,7 +47,7 @@ def export(model, args, path=None):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """(torch model, args, path of the tagged file, its ModelProto)."""
-    model, args = zoo.ALL["hostile_names"]()
+    model, args = zoo_model("hostile_names")
     path = tmp_path_factory.mktemp("hostile") / "hostile.onnx"
     export(model, args, path)
     return model, args, path, onnx.load(path)
@@ -227,7 +228,7 @@ def test_names_the_module_table_cannot_hold_are_refused_in_one_line():
 
 
 def test_torch_modules_naming_no_torch_class_says_so_and_exports(capsys, monkeypatch):
-    model, args = zoo.ALL["containers"]()
+    model, args = zoo_model("containers")
     monkeypatch.setenv("HIERTAG_TORCH_MODULES", "Linear,LayerNrom,Expert")
     table = checks.module_table(onnx.load_from_string(export(model, args)))
     warnings = [line for line in capsys.readouterr().err.splitlines() if "HIERTAG_TORCH_MODULES" in line]
@@ -238,7 +239,7 @@ def test_torch_modules_naming_no_torch_class_says_so_and_exports(capsys, monkeyp
 
 
 def test_torch_modules_naming_only_torch_classes_prints_nothing(capsys, monkeypatch):
-    model, args = zoo.ALL["containers"]()
+    model, args = zoo_model("containers")
     monkeypatch.setenv("HIERTAG_TORCH_MODULES", "Linear,LayerNorm")
     export(model, args)
     assert "HIERTAG_TORCH_MODULES" not in capsys.readouterr().err

@@ -20,6 +20,7 @@ import torch
 
 import hiertag
 from hiertag import OPSET, checks, dynamo, native, verify, zoo
+from tests.e2e.exportable import zoo_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +31,7 @@ MODELS = ["bert", "resnet", "called_twice", "containers", "odd_class_names"]
 
 
 def dynamo_export(name, path):
-    model, args = zoo.ALL[name]()
+    model, args = zoo_model(name)
     positional, keywords = dynamo.export_arguments(args)
     with contextlib.redirect_stdout(io.StringIO()):  # the exporter's progress lines
         torch.onnx.export(model, positional, str(path), kwargs=keywords, dynamo=True)
@@ -54,7 +55,7 @@ def files(tmp_path_factory):
     for name in MODELS:
         paths = {kind: folder / f"{name}.{kind}.onnx" for kind in ("dynamo", "imported", "hiertag")}
         dynamo_export(name, paths["dynamo"])
-        model, args = zoo.ALL[name]()
+        model, args = zoo_model(name)
         with hiertag.tagging():
             torch.onnx.export(model, args, str(paths["hiertag"]), dynamo=False, opset_version=OPSET)
         found[name] = {**paths, "import": run_import(paths["dynamo"], "-o", paths["imported"], "--json")}
@@ -115,7 +116,7 @@ def test_weights_torch_put_in_external_data_are_read_in(files, tmp_path):
     assert done.returncode == 0, done.stderr
     assert [path.name for path in out.parent.iterdir()] == ["bert.onnx"]
     assert run_tool("validate", out).returncode == 0
-    feeds = checks.feeds_for(out.read_bytes(), *zoo.ALL["bert"]())
+    feeds = checks.feeds_for(out.read_bytes(), *zoo_model("bert"))
     expected = onnxruntime.InferenceSession(str(source)).run(None, feeds)
     for got, want in zip(onnxruntime.InferenceSession(out.read_bytes()).run(None, feeds), expected):
         assert (got == want).all()
@@ -153,7 +154,7 @@ def test_calls_of_a_module_called_twice_are_numbered_and_extract_one_by_one(file
 def test_verifier_passes_every_module_call_of_an_exact_import(files, name, tmp_path):
     """Check that the verifier extracts and boundary-checks every call of an
     imported file against eager PyTorch, and that these imports pass."""
-    rows, failures = verify.verify_file(files[name]["imported"], *zoo.ALL[name](), tmp_path)
+    rows, failures = verify.verify_file(files[name]["imported"], *zoo_model(name), tmp_path)
     assert len(rows) == sum(len(e.get("calls", [0])) for e in checks.module_table(
         onnx.load(files[name]["imported"])).values())
     assert failures == []
@@ -164,7 +165,7 @@ def test_verifier_finds_the_value_dynamo_shares_across_bert_layers(files, tmp_pa
     """Check that the boundary check catches what dynamo's metadata does not say:
     the optimizer keeps one attention-mask computation, made inside layer 0's
     attention, for both layers, so layer 1 reads a value it never received."""
-    rows, failures = verify.verify_file(files["bert"]["imported"], *zoo.ALL["bert"](), tmp_path)
+    rows, failures = verify.verify_file(files["bert"]["imported"], *zoo_model("bert"), tmp_path)
     failed = {key for key, *_, passed in rows if not passed}
     assert "/BertModel/BertEncoder/BertLayer.1/BertAttention/BertSelfAttention" in failed
     assert any("/BertModel/BertEncoder/BertLayer.1: consumes" in line and "not a tensor it received" in line
@@ -178,7 +179,7 @@ def test_torch_modules_1_gives_torch_nn_modules_the_torchscript_paths_segments(f
     out = tmp_path / "all.onnx"
     done = run_import(files["called_twice"]["dynamo"], "-o", out, "--torch-modules", "1")
     assert done.returncode == 0, done.stderr
-    model, args = zoo.ALL["called_twice"]()
+    model, args = zoo_model("called_twice")
     reference = tmp_path / "reference.onnx"
     with hiertag.tagging(torch_modules=True):
         torch.onnx.export(model, args, str(reference), dynamo=False, opset_version=OPSET)
@@ -227,7 +228,7 @@ def test_constants_without_metadata_take_their_readers_common_ancestor(tmp_path)
     """Check the consumers rule on an unoptimized export's Constants with their
     metadata removed: each gets the common ancestor of its readers' tags."""
     exported = tmp_path / "called_twice.dynamo.onnx"
-    model, args = zoo.ALL["called_twice"]()
+    model, args = zoo_model("called_twice")
     positional, keywords = dynamo.export_arguments(args)
     with contextlib.redirect_stdout(io.StringIO()):
         torch.onnx.export(model, positional, str(exported), kwargs=keywords, dynamo=True, optimize=False)
@@ -286,7 +287,7 @@ def assert_refused(done, out, *words):
 def test_untagged_torchscript_file_is_refused(tmp_path):
     """Check that a file without the dynamo exporter's metadata is refused, and nothing written."""
     plain = tmp_path / "plain.onnx"
-    model, args = zoo.ALL["called_twice"]()
+    model, args = zoo_model("called_twice")
     torch.onnx.export(model, args, str(plain), dynamo=False, opset_version=OPSET)
     out = tmp_path / "out.onnx"
     assert_refused(run_import(plain, "-o", out), out, "pkg.torch.onnx.name_scopes", "dynamo=True")
@@ -324,7 +325,7 @@ def test_hiertag_1_refuses_the_default_dynamo_call_before_writing(tmp_path, monk
     """Check that with HIERTAG=1 torch's default export call (the dynamo exporter)
     raises naming dynamo=False, and leaves no file."""
     monkeypatch.setenv("HIERTAG", "1")
-    model, args = zoo.ALL["called_twice"]()
+    model, args = zoo_model("called_twice")
     out = tmp_path / "default.onnx"
     with pytest.raises(ValueError, match="dynamo=False") as raised:
         torch.onnx.export(model, args, str(out))
@@ -339,7 +340,7 @@ def test_flag_off_dynamo_export_is_torchs_own(tmp_path, monkeypatch):
     script = textwrap.dedent(f"""
         import contextlib, io, sys, torch
         from hiertag import dynamo, zoo
-        model, args = zoo.ALL["called_twice"]()
+        model, args = zoo_model("called_twice")
         positional, keywords = dynamo.export_arguments(args)
         with contextlib.redirect_stdout(io.StringIO()):
             torch.onnx.export(model, positional, {str(never_loaded)!r}, kwargs=keywords, dynamo=True)

@@ -11,7 +11,7 @@ import torch
 from hiertag import checks
 from tests.conftest import plugin_path
 from tests.e2e.test_export import export
-from hiertag import zoo
+from tests.e2e.exportable import zoo_model
 
 
 def assert_tagged_once(model_bytes):
@@ -22,7 +22,7 @@ def assert_tagged_once(model_bytes):
 
 def test_loading_the_same_library_again_changes_nothing():
     torch.ops.load_library(str(plugin_path()))
-    model, args = zoo.ALL["containers"]()
+    model, args = zoo_model("containers")
     assert_tagged_once(export(model, args, "1"))
 
 
@@ -30,7 +30,7 @@ def test_loading_a_copy_from_another_path_installs_nothing_twice(tmp_path):
     for name in ("libhiertag.so", "libhiertag_python.so"):
         shutil.copy(plugin_path().parent / name, tmp_path / name)
     torch.ops.load_library(str(tmp_path / "libhiertag.so"))
-    model, args = zoo.ALL["containers"]()
+    model, args = zoo_model("containers")
     assert_tagged_once(export(model, args, "1"))
 
 

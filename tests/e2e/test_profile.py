@@ -16,12 +16,13 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, zoo
+from hiertag import OPSET, checks
 from hiertag.hf_export import quiet
+from tests.e2e.exportable import zoo_model
 
 
 def export(name, path, **options):
-    model, args = zoo.ALL[name]()
+    model, args = zoo_model(name)
     with quiet(), hiertag.tagging():
         torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET, **options)
     return path

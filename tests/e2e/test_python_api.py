@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import checks, zoo
+from hiertag import checks
+from tests.e2e.exportable import zoo_model
 
 
 def test_library_and_tool_paths_are_absolute_and_exist():
@@ -19,7 +20,7 @@ def test_library_and_tool_paths_are_absolute_and_exist():
 
 def test_tagging_tags_the_exports_inside_the_block_only(monkeypatch):
     monkeypatch.delenv("HIERTAG", raising=False)
-    model, args = zoo.ALL["called_twice"]()
+    model, args = zoo_model("called_twice")
 
     def export():
         buffer = io.BytesIO()

@@ -11,11 +11,12 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, report, verify, zoo
+from hiertag import OPSET, checks, report, verify
+from tests.e2e.exportable import zoo_model
 
 
 def export_tagged(name, path):
-    model, args = zoo.ALL[name]()
+    model, args = zoo_model(name)
     with hiertag.tagging():
         torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET)
     return path

@@ -12,13 +12,14 @@ import torch
 from onnxruntime.quantization import quantize_dynamic
 
 import hiertag
-from hiertag import OPSET, checks, select, zoo
+from hiertag import OPSET, checks, select
+from tests.e2e.exportable import zoo_model
 
 TORCH_MODULES = ["Embedding", "LayerNorm", "Linear"]
 
 
 def export_tagged(name, path, torch_modules=None, input_names=None):
-    model, args = zoo.ALL[name]()
+    model, args = zoo_model(name)
     with hiertag.tagging(torch_modules=torch_modules):
         torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET, input_names=input_names)
     return path

@@ -7,7 +7,6 @@ and a bad command line is one line naming its real problem."""
 import contextlib
 import hashlib
 import io
-import json
 import os
 import textwrap
 
@@ -17,8 +16,9 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, cli, dynamo, verify, zoo
+from hiertag import OPSET, checks, cli, dynamo, verify
 from hiertag.hf_export import quiet
+from tests.e2e.exportable import zoo_model
 
 MODEL = "containers"  # small, same-class siblings: quick to export, profile and carry
 
@@ -32,7 +32,7 @@ def originals(tmp_path_factory):
     a FILE.py:FUNCTION for `hiertag export`."""
     folder = tmp_path_factory.mktemp("verbs")
     os.environ.pop("HIERTAG", None)
-    model, args = zoo.ALL[MODEL]()
+    model, args = zoo_model(MODEL)
     with quiet(), hiertag.tagging():
         torch.onnx.export(model, args, str(folder / "m.onnx"), dynamo=False, opset_version=OPSET)
     onnx.save_model(onnx.load(folder / "m.onnx"), str(folder / "x.onnx"), save_as_external_data=True,

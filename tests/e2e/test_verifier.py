@@ -5,14 +5,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import transformers
 
 from hiertag import zoo
+from tests.e2e.exportable import PINNED_TRANSFORMERS, skip_unless_torch_exports
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", sorted(zoo.ALL))
 def test_verifier_passes_every_module(name):
+    skip_unless_torch_exports(name)
     result = subprocess.run([sys.executable, "-m", "hiertag", "verify", f"zoo:{name}"],
                             capture_output=True, text=True, cwd=ROOT)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr
@@ -20,8 +23,12 @@ def test_verifier_passes_every_module(name):
     passed, total = summary.split(" module calls pass")[0].split("/")
     assert passed == total and int(total) > 0
     refused = sorted(line.split()[0] for line in result.stdout.splitlines() if "refused (rewrite)" in line)
-    # Only modules an export pass cut through are refused, each naming the pass.
-    assert refused == REFUSED.get(name, [])
+    # Only modules an export pass cut through are refused, each naming the pass the file
+    # records (the verifier fails any other refusal). Which ones is known for the corner
+    # cases, and for the HuggingFace models with the transformers release the project
+    # pins; another release is other model code (torch 2.4 needs transformers 4.57).
+    if name in zoo.CORNER_CASES or transformers.__version__ == PINNED_TRANSFORMERS:
+        assert refused == REFUSED.get(name, [])
     calls = [line.split()[0] for line in result.stdout.splitlines() if "#" in line.split()[0]]
     assert calls == CALLS.get(name, [])
     never_ran = [line.split()[0] for line in result.stdout.splitlines() if "refused (never ran)" in line]
