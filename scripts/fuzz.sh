@@ -3,21 +3,25 @@
 # and UBSan: builds the targets of tests/fuzz into build/fuzz, writes the seed
 # corpus (tagged exports of the bundled models, external-data variants with
 # hostile locations, deep nesting: tests/fuzz/make_seed_corpus.py), and runs each
-# target for a bounded time, two at a time. Fails on any crash, leak, timeout
-# (10 s per input) or allocation past the limits; prints executions and corpus
-# sizes per target and one summary line last.
+# target, two at a time. Fails on any crash, leak, timeout or allocation past the
+# limits; prints executions and corpus sizes per target and one summary line last.
 #
-#   scripts/fuzz.sh                      60 s per target (CI), from the seeds
-#   scripts/fuzz.sh --seconds 600        longer
+#   scripts/fuzz.sh                      CI, deterministic: each target replays its seeds and
+#                                        every past finding (tests/fuzz/regressions/<target>/),
+#                                        then a fixed number of mutations from a fixed seed
+#                                        (-seed, -runs): the same inputs on every run, whatever
+#                                        else the machine is doing
+#   scripts/fuzz.sh --seconds 600        open-ended: 600 s per target from a random seed
 #   scripts/fuzz.sh --keep-corpus        go on from the corpora of the last run (build/fuzz/corpus)
 #   scripts/fuzz.sh --targets tree,extract --jobs 1
 #
 # A finding is written to build/fuzz/artifacts/<target>-crash-* (or leak-, timeout-,
-# oom-); replay it with build/fuzz/<target>_fuzzer FILE.
+# oom-), and its path and first bytes are printed; replay it with
+# build/fuzz/<target>_fuzzer FILE, and keep it, once fixed, in tests/fuzz/regressions/<target>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=60
+seconds=
 targets=model_reader,validate,tree,extract,json,tag_grammar
 jobs=2
 keep_corpus=false
@@ -72,20 +76,33 @@ mkdir -p "$out/artifacts" "$out/logs"
 rm -f "$out"/logs/*.status
 rm -rf "$out/tmp"
 mkdir -p "$out/tmp"
+# Mutations per target in the deterministic run: about a minute each here.
+runs_of() {
+  case "$1" in
+    model_reader) echo 120000 ;; validate) echo 24000 ;; tree) echo 32000 ;;
+    extract) echo 12000 ;; json) echo 120000 ;; tag_grammar) echo 200000 ;;
+  esac
+}
 run_target() {
-  local target=$1
+  local target=$1 index=$2
   $keep_corpus || rm -rf "$out/corpus/$target"
-  mkdir -p "$out/corpus/$target"
+  mkdir -p "$out/corpus/$target" "tests/fuzz/regressions/$target"
+  local mode=(-max_total_time="$seconds")
+  [ -n "$seconds" ] || mode=(-seed=$((index + 1)) -runs="$(runs_of "$target")")
+  # The seeds and past findings come first (every one is run once at start-up).
   # TMPDIR: each target's work folder (fuzz_support.h) lies under build/fuzz/tmp.
   TMPDIR="$PWD/$out/tmp" "$out/${target}_fuzzer" "$out/corpus/$target" "$(seeds_of "$target")" \
-    -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10 -print_final_stats=1 \
-    -dict=tests/fuzz/hiertag.dict -artifact_prefix="$out/artifacts/$target-" >"$out/logs/$target.log" 2>&1
+    "tests/fuzz/regressions/$target" "${mode[@]}" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10 \
+    -print_final_stats=1 -dict=tests/fuzz/hiertag.dict -artifact_prefix="$out/artifacts/$target-" \
+    >"$out/logs/$target.log" 2>&1
 }
 
 fuzz_start=$SECONDS
-for target in "${targets[@]}"; do
+rm -f "$out"/artifacts/*
+for index in "${!targets[@]}"; do
+  target=${targets[$index]}
   while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
-  { code=0; run_target "$target" || code=$?; echo "$code" >"$out/logs/$target.status"; } &
+  { code=0; run_target "$target" "$index" || code=$?; echo "$code" >"$out/logs/$target.status"; } &
 done
 wait
 rm -rf "$out/tmp"
@@ -107,9 +124,15 @@ for target in "${targets[@]}"; do
     failed+=("$target")
     printf 'fuzz: %-13s FAILED (exit %s) after %s executions; log %s\n' "$target" "$code" "$executions" "$log"
     grep -E 'ERROR: |SUMMARY: |runtime error|fuzz: |Test unit written|what\(\)' "$log" | head -12 | sed 's/^/    /'
+    for artifact in "$out/artifacts/$target-"*; do
+      [ -f "$artifact" ] || continue
+      echo "    finding: $artifact ($(stat -c %s "$artifact") bytes), first bytes:"
+      od -A x -t x1z -v "$artifact" | head -8 | sed 's/^/      /'
+    done
   fi
 done
-summary="${#targets[@]} targets x ${seconds}s: $total executions, ${#failed[@]} failing; build+seeds ${prepared}s, fuzzing $((SECONDS - fuzz_start))s"
+if [ -n "$seconds" ]; then how="${seconds}s each"; else how="seeds, past findings and fixed mutations"; fi
+summary="${#targets[@]} targets ($how): $total executions, ${#failed[@]} failing; build+seeds ${prepared}s, fuzzing $((SECONDS - fuzz_start))s"
 if ((${#failed[@]})); then
   echo "fuzz: FAILED (${failed[*]}): $summary; replay: $out/<target>_fuzzer $out/artifacts/<file>"
   exit 1
