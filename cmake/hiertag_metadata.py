@@ -8,8 +8,8 @@ against one torch release does not load into another, so
 
 A source distribution is built for no torch: its version is the package's own
 and it requires a supported torch (torch>=2.4.0,<2.15.0: the range
-cmake/HiertagTorch.cmake checks, read from there). Runs in the Python that builds the package
-(pip --no-build-isolation: the one holding torch)."""
+cmake/HiertagTorch.cmake checks, read from there). Runs in the Python that
+builds the package (pip --no-build-isolation: the one holding torch)."""
 
 import re
 from pathlib import Path
@@ -51,7 +51,8 @@ class Provider:
     def dynamic_metadata(self, settings, project):
         version = _package_version(settings["version-file"])
         if self.state == "sdist":
-            return {"version": version, "dependencies": [*settings["requires"], _supported_torch(settings["torch-range-file"])]}
+            supported = _supported_torch(settings["torch-range-file"])
+            return {"version": version, "dependencies": [*settings["requires"], supported]}
         torch_version = _torch_version()
         release = torch_version.split("+")[0]
         label = "torch" + re.sub(r"[^0-9A-Za-z]+", ".", torch_version)

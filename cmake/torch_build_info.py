@@ -20,8 +20,9 @@ for directory in cpp_extension.include_paths():
     print(f"include_dirs={directory}")
 print(f"library_dir={cpp_extension.library_paths()[0]}")
 print(f"cxx11_abi={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
-# torch < 2.7 builds its pybind11 with these names; an extension must use the
-# same ones or torch._C.Graph does not cast to std::shared_ptr<Graph>.
+# The pybind11 ABI names torch was built with, where it publishes them (2.4 does,
+# 2.13 and 2.14 do not): an extension built with other names keeps a pybind11
+# type registry of its own, and torch._C.Graph does not cast to std::shared_ptr<Graph>.
 for attribute, macro in (("_PYBIND11_COMPILER_TYPE", "PYBIND11_COMPILER_TYPE"),
                          ("_PYBIND11_STDLIB", "PYBIND11_STDLIB"),
                          ("_PYBIND11_BUILD_ABI", "PYBIND11_BUILD_ABI")):
