@@ -199,8 +199,17 @@ class Observer {
     // Every node the pass made from the group's nodes took them over too, also
     // one only another made node reads (conv1+bn1 fused before conv2+bn2).
     std::unordered_map<Node*, std::vector<Node*>> anchors;
+    std::unordered_set<Node*> linked;  // made nodes computing from what the group read
     for (Node* made : MadeInScopesOf(group)) {
       if (made->inputs().empty()) continue;
+      // A scope holds much besides the group (the caller's Concat of shape
+      // values made from a removed ListConstruct): only a node computing from
+      // what the group read, or from another such made node, was made from it.
+      bool from_group = std::any_of(made->inputs().begin(), made->inputs().end(), [&](Value* input) {
+        return linked.count(input->node()) || (upstream.count(input) && Existed(input));
+      });
+      if (!from_group) continue;
+      linked.insert(made);
       // What it was made from: torch copies the replaced node's metadata, and
       // the replacement is mostly of the same kind (a Conv for a Conv).
       std::vector<Node*> made_from, same_scope;
@@ -266,6 +275,13 @@ class Observer {
       }
     }
     return false;
+  }
+
+  // Whether `value` existed before the pass (a node made it that is still
+  // there, or it is a graph input): only then can a pointer noted before the
+  // pass be compared with it (a freed value's address can be reused).
+  bool Existed(Value* value) const {
+    return inputs_before_.count(value) || alive_.count(value->node());
   }
 
   // `user` reads `now` instead of what it read before: a value of rank > 0

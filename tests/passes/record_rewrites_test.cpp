@@ -757,6 +757,89 @@ TEST_F(RecordRewritesTest, TwoCancelledPairsInARowAreBothRecordedRemoved) {
   EXPECT_EQ(removed, expected);
 }
 
+// A caller splits heads (Reshape to a shape list, Transpose) and its attention
+// transposes the keys again, then multiplies.
+constexpr const char* kKeysTransposedTwice = R"IR(
+graph(%x : Tensor, %n : int, %m : int):
+  %shape : int[] = prim::ListConstruct(%n, %m)
+  %r : Tensor = onnx::Reshape(%x, %shape)
+  %k : Tensor = onnx::Transpose[perm=[0, 2, 1, 3]](%r)
+  %kt : Tensor = onnx::Transpose[perm=[0, 1, 3, 2]](%k)
+  %y : Tensor = onnx::MatMul(%kt, %kt)
+  return (%y)
+)IR";
+
+// What the ONNX peephole does there: the shape list becomes a Concat of
+// Unsqueezes made in the caller's scope, and the second Transpose absorbs the
+// first (composed permutation, the first one's input); the first goes unless
+// something else reads it.
+std::function<void()> FuseKeyTransposes(torch::jit::Graph& graph, std::unordered_map<std::string, Value*>& values) {
+  Node* shape = values.at("shape")->node();
+  Node* k = values.at("k")->node();
+  Node* kt = values.at("kt")->node();
+  Value* r = values.at("r");
+  return [&graph, shape, k, kt, r] {
+    std::vector<Value*> parts;
+    for (Value* dim : shape->inputs()) {
+      Node* unsqueeze = graph.create(c10::Symbol::onnx("Unsqueeze"), {dim}, 1)->insertBefore(shape)->copyMetadata(shape);
+      parts.push_back(unsqueeze->output());
+    }
+    Node* concat = graph.create(c10::Symbol::onnx("Concat"), parts, 1)->insertBefore(shape)->copyMetadata(shape);
+    concat->i_(c10::Symbol::attr("axis"), 0)->output()->setDebugName("concat");
+    shape->output()->replaceAllUsesWith(concat->output());
+    shape->destroy();
+    kt->is_(c10::Symbol::attr("perm"), {0, 2, 3, 1});
+    kt->replaceInput(0, r);
+    if (!k->hasUses()) k->destroy();
+  };
+}
+
+TEST_F(RecordRewritesTest, CallersTransposeFusedIntoTheAttentionsCarriesSpans) {
+  // Check that the attention's Transpose absorbing its caller's (gone) gets the
+  // caller as a span, although the pass made other nodes in the caller's scope.
+  Parse(kKeysTransposedTwice);
+  for (const char* name : {"shape", "r", "k"}) SetScope(name, net_);
+  SetScope("kt", to_first_);
+  SetScope("y", to_first_);
+
+  RunPass(FuseKeyTransposes(*graph_, vmap_));
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK: %concat : Tensor = onnx::Concat[axis=0]
+# CHECK: %r : Tensor = onnx::Reshape(%x, %concat)
+# CHECK-NOT: onnx::Transpose[perm=[0, 2, 1, 3]]
+# CHECK: %kt : Tensor = onnx::Transpose[perm=[0, 2, 3, 1]](%r)
+)",
+                                       *graph_);
+  const BorrowedScopes::Loan* loan = LoanOf("kt");
+  ASSERT_NE(loan, nullptr);
+  EXPECT_EQ(loan->recorded, to_first_);
+  EXPECT_EQ(loan->spans, (std::vector<ScopePtr>{net_}));
+  EXPECT_EQ(loan->rewrite, kPass);
+  EXPECT_EQ(log_.fused, 1);
+  EXPECT_TRUE(log_.records.empty());
+  HierarchyTagging tagging = Tag();
+  for (const TaggedNode& tagged : tagging.nodes) {
+    if (tagged.node != NodeOf("kt")) continue;
+    EXPECT_EQ(call_tags_->Tag(tagged.tag), "/Net");
+    EXPECT_EQ(TagsOf(tagged.spans()), (std::vector<std::string>{"/Net", "/Net/ToFirst"}));
+  }
+}
+
+TEST_F(RecordRewritesTest, TransposesFusedInsideTheAttentionCarryNoSpans) {
+  // Check that the same fusion with both Transposes in the attention lends nothing.
+  Parse(kKeysTransposedTwice);
+  for (const char* name : {"shape", "r"}) SetScope(name, net_);
+  for (const char* name : {"k", "kt", "y"}) SetScope(name, to_first_);
+
+  RunPass(FuseKeyTransposes(*graph_, vmap_));
+
+  EXPECT_EQ(testing::CountKind(graph_->block(), c10::Symbol::onnx("Transpose")), 1);
+  EXPECT_EQ(LoanOf("kt"), nullptr);
+  EXPECT_EQ(log_.fused, 0);
+  EXPECT_TRUE(log_.records.empty());
+}
+
 TEST_F(RecordRewritesTest, BlankConstantFoldedFromTwoModulesIsRecordedTheSameEveryTime) {
   // Check that a new unscoped Constant replacing nodes of to_first and head gets the same record on every run.
   std::vector<std::shared_ptr<torch::jit::Graph>> graphs;  // kept alive, so every run has other addresses

@@ -14,7 +14,10 @@
 //   fused     a node the pass made or changed (inputs or attributes) took over
 //             the group's computation (the new Conv carrying the BatchNorm, the
 //             Transpose whose permutation absorbed the one before it): that
-//             node is lent a scope listing the group's scopes as spans;
+//             node is lent a scope listing the group's scopes as spans. A made
+//             node counts as made from the group only when it computes from
+//             what the group read (or from another such node): a pass makes
+//             other nodes in the same scope too;
 //   removed   the users read a value from before the group, untouched: the group
 //             computed nothing (a permute and its inverse). When its nodes came
 //             from more than one module call, the values between them are gone:
