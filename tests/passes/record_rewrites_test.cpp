@@ -840,6 +840,111 @@ TEST_F(RecordRewritesTest, TransposesFusedInsideTheAttentionCarryNoSpans) {
   EXPECT_TRUE(log_.records.empty());
 }
 
+// The caller also hands its transposed keys out (a cache): its Transpose stays.
+constexpr const char* kKeysTransposedTwiceAndKept = R"IR(
+graph(%x : Tensor, %n : int, %m : int):
+  %shape : int[] = prim::ListConstruct(%n, %m)
+  %r : Tensor = onnx::Reshape(%x, %shape)
+  %k : Tensor = onnx::Transpose[perm=[0, 2, 1, 3]](%r)
+  %kt : Tensor = onnx::Transpose[perm=[0, 1, 3, 2]](%k)
+  %y : Tensor = onnx::MatMul(%kt, %kt)
+  return (%y, %k)
+)IR";
+
+TEST_F(RecordRewritesTest, TransposeFusedPastOneKeptForTheCallerCarriesSpans) {
+  // Check that the attention's Transpose composed with its caller's, which
+  // stays for the keys handed out, still spans the caller: it does its work.
+  Parse(kKeysTransposedTwiceAndKept);
+  for (const char* name : {"shape", "r", "k"}) SetScope(name, net_);
+  SetScope("kt", to_first_);
+  SetScope("y", to_first_);
+
+  RunPass(FuseKeyTransposes(*graph_, vmap_));
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK: %k : Tensor = onnx::Transpose[perm=[0, 2, 1, 3]](%r)
+# CHECK: %kt : Tensor = onnx::Transpose[perm=[0, 2, 3, 1]](%r)
+# CHECK: return (%y, %k)
+)",
+                                       *graph_);
+  const BorrowedScopes::Loan* loan = LoanOf("kt");
+  ASSERT_NE(loan, nullptr);
+  EXPECT_EQ(loan->recorded, to_first_);
+  EXPECT_EQ(loan->spans, (std::vector<ScopePtr>{net_}));
+  EXPECT_EQ(log_.fused, 1);
+  EXPECT_EQ(LoanOf("k"), nullptr);
+  EXPECT_TRUE(log_.records.empty());
+}
+
+TEST_F(RecordRewritesTest, TransposeFusedPastOneKeptInTheSameCallCarriesNoSpans) {
+  // Check that composing two Transposes of one call, the first kept, lends nothing.
+  Parse(kKeysTransposedTwiceAndKept);
+  for (const char* name : {"shape", "r"}) SetScope(name, net_);
+  for (const char* name : {"k", "kt", "y"}) SetScope(name, to_first_);
+
+  RunPass(FuseKeyTransposes(*graph_, vmap_));
+
+  EXPECT_EQ(testing::CountKind(graph_->block(), c10::Symbol::onnx("Transpose")), 2);
+  EXPECT_EQ(LoanOf("kt"), nullptr);
+  EXPECT_EQ(log_.fused, 0);
+  EXPECT_TRUE(log_.records.empty());
+}
+
+// to_last's no-op Cast, then to_first's no-op Cast, which to_first hands out
+// and multiplies.
+constexpr const char* kNoOpCastsKept = R"IR(
+graph(%x : Tensor, %scale : Tensor):
+  %c : Tensor = onnx::Cast[to=1](%x)
+  %d : Tensor = onnx::Cast[to=1](%c)
+  %y : Tensor = onnx::Mul(%d, %scale)
+  return (%y, %d)
+)IR";
+
+TEST_F(RecordRewritesTest, ReaderRewiredPastKeptNodesToAValueItsCallNeverReceivedIsRecordedRewired) {
+  // Check that when the pass makes to_first's Mul read %x past both Casts (kept
+  // as they are), to_first, which received %c only, is recorded rewired.
+  Parse(kNoOpCastsKept);
+  SetScope("c", to_last_);
+  SetScope("d", to_first_);
+  SetScope("y", to_first_);
+  Node* y = NodeOf("y");
+  Value* x = vmap_.at("x");
+
+  RunPass([y, x] { y->replaceInput(0, x); });
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK: %d : Tensor = onnx::Cast[to=1](%c)
+# CHECK: %y : Tensor = onnx::Mul(%x, %scale)
+)",
+                                       *graph_);
+  ASSERT_EQ(log_.records.size(), 1u);
+  EXPECT_EQ(log_.records[0].kind, RewriteRecord::Kind::kRewired);
+  EXPECT_TRUE(borrowed_.empty());
+  HierarchyTagging tagging = Tag();
+  ASSERT_EQ(tagging.rewrites.size(), 1u);
+  EXPECT_EQ(TagsOf(tagging.rewrites[0].refs), std::vector<std::string>{"/Net/ToFirst#0"});
+}
+
+TEST_F(RecordRewritesTest, ReaderRewiredPastKeptNodesToAValueItsCallReceivedIsNotRecorded) {
+  // Check that reading %c past to_first's own Cast (its input: received) and
+  // reading an unrelated value (%scale) record no rewrite.
+  Parse(kNoOpCastsKept);
+  SetScope("c", to_last_);
+  SetScope("d", to_first_);
+  SetScope("y", to_first_);
+  Node* y = NodeOf("y");
+  Value* c = vmap_.at("c");
+  Value* scale = vmap_.at("scale");
+
+  RunPass([y, c, scale] {
+    y->replaceInput(0, c);
+    y->replaceInput(1, scale);
+  });
+
+  EXPECT_TRUE(Tag().rewrites.empty());
+  EXPECT_TRUE(borrowed_.empty());
+}
+
 TEST_F(RecordRewritesTest, BlankConstantFoldedFromTwoModulesIsRecordedTheSameEveryTime) {
   // Check that a new unscoped Constant replacing nodes of to_first and head gets the same record on every run.
   std::vector<std::shared_ptr<torch::jit::Graph>> graphs;  // kept alive, so every run has other addresses
