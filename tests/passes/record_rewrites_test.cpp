@@ -34,6 +34,10 @@ constexpr int kNet = 0;
 constexpr int kToLast = 1;
 constexpr int kToFirst = 2;
 constexpr int kHead = 3;
+constexpr int kEncoder = 4;
+constexpr int kLayer = 5;
+constexpr int kOutput = 6;
+constexpr int kNorm = 7;
 
 class RecordRewritesTest : public testing::GraphTest {
  protected:
@@ -42,6 +46,10 @@ class RecordRewritesTest : public testing::GraphTest {
     EXPECT_EQ(modules_.Add("to_last", "pkg.ToLast", "ToLast", true), kToLast);
     EXPECT_EQ(modules_.Add("to_first", "pkg.ToFirst", "ToFirst", true), kToFirst);
     EXPECT_EQ(modules_.Add("head", "pkg.Head", "Head", true), kHead);
+    EXPECT_EQ(modules_.Add("encoder", "pkg.Encoder", "Encoder", true), kEncoder);
+    EXPECT_EQ(modules_.Add("encoder.layer", "pkg.Layer", "Layer", true), kLayer);
+    EXPECT_EQ(modules_.Add("encoder.layer.output", "pkg.Output", "Output", true), kOutput);
+    EXPECT_EQ(modules_.Add("encoder.layer.output.norm", "pkg.Norm", "Norm", true), kNorm);
     modules_.Finalize();
   }
 
@@ -65,6 +73,8 @@ class RecordRewritesTest : public testing::GraphTest {
   }
 
   // The tag strings of call references, with "#K" for a known call, sorted.
+  // No module calls are recorded here: a scope a record names is every call of
+  // its tag, while a call the tagging adds from the call chain is call 0.
   std::vector<std::string> TagsOf(const std::vector<TagRef>& refs) {
     std::vector<std::string> tags;
     for (const TagRef& ref : refs) {
@@ -100,6 +110,11 @@ class RecordRewritesTest : public testing::GraphTest {
   ScopePtr to_last_ = testing::InstanceScope(net_, kToLast, "pkg.ToLast::to_last");
   ScopePtr to_first_ = testing::InstanceScope(net_, kToFirst, "pkg.ToFirst::to_first");
   ScopePtr head_ = testing::InstanceScope(net_, kHead, "pkg.Head::head");
+  // A call chain: the encoder calls its layer, the layer its output block, the block its norm.
+  ScopePtr encoder_ = testing::InstanceScope(net_, kEncoder, "pkg.Encoder::encoder");
+  ScopePtr layer_ = testing::InstanceScope(encoder_, kLayer, "pkg.Layer::layer");
+  ScopePtr output_ = testing::InstanceScope(layer_, kOutput, "pkg.Output::output");
+  ScopePtr norm_ = testing::InstanceScope(output_, kNorm, "pkg.Norm::norm");
 };
 
 const c10::Symbol kConv = c10::Symbol::onnx("Conv");
@@ -943,6 +958,65 @@ TEST_F(RecordRewritesTest, ReaderRewiredPastKeptNodesToAValueItsCallReceivedIsNo
 
   EXPECT_TRUE(Tag().rewrites.empty());
   EXPECT_TRUE(borrowed_.empty());
+}
+
+TEST_F(RecordRewritesTest, PairCancelledBetweenANestedCallAndItsCallerNamesEveryCallBetween) {
+  // Check that a permute in the norm cancelled against the encoder's inverse
+  // names, once tagged, the norm, its output block, the layer and the encoder:
+  // the three inner calls all handed out the value between the two.
+  Parse(kTransposePair);
+  SetScope("t1", norm_);
+  SetScope("t2", encoder_);
+  SetScope("y", encoder_);
+
+  RunPass(CancelTransposePair(vmap_));
+
+  ASSERT_EQ(log_.records.size(), 1u);
+  EXPECT_EQ(Sorted(log_.records[0].scopes), Sorted({norm_, encoder_}));
+  HierarchyTagging tagging = Tag();
+  ASSERT_EQ(tagging.rewrites.size(), 1u);
+  EXPECT_EQ(tagging.rewrites[0].kind, RewriteRecord::Kind::kRemoved);
+  EXPECT_EQ(TagsOf(tagging.rewrites[0].refs),
+            (std::vector<std::string>{"/Net/Encoder", "/Net/Encoder/Layer#0", "/Net/Encoder/Layer/Output#0",
+                                      "/Net/Encoder/Layer/Output/Norm"}));
+}
+
+TEST_F(RecordRewritesTest, PairCancelledInsideOneLayerNamesNoCallAroundIt) {
+  // Check that a pair cancelled between the norm and its output block names
+  // those two only: the layer and the encoder hold both ends.
+  Parse(kTransposePair);
+  SetScope("t1", norm_);
+  SetScope("t2", output_);
+  SetScope("y", output_);
+
+  RunPass(CancelTransposePair(vmap_));
+
+  HierarchyTagging tagging = Tag();
+  ASSERT_EQ(tagging.rewrites.size(), 1u);
+  EXPECT_EQ(TagsOf(tagging.rewrites[0].refs),
+            (std::vector<std::string>{"/Net/Encoder/Layer/Output", "/Net/Encoder/Layer/Output/Norm"}));
+}
+
+TEST_F(RecordRewritesTest, TransposeFusedAcrossANestedCallSpansEveryCallBetween) {
+  // Check that the norm's Transpose absorbing the encoder's (kept) spans, once
+  // tagged, the layer and the output block between them too, and moves to the encoder.
+  Parse(kKeysTransposedTwiceAndKept);
+  for (const char* name : {"shape", "r", "k"}) SetScope(name, encoder_);
+  SetScope("kt", norm_);
+  SetScope("y", norm_);
+
+  RunPass(FuseKeyTransposes(*graph_, vmap_));
+
+  HierarchyTagging tagging = Tag();
+  const TaggedNode* fused = nullptr;
+  for (const TaggedNode& tagged : tagging.nodes) {
+    if (tagged.node == NodeOf("kt")) fused = &tagged;
+  }
+  ASSERT_NE(fused, nullptr);
+  EXPECT_EQ(call_tags_->Tag(fused->tag), "/Net/Encoder");
+  EXPECT_EQ(TagsOf(fused->spans()), (std::vector<std::string>{"/Net/Encoder", "/Net/Encoder/Layer#0",
+                                                              "/Net/Encoder/Layer/Output#0",
+                                                              "/Net/Encoder/Layer/Output/Norm"}));
 }
 
 TEST_F(RecordRewritesTest, BlankConstantFoldedFromTwoModulesIsRecordedTheSameEveryTime) {

@@ -44,7 +44,11 @@
 // which stays for the keys the caller hands out): fused, as above. Else it
 // reads the same value from further up: rewired, as above.
 //
-// Scopes are resolved to tags only at tagging time (AssignHierarchyTags).
+// Scopes are resolved to tags only at tagging time (AssignHierarchyTags),
+// which also widens a removed record and a fused node's spans from the calls
+// whose nodes were involved to every call between them (a permute cancelled
+// between a norm deep in the last layer and the encoder's final permute cuts
+// the norm's, its output block's and the layer's boundaries).
 //
 // Precondition: any graph stage of the export; a pass that returns a new graph
 // (the aten -> ONNX conversion, canonicalize) is not observed (torch copies
