@@ -144,9 +144,10 @@ class Tagger {
         continue;
       }
       for (const auto& scope : record.scopes) AddRef(RefOf(scope), &rewrite.refs);
-      std::sort(rewrite.refs.begin(), rewrite.refs.end());
       if (rewrite.kind == RewriteRecord::Kind::kRemoved && rewrite.refs.size() < 2) continue;
       if (rewrite.kind == RewriteRecord::Kind::kFolded && rewrite.refs.empty()) continue;
+      if (rewrite.kind == RewriteRecord::Kind::kRemoved) rewrite.refs = CallsBetween(rewrite.refs);
+      std::sort(rewrite.refs.begin(), rewrite.refs.end());
       result_.rewrites.push_back(std::move(rewrite));
     }
   }
@@ -277,7 +278,7 @@ class Tagger {
       int common = spans.front().tag;
       for (const TagRef& span : spans) common = call_tags_.CommonAncestor(common, span.tag);
       tagged.tag = common;
-      records->spans = std::move(spans);
+      records->spans = CallsBetween(spans);
       records->rewrite = loan.rewrite;
       std::sort(records->spans.begin(), records->spans.end());
     }
@@ -307,19 +308,42 @@ class Tagger {
     for (const auto& scope : record.value_scopes) {
       for (const TagRef& ref : Chain(RefOf(scope))) held_before.push_back(ref);
     }
-    auto same_call = [](const TagRef& a, const TagRef& b) {
-      return a.tag == b.tag && (a.call == b.call || a.call == TagRef::kEveryCall || b.call == TagRef::kEveryCall);
-    };
     std::vector<TagRef> replaced = Chain(RefOf(record.replaced));
     std::vector<TagRef> rewired;
     for (const TagRef& ref : Chain(RefOf(record.reader))) {
-      auto in = [&](const std::vector<TagRef>& refs) {
-        return std::any_of(refs.begin(), refs.end(), [&](const TagRef& other) { return same_call(ref, other); });
-      };
-      if (in(replaced) && !in(held_before)) rewired.push_back(ref);
+      if (Holds(replaced, ref) && !Holds(held_before, ref)) rewired.push_back(ref);
     }
     std::sort(rewired.begin(), rewired.end());
     return rewired;
+  }
+
+  // The calls a rewrite joining the calls `ends` cuts through: the ends, and
+  // every call on the way from one end to another, i.e. each call some end
+  // ran in but not every end did (a cancelled permute pair between a norm deep
+  // in the last layer and the encoder's final permute leaves the norm, its
+  // output block and the layer all handing out the value from before the
+  // norm's permute). The calls every end ran in hold the whole rewrite.
+  std::vector<TagRef> CallsBetween(const std::vector<TagRef>& ends) const {
+    std::vector<std::vector<TagRef>> chains;
+    for (const TagRef& end : ends) chains.push_back(Chain(end));
+    std::vector<TagRef> crossed = ends;
+    for (const std::vector<TagRef>& chain : chains) {
+      for (const TagRef& ref : chain) {
+        bool in_every = std::all_of(chains.begin(), chains.end(),
+                                    [&](const std::vector<TagRef>& other) { return Holds(other, ref); });
+        if (!in_every && !Holds(crossed, ref)) crossed.push_back(ref);
+      }
+    }
+    std::sort(crossed.begin(), crossed.end());
+    return crossed;
+  }
+
+  // Whether `refs` names the call `ref` names (an unknown call matches every call).
+  static bool Holds(const std::vector<TagRef>& refs, const TagRef& ref) {
+    return std::any_of(refs.begin(), refs.end(), [&](const TagRef& other) {
+      return other.tag == ref.tag &&
+             (other.call == ref.call || other.call == TagRef::kEveryCall || ref.call == TagRef::kEveryCall);
+    });
   }
 
   // A call and the calls it ran in, up to the root (calls unknown above a call

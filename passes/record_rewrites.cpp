@@ -110,6 +110,9 @@ class Observer {
     for (Node* node : order_) {
       if (!alive_.count(node) && !grouped_.count(node)) Classify(Group(node));
     }
+    for (Node* node : order_) {
+      if (changed_.count(node)) ClassifyReadsPastKeptNodes(node);
+    }
   }
 
  private:
@@ -199,8 +202,17 @@ class Observer {
     // Every node the pass made from the group's nodes took them over too, also
     // one only another made node reads (conv1+bn1 fused before conv2+bn2).
     std::unordered_map<Node*, std::vector<Node*>> anchors;
+    std::unordered_set<Node*> linked;  // made nodes computing from what the group read
     for (Node* made : MadeInScopesOf(group)) {
       if (made->inputs().empty()) continue;
+      // A scope holds much besides the group (the caller's Concat of shape
+      // values made from a removed ListConstruct): only a node computing from
+      // what the group read, or from another such made node, was made from it.
+      bool from_group = std::any_of(made->inputs().begin(), made->inputs().end(), [&](Value* input) {
+        return linked.count(input->node()) || (upstream.count(input) && Existed(input));
+      });
+      if (!from_group) continue;
+      linked.insert(made);
       // What it was made from: torch copies the replaced node's metadata, and
       // the replacement is mostly of the same kind (a Conv for a Conv).
       std::vector<Node*> made_from, same_scope;
@@ -266,6 +278,84 @@ class Observer {
       }
     }
     return false;
+  }
+
+  // A node the pass rewired to read, in place of a value that still exists
+  // (kept for other readers, or left for dead code elimination), a value that
+  // one was computed from: the nodes in between are bypassed, not removed, so
+  // no group shows it. With attributes of its own changed, the node took their
+  // computation over (the attention's Transpose composed with the caller's
+  // Transpose, which stays for the keys the caller hands out): it spans their
+  // scopes, as if they were removed. Else it reads the same value from further
+  // up: rewired.
+  void ClassifyReadsPastKeptNodes(Node* node) {
+    const NodeBefore& entry = before_.at(node);
+    if (entry.inputs.size() != node->inputs().size()) {
+      GRAPH_DEBUG("hiertag: ", pass_, " added or dropped inputs of ", *node, ": no index pairs them, not classified");
+      return;
+    }
+    bool own_changed = entry.attributes != HashAttributes(node);
+    for (size_t index = 0; index < entry.inputs.size(); ++index) {
+      Value* now = node->input(index);
+      if (entry.inputs[index] == now || !Existed(now)) continue;
+      std::vector<Node*> maker = ProducersOf(entry.inputs[index]);
+      if (maker.empty() || !alive_.count(maker.front())) continue;  // a removed maker: its group says what happened
+      std::vector<Node*> bypassed = Between(now, maker.front());
+      if (bypassed.empty()) continue;
+      if (own_changed) {
+        Absorb(node, ScopesOf(bypassed));
+      } else {
+        RecordRewired({node, index}, now);
+      }
+    }
+  }
+
+  // Whether `value` existed before the pass (a node made it that is still
+  // there, or it is a graph input): only then can a pointer noted before the
+  // pass be compared with it (a freed value's address can be reused).
+  bool Existed(Value* value) const {
+    return inputs_before_.count(value) || alive_.count(value->node());
+  }
+
+  // The nodes, before the pass, on a path from `from` to `to` (`to` included),
+  // in graph order; empty when `to` was not computed from `from`. Nodes before
+  // `from`'s producer cannot have read it: the walk stops there.
+  std::vector<Node*> Between(Value* from, Node* to) {
+    size_t earliest = 0;
+    if (!inputs_before_.count(from)) earliest = position_.at(from->node());
+    std::vector<Node*> ancestors;
+    std::unordered_set<Node*> seen;
+    bool reached = false;
+    std::vector<Node*> work = {to};
+    while (!work.empty()) {
+      Node* node = work.back();
+      work.pop_back();
+      if (position_.at(node) < earliest || !seen.insert(node).second) continue;
+      ancestors.push_back(node);
+      for (Value* input : before_.at(node).inputs) {
+        if (input == from) {
+          reached = true;
+          continue;
+        }
+        for (Node* producer : ProducersOf(input)) work.push_back(producer);
+      }
+    }
+    if (!reached) return {};
+    std::sort(ancestors.begin(), ancestors.end(), [&](Node* a, Node* b) { return position_.at(a) < position_.at(b); });
+    std::unordered_set<Node*> on_path;
+    std::vector<Node*> path;
+    for (Node* node : ancestors) {
+      const std::vector<Value*>& inputs = before_.at(node).inputs;
+      bool reads_path = std::any_of(inputs.begin(), inputs.end(), [&](Value* input) {
+        if (input == from) return true;
+        std::vector<Node*> producer = ProducersOf(input);
+        return !producer.empty() && on_path.count(producer.front()) > 0;
+      });
+      if (!reads_path) continue;
+      on_path.insert(node);
+      path.push_back(node);
+    }
+    return path;
   }
 
   // `user` reads `now` instead of what it read before: a value of rank > 0

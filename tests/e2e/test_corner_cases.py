@@ -4,9 +4,10 @@ import json
 
 import onnx
 import pytest
+import torch
 
-from hiertag import checks
-from tests.e2e.test_export import export
+from hiertag import checks, zoo
+from tests.e2e.test_export import export, run_tool
 from tests.e2e.exportable import zoo_model
 
 
@@ -244,3 +245,93 @@ def test_class_names_the_tag_grammar_reserves_are_escaped():
     assert {tag: entry["path"] for tag, entry in table.items() if entry["path"]} == {
         "/OddClassNames/Blk%5Bx%5D": "bracket", "/OddClassNames/Block%2E1": "dotted",
         "/OddClassNames/A%2FB": "slash", "/OddClassNames/H%231": "hash"}
+
+
+def refusals(model, tmp_path):
+    """{tag: the tool's one-line refusal} for every module `hiertag extract` refuses."""
+    source = tmp_path / "model.onnx"
+    onnx.save(model, source)
+    refused = {}
+    for tag in checks.module_table(model):
+        result = run_tool("extract", source, "--module", tag, "-o", tmp_path / "module.onnx")
+        if result.returncode != 0:
+            refused[tag] = result.stderr.strip()
+    return refused
+
+
+def boundaries_checked(model, factory):
+    """(calls whose boundary the check confirmed, {call: why not checked}) against
+    eager PyTorch; fails on any call whose boundary differs."""
+    torch_model, args = factory()
+    plain = export(*factory(), "0")
+    checked, skipped, failures = checks.check_module_boundaries(model, checks.eager_reference(torch_model), args,
+                                                                checks.feeds_for(plain, torch_model, args))
+    assert not failures, "\n".join(failures)
+    return checked, skipped
+
+
+@pytest.mark.parametrize("layer", ["SplitHeads.0", "SplitHeads.1"])
+def test_callers_transpose_fused_into_the_attentions_spans_both(layer, tmp_path):
+    # The ONNX peephole composes the caller's k.view(...).transpose(1, 2) with the
+    # attention's k.transpose(-2, -1): the Transpose left reads the caller's value
+    # from before its transpose (SplitHeads.1 keeps its own for the keys it hands out).
+    model = tagged("transposes_fused_across_calls")
+    caller = f"/TransposesFusedAcrossCalls/{layer}"
+    (fused,) = [n for n in model.graph.node if n.op_type == "Transpose" and checks.SPANS_KEY in checks.node_props(n)
+                and checks.node_props(n)[checks.TAG_KEY] == caller]
+    props = checks.node_props(fused)
+    assert json.loads(props[checks.SPANS_KEY]) == [caller, f"{caller}/KeyScores"]
+    assert props[checks.REWRITE_KEY] == "_jit_pass_onnx_peephole"
+    assert [n.name for n in model.graph.node if fused.input[0] in n.output][0].endswith("/Reshape_1")
+    assert checks.rewritten_boundaries(model)[f"{caller}/KeyScores"].startswith("_jit_pass_onnx_peephole: fused")
+    assert "_jit_pass_onnx_peephole fused its computation with" in refusals(model, tmp_path)[f"{caller}/KeyScores"]
+
+
+def test_only_the_attentions_a_fused_transpose_cuts_are_refused(tmp_path):
+    model = tagged("transposes_fused_across_calls")
+    cut = {"/TransposesFusedAcrossCalls/SplitHeads.0/KeyScores", "/TransposesFusedAcrossCalls/SplitHeads.1/KeyScores"}
+    assert set(refusals(model, tmp_path)) == cut
+    checked, skipped = boundaries_checked(model, zoo.ALL["transposes_fused_across_calls"])
+    assert set(skipped) == cut
+    assert set(checked) == set(checks.module_table(model)) - cut
+
+
+ENCODER = "/PermutedEncoder/ChannelsFirstEncoder"
+LAST_LAYER_CHAIN = [f"{ENCODER}/ConvLayer.1", f"{ENCODER}/ConvLayer.1/ConvOutput",
+                    f"{ENCODER}/ConvLayer.1/ConvOutput/ChannelsFirstNorm"]
+
+
+def test_pair_cancelled_between_a_nested_norm_and_the_encoder_names_every_call_between(tmp_path):
+    # The last layer's norm permutes back to channels-last, the encoder permutes
+    # its result to channels-first again: both go, and the norm, its output block
+    # and the layer all hand out the value from before the norm's permute.
+    model = tagged("permuted_encoder")
+    records = json.loads(checks.model_props(model)[checks.REWRITES_KEY])
+    assert records == [{"pass": "_jit_pass_onnx_peephole", "kind": "removed", "node": "",
+                        "modules": [ENCODER] + LAST_LAYER_CHAIN}]
+    refused = refusals(model, tmp_path)
+    assert set(refused) == set(LAST_LAYER_CHAIN)
+    assert all("_jit_pass_onnx_peephole removed its boundary with" in line for line in refused.values())
+    checked, skipped = boundaries_checked(model, zoo.ALL["permuted_encoder"])
+    assert set(skipped) == set(LAST_LAYER_CHAIN)
+    assert set(checked) == set(checks.module_table(model)) - set(LAST_LAYER_CHAIN)
+
+
+def test_squeezebert_records_every_call_its_cancelled_permutes_cut(tmp_path):
+    # The real model the pattern comes from: SqueezeBertLayerNorm's trailing
+    # permute in the last layer and SqueezeBertEncoder's final permute.
+    from hiertag.zoo import sweep_models
+    _, build = sweep_models.MODELS["squeezebert"]
+    torch.manual_seed(0)
+    torch_model, args = build()
+    model = onnx.load_from_string(export(torch_model.eval(), args, "1"))
+    encoder = "/SqueezeBertModel/SqueezeBertEncoder"
+    layers = [tag for tag in checks.module_table(model) if tag.rpartition("/")[0] == encoder]
+    last = max(layers, key=lambda tag: int(tag.rpartition(".")[2]))
+    chain = [last, f"{last}/ConvDropoutLayerNorm[output]", f"{last}/ConvDropoutLayerNorm[output]/SqueezeBertLayerNorm"]
+    records = json.loads(checks.model_props(model)[checks.REWRITES_KEY])
+    assert {"pass": "_jit_pass_onnx_peephole", "kind": "removed", "node": "", "modules": [encoder] + chain} in records
+    assert set(refusals(model, tmp_path)) == set(chain)
+    checked, skipped = boundaries_checked(model, lambda: (torch_model, args))
+    assert set(skipped) == set(chain)
+    assert set(checked) == set(checks.module_table(model)) - set(chain)

@@ -151,6 +151,11 @@ def test_every_module_passes_the_boundary_check(exported):
                                              "/RewritesAcrossCalls/BatchNormConv#1",
                                              "/RewritesAcrossCalls/NHWCScale#0", "/RewritesAcrossCalls/NHWCScale#1"},
                    "cancelled_pair_kept": {"/CancelledPairKept/PermuteBack"},
+                   "transposes_fused_across_calls": {"/TransposesFusedAcrossCalls/SplitHeads.0/KeyScores",
+                                                     "/TransposesFusedAcrossCalls/SplitHeads.1/KeyScores"},
+                   "permuted_encoder": {"/PermutedEncoder/ChannelsFirstEncoder/ConvLayer.1",
+                                        "/PermutedEncoder/ChannelsFirstEncoder/ConvLayer.1/ConvOutput",
+                                        "/PermutedEncoder/ChannelsFirstEncoder/ConvLayer.1/ConvOutput/ChannelsFirstNorm"},
                    "interleaved_container": {"/InterleavedContainer/Blocks"}}
     # Known for the corner cases, and for the HuggingFace models with the transformers
     # release the project pins (tests/e2e/test_verifier.py).

@@ -42,7 +42,12 @@ REFUSED = {"cross_module_rewrites": ["/CrossModuleRewrites/ChannelsFirst", "/Cro
                                      "/CrossModuleRewrites/ConvBatchNorm/CustomConv"],
            "rewrites_across_calls": ["/RewritesAcrossCalls/BatchNormConv#0", "/RewritesAcrossCalls/BatchNormConv#1",
                                      "/RewritesAcrossCalls/NHWCScale#0", "/RewritesAcrossCalls/NHWCScale#1"],
-           "cancelled_pair_kept": ["/CancelledPairKept/PermuteBack"]}
+           "cancelled_pair_kept": ["/CancelledPairKept/PermuteBack"],
+           "transposes_fused_across_calls": ["/TransposesFusedAcrossCalls/SplitHeads.0/KeyScores",
+                                             "/TransposesFusedAcrossCalls/SplitHeads.1/KeyScores"],
+           "permuted_encoder": ["/PermutedEncoder/ChannelsFirstEncoder/ConvLayer.1",
+                                "/PermutedEncoder/ChannelsFirstEncoder/ConvLayer.1/ConvOutput",
+                                "/PermutedEncoder/ChannelsFirstEncoder/ConvLayer.1/ConvOutput/ChannelsFirstNorm"]}
 # Containers whose forward never ran, their children interleaved with their owner's work.
 NEVER_RAN = {"interleaved_container": ["/InterleavedContainer/Blocks"]}
 # Modules that ran but left no node: the exporter folded their computation.

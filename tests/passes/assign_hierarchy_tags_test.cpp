@@ -800,7 +800,8 @@ graph(%input : Tensor):
 }
 
 TEST_F(AssignHierarchyTagsTest, FusedNodeGoesToCommonAncestorAndListsSpans) {
-  // Check that a node an export pass fused Layer.1's nodes into gets the common ancestor and lists both tags.
+  // Check that a node an export pass fused Layer.1's nodes into gets the common ancestor and lists both tags
+  // and Layer.0, whose boundary the fused computation crosses on the way from its Attn to Layer.1.
   Parse(R"IR(
 graph(%input : Tensor):
   %f : Tensor = onnx::Conv(%input, %input)
@@ -810,7 +811,7 @@ graph(%input : Tensor):
   HierarchyTagging tagging = Tag();
   const TaggedNode& fused = Tagged(tagging, "f");
   EXPECT_EQ(TagAndRule(tagging, "f"), "/Net (recorded)");
-  EXPECT_EQ(TagsOf(fused.spans()), (std::vector<std::string>{"/Net/Layer.0/Attn", "/Net/Layer.1"}));
+  EXPECT_EQ(TagsOf(fused.spans()), (std::vector<std::string>{"/Net/Layer.0#0", "/Net/Layer.0/Attn", "/Net/Layer.1"}));
   EXPECT_EQ(fused.rewrite(), "_jit_pass_onnx_eval_peephole");
   EXPECT_TRUE(fused.folded_from().empty());
   TaggedModelEntries entries = Describe(tagging);
@@ -818,11 +819,11 @@ graph(%input : Tensor):
   EXPECT_EQ(entries.nodes[0].tag, "/Net");
   EXPECT_EQ(entries.nodes[0].more,
             (std::vector<std::pair<std::string, std::string>>{
-                {std::string(kSpansKey), "[\"/Net/Layer.0/Attn\",\"/Net/Layer.1\"]"},
+                {std::string(kSpansKey), "[\"/Net/Layer.0\",\"/Net/Layer.0/Attn\",\"/Net/Layer.1\"]"},
                 {std::string(kRewriteKey), "_jit_pass_onnx_eval_peephole"}}));
   EXPECT_EQ(ModelEntry(entries, kRewritesKey),
             "[{\"pass\":\"_jit_pass_onnx_eval_peephole\",\"kind\":\"fused\","
-            "\"modules\":[\"/Net/Layer.0/Attn\",\"/Net/Layer.1\"],\"node\":\"\"}]");
+            "\"modules\":[\"/Net/Layer.0\",\"/Net/Layer.0/Attn\",\"/Net/Layer.1\"],\"node\":\"\"}]");
 }
 
 TEST_F(AssignHierarchyTagsTest, FusedNodeWithinOneTagKeepsItsTag) {

@@ -34,6 +34,10 @@ constexpr int kNet = 0;
 constexpr int kToLast = 1;
 constexpr int kToFirst = 2;
 constexpr int kHead = 3;
+constexpr int kEncoder = 4;
+constexpr int kLayer = 5;
+constexpr int kOutput = 6;
+constexpr int kNorm = 7;
 
 class RecordRewritesTest : public testing::GraphTest {
  protected:
@@ -42,6 +46,10 @@ class RecordRewritesTest : public testing::GraphTest {
     EXPECT_EQ(modules_.Add("to_last", "pkg.ToLast", "ToLast", true), kToLast);
     EXPECT_EQ(modules_.Add("to_first", "pkg.ToFirst", "ToFirst", true), kToFirst);
     EXPECT_EQ(modules_.Add("head", "pkg.Head", "Head", true), kHead);
+    EXPECT_EQ(modules_.Add("encoder", "pkg.Encoder", "Encoder", true), kEncoder);
+    EXPECT_EQ(modules_.Add("encoder.layer", "pkg.Layer", "Layer", true), kLayer);
+    EXPECT_EQ(modules_.Add("encoder.layer.output", "pkg.Output", "Output", true), kOutput);
+    EXPECT_EQ(modules_.Add("encoder.layer.output.norm", "pkg.Norm", "Norm", true), kNorm);
     modules_.Finalize();
   }
 
@@ -65,6 +73,8 @@ class RecordRewritesTest : public testing::GraphTest {
   }
 
   // The tag strings of call references, with "#K" for a known call, sorted.
+  // No module calls are recorded here: a scope a record names is every call of
+  // its tag, while a call the tagging adds from the call chain is call 0.
   std::vector<std::string> TagsOf(const std::vector<TagRef>& refs) {
     std::vector<std::string> tags;
     for (const TagRef& ref : refs) {
@@ -100,6 +110,11 @@ class RecordRewritesTest : public testing::GraphTest {
   ScopePtr to_last_ = testing::InstanceScope(net_, kToLast, "pkg.ToLast::to_last");
   ScopePtr to_first_ = testing::InstanceScope(net_, kToFirst, "pkg.ToFirst::to_first");
   ScopePtr head_ = testing::InstanceScope(net_, kHead, "pkg.Head::head");
+  // A call chain: the encoder calls its layer, the layer its output block, the block its norm.
+  ScopePtr encoder_ = testing::InstanceScope(net_, kEncoder, "pkg.Encoder::encoder");
+  ScopePtr layer_ = testing::InstanceScope(encoder_, kLayer, "pkg.Layer::layer");
+  ScopePtr output_ = testing::InstanceScope(layer_, kOutput, "pkg.Output::output");
+  ScopePtr norm_ = testing::InstanceScope(output_, kNorm, "pkg.Norm::norm");
 };
 
 const c10::Symbol kConv = c10::Symbol::onnx("Conv");
@@ -755,6 +770,253 @@ TEST_F(RecordRewritesTest, TwoCancelledPairsInARowAreBothRecordedRemoved) {
   std::vector<std::vector<ScopePtr>> expected = {Sorted({to_last_, to_first_}), Sorted({to_first_, head_})};
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(removed, expected);
+}
+
+// A caller splits heads (Reshape to a shape list, Transpose) and its attention
+// transposes the keys again, then multiplies.
+constexpr const char* kKeysTransposedTwice = R"IR(
+graph(%x : Tensor, %n : int, %m : int):
+  %shape : int[] = prim::ListConstruct(%n, %m)
+  %r : Tensor = onnx::Reshape(%x, %shape)
+  %k : Tensor = onnx::Transpose[perm=[0, 2, 1, 3]](%r)
+  %kt : Tensor = onnx::Transpose[perm=[0, 1, 3, 2]](%k)
+  %y : Tensor = onnx::MatMul(%kt, %kt)
+  return (%y)
+)IR";
+
+// What the ONNX peephole does there: the shape list becomes a Concat of
+// Unsqueezes made in the caller's scope, and the second Transpose absorbs the
+// first (composed permutation, the first one's input); the first goes unless
+// something else reads it.
+std::function<void()> FuseKeyTransposes(torch::jit::Graph& graph, std::unordered_map<std::string, Value*>& values) {
+  Node* shape = values.at("shape")->node();
+  Node* k = values.at("k")->node();
+  Node* kt = values.at("kt")->node();
+  Value* r = values.at("r");
+  return [&graph, shape, k, kt, r] {
+    std::vector<Value*> parts;
+    for (Value* dim : shape->inputs()) {
+      Node* unsqueeze = graph.create(c10::Symbol::onnx("Unsqueeze"), {dim}, 1)->insertBefore(shape)->copyMetadata(shape);
+      parts.push_back(unsqueeze->output());
+    }
+    Node* concat = graph.create(c10::Symbol::onnx("Concat"), parts, 1)->insertBefore(shape)->copyMetadata(shape);
+    concat->i_(c10::Symbol::attr("axis"), 0)->output()->setDebugName("concat");
+    shape->output()->replaceAllUsesWith(concat->output());
+    shape->destroy();
+    kt->is_(c10::Symbol::attr("perm"), {0, 2, 3, 1});
+    kt->replaceInput(0, r);
+    if (!k->hasUses()) k->destroy();
+  };
+}
+
+TEST_F(RecordRewritesTest, CallersTransposeFusedIntoTheAttentionsCarriesSpans) {
+  // Check that the attention's Transpose absorbing its caller's (gone) gets the
+  // caller as a span, although the pass made other nodes in the caller's scope.
+  Parse(kKeysTransposedTwice);
+  for (const char* name : {"shape", "r", "k"}) SetScope(name, net_);
+  SetScope("kt", to_first_);
+  SetScope("y", to_first_);
+
+  RunPass(FuseKeyTransposes(*graph_, vmap_));
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK: %concat : Tensor = onnx::Concat[axis=0]
+# CHECK: %r : Tensor = onnx::Reshape(%x, %concat)
+# CHECK-NOT: onnx::Transpose[perm=[0, 2, 1, 3]]
+# CHECK: %kt : Tensor = onnx::Transpose[perm=[0, 2, 3, 1]](%r)
+)",
+                                       *graph_);
+  const BorrowedScopes::Loan* loan = LoanOf("kt");
+  ASSERT_NE(loan, nullptr);
+  EXPECT_EQ(loan->recorded, to_first_);
+  EXPECT_EQ(loan->spans, (std::vector<ScopePtr>{net_}));
+  EXPECT_EQ(loan->rewrite, kPass);
+  EXPECT_EQ(log_.fused, 1);
+  EXPECT_TRUE(log_.records.empty());
+  HierarchyTagging tagging = Tag();
+  for (const TaggedNode& tagged : tagging.nodes) {
+    if (tagged.node != NodeOf("kt")) continue;
+    EXPECT_EQ(call_tags_->Tag(tagged.tag), "/Net");
+    EXPECT_EQ(TagsOf(tagged.spans()), (std::vector<std::string>{"/Net", "/Net/ToFirst"}));
+  }
+}
+
+TEST_F(RecordRewritesTest, TransposesFusedInsideTheAttentionCarryNoSpans) {
+  // Check that the same fusion with both Transposes in the attention lends nothing.
+  Parse(kKeysTransposedTwice);
+  for (const char* name : {"shape", "r"}) SetScope(name, net_);
+  for (const char* name : {"k", "kt", "y"}) SetScope(name, to_first_);
+
+  RunPass(FuseKeyTransposes(*graph_, vmap_));
+
+  EXPECT_EQ(testing::CountKind(graph_->block(), c10::Symbol::onnx("Transpose")), 1);
+  EXPECT_EQ(LoanOf("kt"), nullptr);
+  EXPECT_EQ(log_.fused, 0);
+  EXPECT_TRUE(log_.records.empty());
+}
+
+// The caller also hands its transposed keys out (a cache): its Transpose stays.
+constexpr const char* kKeysTransposedTwiceAndKept = R"IR(
+graph(%x : Tensor, %n : int, %m : int):
+  %shape : int[] = prim::ListConstruct(%n, %m)
+  %r : Tensor = onnx::Reshape(%x, %shape)
+  %k : Tensor = onnx::Transpose[perm=[0, 2, 1, 3]](%r)
+  %kt : Tensor = onnx::Transpose[perm=[0, 1, 3, 2]](%k)
+  %y : Tensor = onnx::MatMul(%kt, %kt)
+  return (%y, %k)
+)IR";
+
+TEST_F(RecordRewritesTest, TransposeFusedPastOneKeptForTheCallerCarriesSpans) {
+  // Check that the attention's Transpose composed with its caller's, which
+  // stays for the keys handed out, still spans the caller: it does its work.
+  Parse(kKeysTransposedTwiceAndKept);
+  for (const char* name : {"shape", "r", "k"}) SetScope(name, net_);
+  SetScope("kt", to_first_);
+  SetScope("y", to_first_);
+
+  RunPass(FuseKeyTransposes(*graph_, vmap_));
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK: %k : Tensor = onnx::Transpose[perm=[0, 2, 1, 3]](%r)
+# CHECK: %kt : Tensor = onnx::Transpose[perm=[0, 2, 3, 1]](%r)
+# CHECK: return (%y, %k)
+)",
+                                       *graph_);
+  const BorrowedScopes::Loan* loan = LoanOf("kt");
+  ASSERT_NE(loan, nullptr);
+  EXPECT_EQ(loan->recorded, to_first_);
+  EXPECT_EQ(loan->spans, (std::vector<ScopePtr>{net_}));
+  EXPECT_EQ(log_.fused, 1);
+  EXPECT_EQ(LoanOf("k"), nullptr);
+  EXPECT_TRUE(log_.records.empty());
+}
+
+TEST_F(RecordRewritesTest, TransposeFusedPastOneKeptInTheSameCallCarriesNoSpans) {
+  // Check that composing two Transposes of one call, the first kept, lends nothing.
+  Parse(kKeysTransposedTwiceAndKept);
+  for (const char* name : {"shape", "r"}) SetScope(name, net_);
+  for (const char* name : {"k", "kt", "y"}) SetScope(name, to_first_);
+
+  RunPass(FuseKeyTransposes(*graph_, vmap_));
+
+  EXPECT_EQ(testing::CountKind(graph_->block(), c10::Symbol::onnx("Transpose")), 2);
+  EXPECT_EQ(LoanOf("kt"), nullptr);
+  EXPECT_EQ(log_.fused, 0);
+  EXPECT_TRUE(log_.records.empty());
+}
+
+// to_last's no-op Cast, then to_first's no-op Cast, which to_first hands out
+// and multiplies.
+constexpr const char* kNoOpCastsKept = R"IR(
+graph(%x : Tensor, %scale : Tensor):
+  %c : Tensor = onnx::Cast[to=1](%x)
+  %d : Tensor = onnx::Cast[to=1](%c)
+  %y : Tensor = onnx::Mul(%d, %scale)
+  return (%y, %d)
+)IR";
+
+TEST_F(RecordRewritesTest, ReaderRewiredPastKeptNodesToAValueItsCallNeverReceivedIsRecordedRewired) {
+  // Check that when the pass makes to_first's Mul read %x past both Casts (kept
+  // as they are), to_first, which received %c only, is recorded rewired.
+  Parse(kNoOpCastsKept);
+  SetScope("c", to_last_);
+  SetScope("d", to_first_);
+  SetScope("y", to_first_);
+  Node* y = NodeOf("y");
+  Value* x = vmap_.at("x");
+
+  RunPass([y, x] { y->replaceInput(0, x); });
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK: %d : Tensor = onnx::Cast[to=1](%c)
+# CHECK: %y : Tensor = onnx::Mul(%x, %scale)
+)",
+                                       *graph_);
+  ASSERT_EQ(log_.records.size(), 1u);
+  EXPECT_EQ(log_.records[0].kind, RewriteRecord::Kind::kRewired);
+  EXPECT_TRUE(borrowed_.empty());
+  HierarchyTagging tagging = Tag();
+  ASSERT_EQ(tagging.rewrites.size(), 1u);
+  EXPECT_EQ(TagsOf(tagging.rewrites[0].refs), std::vector<std::string>{"/Net/ToFirst#0"});
+}
+
+TEST_F(RecordRewritesTest, ReaderRewiredPastKeptNodesToAValueItsCallReceivedIsNotRecorded) {
+  // Check that reading %c past to_first's own Cast (its input: received) and
+  // reading an unrelated value (%scale) record no rewrite.
+  Parse(kNoOpCastsKept);
+  SetScope("c", to_last_);
+  SetScope("d", to_first_);
+  SetScope("y", to_first_);
+  Node* y = NodeOf("y");
+  Value* c = vmap_.at("c");
+  Value* scale = vmap_.at("scale");
+
+  RunPass([y, c, scale] {
+    y->replaceInput(0, c);
+    y->replaceInput(1, scale);
+  });
+
+  EXPECT_TRUE(Tag().rewrites.empty());
+  EXPECT_TRUE(borrowed_.empty());
+}
+
+TEST_F(RecordRewritesTest, PairCancelledBetweenANestedCallAndItsCallerNamesEveryCallBetween) {
+  // Check that a permute in the norm cancelled against the encoder's inverse
+  // names, once tagged, the norm, its output block, the layer and the encoder:
+  // the three inner calls all handed out the value between the two.
+  Parse(kTransposePair);
+  SetScope("t1", norm_);
+  SetScope("t2", encoder_);
+  SetScope("y", encoder_);
+
+  RunPass(CancelTransposePair(vmap_));
+
+  ASSERT_EQ(log_.records.size(), 1u);
+  EXPECT_EQ(Sorted(log_.records[0].scopes), Sorted({norm_, encoder_}));
+  HierarchyTagging tagging = Tag();
+  ASSERT_EQ(tagging.rewrites.size(), 1u);
+  EXPECT_EQ(tagging.rewrites[0].kind, RewriteRecord::Kind::kRemoved);
+  EXPECT_EQ(TagsOf(tagging.rewrites[0].refs),
+            (std::vector<std::string>{"/Net/Encoder", "/Net/Encoder/Layer#0", "/Net/Encoder/Layer/Output#0",
+                                      "/Net/Encoder/Layer/Output/Norm"}));
+}
+
+TEST_F(RecordRewritesTest, PairCancelledInsideOneLayerNamesNoCallAroundIt) {
+  // Check that a pair cancelled between the norm and its output block names
+  // those two only: the layer and the encoder hold both ends.
+  Parse(kTransposePair);
+  SetScope("t1", norm_);
+  SetScope("t2", output_);
+  SetScope("y", output_);
+
+  RunPass(CancelTransposePair(vmap_));
+
+  HierarchyTagging tagging = Tag();
+  ASSERT_EQ(tagging.rewrites.size(), 1u);
+  EXPECT_EQ(TagsOf(tagging.rewrites[0].refs),
+            (std::vector<std::string>{"/Net/Encoder/Layer/Output", "/Net/Encoder/Layer/Output/Norm"}));
+}
+
+TEST_F(RecordRewritesTest, TransposeFusedAcrossANestedCallSpansEveryCallBetween) {
+  // Check that the norm's Transpose absorbing the encoder's (kept) spans, once
+  // tagged, the layer and the output block between them too, and moves to the encoder.
+  Parse(kKeysTransposedTwiceAndKept);
+  for (const char* name : {"shape", "r", "k"}) SetScope(name, encoder_);
+  SetScope("kt", norm_);
+  SetScope("y", norm_);
+
+  RunPass(FuseKeyTransposes(*graph_, vmap_));
+
+  HierarchyTagging tagging = Tag();
+  const TaggedNode* fused = nullptr;
+  for (const TaggedNode& tagged : tagging.nodes) {
+    if (tagged.node == NodeOf("kt")) fused = &tagged;
+  }
+  ASSERT_NE(fused, nullptr);
+  EXPECT_EQ(call_tags_->Tag(fused->tag), "/Net/Encoder");
+  EXPECT_EQ(TagsOf(fused->spans()), (std::vector<std::string>{"/Net/Encoder", "/Net/Encoder/Layer#0",
+                                                              "/Net/Encoder/Layer/Output#0",
+                                                              "/Net/Encoder/Layer/Output/Norm"}));
 }
 
 TEST_F(RecordRewritesTest, BlankConstantFoldedFromTwoModulesIsRecordedTheSameEveryTime) {

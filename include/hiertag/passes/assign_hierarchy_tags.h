@@ -41,9 +41,12 @@
 // Shared nodes (RecordCseSharing, tracer aliases of ModuleCalls) also list the
 // other calls they compute for in `shared_with` (another call of their own tag
 // too: CSE merging the same computation of a layer applied twice); fused nodes
-// list in `spans`, and rewrite records in `refs`, the calls they cross. With the recorded module calls (ModuleCalls), every tag that
-// was called is used, nodes or not, and each tag's calls are numbered in the
-// order they ran: `call` is the node's call of its tag.
+// list in `spans`, and rewrite records in `refs`, the calls they cross: the calls
+// whose nodes were fused or removed, and every call on the way between them
+// (each call one of those ran in but not all of them did). With the recorded
+// module calls (ModuleCalls), every tag that was called is used, nodes or not,
+// and each tag's calls are numbered in the order they ran: `call` is the
+// node's call of its tag.
 //
 // Before (scopes):   %5 = onnx::Relu(%4)   scope: hiertag.m0|Net::/hiertag.m2|Layer::layers.0
 // After (result):    {op_type: "Relu", tag: "/Net/Layer.0"}

@@ -14,7 +14,10 @@
 //   fused     a node the pass made or changed (inputs or attributes) took over
 //             the group's computation (the new Conv carrying the BatchNorm, the
 //             Transpose whose permutation absorbed the one before it): that
-//             node is lent a scope listing the group's scopes as spans;
+//             node is lent a scope listing the group's scopes as spans. A made
+//             node counts as made from the group only when it computes from
+//             what the group read (or from another such node): a pass makes
+//             other nodes in the same scope too;
 //   removed   the users read a value from before the group, untouched: the group
 //             computed nothing (a permute and its inverse). When its nodes came
 //             from more than one module call, the values between them are gone:
@@ -32,7 +35,20 @@
 // with the scope of the node it read before and the scopes that made or read
 // the new value before the pass. At tagging time, the module calls holding the
 // user and that old node but none of those read a value they never received.
-// Scopes are resolved to tags only at tagging time (AssignHierarchyTags).
+//
+// A pass can also bypass nodes without removing them (they stay for other
+// readers, or for dead code elimination): a node it changed now reads, in
+// place of a value that still exists, a value that one was computed from.
+// With attributes of its own changed, the node took the bypassed nodes'
+// computation over (the attention's Transpose composed with its caller's,
+// which stays for the keys the caller hands out): fused, as above. Else it
+// reads the same value from further up: rewired, as above.
+//
+// Scopes are resolved to tags only at tagging time (AssignHierarchyTags),
+// which also widens a removed record and a fused node's spans from the calls
+// whose nodes were involved to every call between them (a permute cancelled
+// between a norm deep in the last layer and the encoder's final permute cuts
+// the norm's, its output block's and the layer's boundaries).
 //
 // Precondition: any graph stage of the export; a pass that returns a new graph
 // (the aten -> ONNX conversion, canonicalize) is not observed (torch copies
@@ -43,6 +59,11 @@
 //          %y  = onnx::Mul(%t2, %scale)                scope: .../to_first
 // After:   %y  = onnx::Mul(%x, %scale)
 //          log: removed {to_last, to_first} by _jit_pass_onnx_peephole
+//
+// Before:  %k  = onnx::Transpose[perm=[0,2,1,3]](%r)   scope: .../layers.0 (also handed out)
+//          %kt = onnx::Transpose[perm=[0,1,3,2]](%k)   scope: .../layers.0/attention
+// After:   %k  = onnx::Transpose[perm=[0,2,1,3]](%r)
+//          %kt = onnx::Transpose[perm=[0,2,3,1]](%r)   lent: attention, spans {layers.0}
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>

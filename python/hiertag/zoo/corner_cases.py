@@ -537,6 +537,103 @@ class CancelledPairKept(nn.Module):
         return self.back(y), y.sum(-1)
 
 
+class KeyScores(nn.Module):
+    """Attention over keys laid out [batch, heads, time, dim]: it transposes
+    them itself (k.transpose(-2, -1))."""
+
+    def forward(self, q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1) / 2.0, -1) @ v
+
+
+class SplitHeads(nn.Module):
+    """GPT-style: the caller splits heads with view(...).transpose(1, 2) and
+    calls the attention; with keep_keys it also hands its keys out (a cache)."""
+
+    def __init__(self, width=8, heads=2, keep_keys=False):
+        super().__init__()
+        self.heads, self.keep_keys = heads, keep_keys
+        self.query, self.key, self.value = (nn.Linear(width, width) for _ in range(3))
+        self.attention = KeyScores()
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (p(x).view(b, t, self.heads, c // self.heads).transpose(1, 2)
+                   for p in (self.query, self.key, self.value))
+        y = self.attention(q, k, v).transpose(1, 2).reshape(b, t, c)
+        return (y, k) if self.keep_keys else y
+
+
+class TransposesFusedAcrossCalls(nn.Module):
+    """torch's ONNX peephole fuses the caller's key transpose into the
+    attention's own: the fused Transpose reads the caller's value from before
+    its transpose. In the first layer the caller's transpose goes; in the
+    second it stays for the keys the layer hands out."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.layers = nn.ModuleList([SplitHeads(width), SplitHeads(width, keep_keys=True)])
+
+    def forward(self, x):
+        x = x + self.layers[0](x)
+        y, keys = self.layers[1](x)
+        return x + y, keys
+
+
+class ChannelsFirstNorm(nn.LayerNorm):
+    """LayerNorm over the channels of [batch, channels, time] (SqueezeBERT's)."""
+
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 1)).permute(0, 2, 1)
+
+
+class ConvOutput(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.conv = nn.Conv1d(width, width, 1)
+        self.norm = ChannelsFirstNorm(width)
+
+    def forward(self, hidden, residual):
+        return self.norm(self.conv(hidden) + residual)
+
+
+class ConvLayer(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.intermediate = nn.Conv1d(width, width, 1)
+        self.output = ConvOutput(width)
+
+    def forward(self, hidden):
+        return self.output(torch.relu(self.intermediate(hidden)), hidden)
+
+
+class ChannelsFirstEncoder(nn.Module):
+    def __init__(self, width, layers):
+        super().__init__()
+        self.layers = nn.ModuleList([ConvLayer(width) for _ in range(layers)])
+
+    def forward(self, x):
+        hidden = x.permute(0, 2, 1)
+        for layer in self.layers:
+            hidden = layer(hidden)
+        return hidden.permute(0, 2, 1)
+
+
+class PermutedEncoder(nn.Module):
+    """SqueezeBERT-style: the encoder works channels-first, and the last
+    layer's norm permutes back to channels-last only for the encoder to permute
+    its result to channels-first again. The exporter cancels that pair, so
+    the norm, its output block and the layer all hand out the value from
+    before the norm's permute."""
+
+    def __init__(self, width=8, layers=2):
+        super().__init__()
+        self.encoder = ChannelsFirstEncoder(width, layers)
+        self.head = Expert(width)
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+
 class Blocks(nn.ModuleList):
     """A ModuleList subclass: a tagged container whose forward never runs."""
 
@@ -734,6 +831,8 @@ MODELS = {
     "calls_sharing_work": lambda: (CallsSharingWork(), (torch.randn(2, 8), torch.ones(2, 8))),
     "rewrites_across_calls": _rewrites_across_calls,
     "cancelled_pair_kept": lambda: (CancelledPairKept(), (torch.randn(1, 4, 2, 2),)),
+    "transposes_fused_across_calls": lambda: (TransposesFusedAcrossCalls(), (torch.randn(1, 4, 8),)),
+    "permuted_encoder": lambda: (PermutedEncoder(), (torch.randn(1, 4, 8),)),
     "interleaved_container": lambda: (InterleavedContainer(), _width_input()),
     "odd_class_names": lambda: (OddClassNames(), _width_input()),
     "side_channels": lambda: (SideChannels(), (torch.randn(4, 8), torch.randn(4, 8))),
