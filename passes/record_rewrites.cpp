@@ -191,7 +191,14 @@ class Observer {
           } else {
             absorbers.push_back(producer);
           }
+        } else if (IsConstant(producer)) {
+          // An older constant holds what the group computed (torch 2.8's shape
+          // inference makes constants for static shapes before constant folding
+          // reuses them): folded into it, as into a new one. A constant is
+          // nobody's data, so no boundary is cut.
+          FoldInto(producer, scopes);
         } else if (upstream.count(now) || ComputedFrom(group, now)) {
+          GRAPH_DEBUG("hiertag: ", pass_, ": ", *use.user, " reads %", now->debugName(), " from before the group");
           bypassed = true;
           rewired.emplace_back(use, now);
         } else if (alive_.count(producer)) {
@@ -470,6 +477,11 @@ class Observer {
 
   // Whether the pass made `node`, or changed it beyond rewiring it to older
   // values: other attributes, or a value the pass made among its inputs.
+  // A node that computes from nothing: a constant (not a graph input).
+  static bool IsConstant(const Node* node) {
+    return node->inputs().empty() && node->blocks().empty() && node->kind() != torch::jit::prim::Param;
+  }
+
   bool Absorbing(Node* node) const {
     if (created_.count(node)) return true;
     if (!changed_.count(node)) return false;

@@ -582,6 +582,79 @@ TEST_F(RecordRewritesTest, UnscopedGroupFoldedIntoNewConstantLendsNothing) {
   EXPECT_TRUE(log_.records.empty());
 }
 
+// A constant an earlier pass made (head keeps reading it) and a chain computing from it
+// across to_last and to_first, which a consumer in head reads.
+constexpr const char* kChainFromConstant = R"IR(
+graph(%x : Tensor):
+  %c : Tensor = onnx::Constant()
+  %n : Tensor = onnx::Abs(%c)
+  %m : Tensor = onnx::Abs(%n)
+  %k : Tensor = onnx::Add(%x, %c)
+  %y : Tensor = onnx::Mul(%k, %m)
+  return (%y)
+)IR";
+
+// What constant folding does when the value it computes is already a constant (torch
+// 2.8 makes constants for static shapes before folding): y reads c, n and m go.
+std::function<void()> FoldChainIntoOlderConstant(std::unordered_map<std::string, Value*>& values) {
+  Node* n = values.at("n")->node();
+  Node* m = values.at("m")->node();
+  Value* c = values.at("c");
+  return [n, m, c] {
+    m->output()->replaceAllUsesWith(c);
+    m->destroy();
+    n->destroy();
+  };
+}
+
+TEST_F(RecordRewritesTest, ChainAcrossModulesFoldedIntoOlderConstantIsFoldedNotRemoved) {
+  // Check that a group across two modules whose consumer now reads an older constant is folded into
+  // that constant (folded_from lists both), with no removed record: constants cut no boundary.
+  Parse(kChainFromConstant);
+  SetScope("c", head_);
+  SetScope("n", to_last_);
+  SetScope("m", to_first_);
+  SetScope("k", head_);
+  SetScope("y", head_);
+
+  RunPass(FoldChainIntoOlderConstant(vmap_));
+
+  torch::jit::testing::FileCheck().run(R"(
+# CHECK-NOT: onnx::Abs
+# CHECK: onnx::Mul(%k, %c)
+)",
+                                       *graph_);
+  EXPECT_TRUE(log_.records.empty());
+  const BorrowedScopes::Loan* loan = borrowed_.Find(Only(kConstant)->scope());
+  ASSERT_NE(loan, nullptr);
+  EXPECT_EQ(loan->recorded, head_);
+  EXPECT_EQ(Sorted(loan->folded_from), Sorted({to_last_, to_first_}));
+}
+
+TEST_F(RecordRewritesTest, ChainAcrossModulesBypassedToDataIsRecordedRemoved) {
+  // Check that the same surgery with data in place of the constant (a graph input) still removes a
+  // boundary: the consumer reads a value the modules between handed on.
+  Parse(R"IR(
+graph(%x : Tensor, %c : Tensor):
+  %n : Tensor = onnx::Abs(%c)
+  %m : Tensor = onnx::Abs(%n)
+  %k : Tensor = onnx::Add(%x, %c)
+  %y : Tensor = onnx::Mul(%k, %m)
+  return (%y)
+)IR");
+  SetScope("n", to_last_);
+  SetScope("m", to_first_);
+  SetScope("k", head_);
+  SetScope("y", head_);
+
+  RunPass(FoldChainIntoOlderConstant(vmap_));
+
+  ASSERT_EQ(log_.records.size(), 1u);
+  EXPECT_EQ(log_.records[0].kind, RewriteRecord::Kind::kRemoved);
+  EXPECT_EQ(Sorted(log_.records[0].scopes), Sorted({to_last_, to_first_}));
+  EXPECT_TRUE(borrowed_.empty());
+}
+
 // %a (to_last) and %b (to_first) compute the same value; each feeds its own consumer.
 constexpr const char* kTwoEqualNodes = R"IR(
 graph(%x : Tensor):
