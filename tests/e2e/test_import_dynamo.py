@@ -5,6 +5,7 @@ dynamo path. The full measurement over every bundled model is
 scripts/dynamo_vs_hiertag.py (bench/results/dynamo.md)."""
 
 import contextlib
+import inspect
 import io
 import json
 import os
@@ -321,6 +322,12 @@ def test_bad_torch_modules_value_is_refused(files, tmp_path):
                    out, "--torch-modules")
 
 
+# Whether torch.onnx.export without dynamo= runs the dynamo exporter (torch 2.9 on) or
+# the TorchScript one (2.4 to 2.8).
+DEFAULT_IS_DYNAMO = inspect.signature(torch.onnx.export).parameters["dynamo"].default is True
+
+
+@pytest.mark.skipif(not DEFAULT_IS_DYNAMO, reason=f"torch {torch.__version__}'s default export is the TorchScript one")
 def test_hiertag_1_refuses_the_default_dynamo_call_before_writing(tmp_path, monkeypatch):
     """Check that with HIERTAG=1 torch's default export call (the dynamo exporter)
     raises naming dynamo=False, and leaves no file."""
@@ -333,6 +340,19 @@ def test_hiertag_1_refuses_the_default_dynamo_call_before_writing(tmp_path, monk
     assert not out.exists()
 
 
+@pytest.mark.skipif(DEFAULT_IS_DYNAMO, reason=f"torch {torch.__version__}'s default export is the dynamo one")
+def test_hiertag_1_tags_the_default_call_where_it_is_the_torchscript_exporter(tmp_path, monkeypatch):
+    """Check that where torch's default export call runs the TorchScript exporter
+    (torch 2.4 to 2.8: the call a user of those releases writes), HIERTAG=1 tags it."""
+    monkeypatch.setenv("HIERTAG", "1")
+    model, args = zoo_model("called_twice")
+    out = tmp_path / "default.onnx"
+    torch.onnx.export(model, args, str(out))
+    written = onnx.load(out)
+    assert checks.TABLE_KEY in checks.model_props(written)
+    assert all(checks.TAG_KEY in checks.node_props(node) for node in checks.walk_nodes(written.graph))
+
+
 def test_flag_off_dynamo_export_is_torchs_own(tmp_path, monkeypatch):
     """Check that with HIERTAG unset or 0 the dynamo export is byte for byte the
     one of a process that never loaded hiertag: torch's metadata, no hiertag entry."""
@@ -340,7 +360,7 @@ def test_flag_off_dynamo_export_is_torchs_own(tmp_path, monkeypatch):
     script = textwrap.dedent(f"""
         import contextlib, io, sys, torch
         from hiertag import dynamo, zoo
-        model, args = zoo_model("called_twice")
+        model, args = zoo.ALL["called_twice"]()
         positional, keywords = dynamo.export_arguments(args)
         with contextlib.redirect_stdout(io.StringIO()):
             torch.onnx.export(model, positional, {str(never_loaded)!r}, kwargs=keywords, dynamo=True)
