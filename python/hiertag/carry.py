@@ -833,7 +833,7 @@ def carry(original, transformed, by=None, feeds=None):
     if feeds is None:
         feeds, _ = carry_check.generated_inputs(original)
     try:
-        proof = carry_check.Proof(original, model, carrier.c, feeds, by)
+        proof = carry_check.Proof(original, model, carrier.c, feeds, by, carrier.regions)
     except (carry_check.Unrelated, carry_check.CannotRun) as error:
         raise CarryError(str(error)) from None
     declared = proof.records(carrier.pass_name)

@@ -131,11 +131,13 @@ class CallResult:
 class Proof:
     """The check of every module call of a carried file (module docstring)."""
 
-    def __init__(self, original, carried, correspondence, feeds, by):
+    def __init__(self, original, carried, correspondence, feeds, by, regions=None):
         """`carried`: the transformed model with carry's tags and its fused
         records; `correspondence`: carry's (carry._Correspondence); `feeds`:
-        arrays for the original's graph inputs (generated_inputs)."""
+        arrays for the original's graph inputs (generated_inputs); `regions`:
+        {transformed node index: the original nodes it stands for}, carry's."""
         self.original, self.carried, self.c, self.by, self.feeds = original, carried, correspondence, by, feeds
+        self.regions = regions or {}
         self.table = checks.module_table(carried)
         self.at_export = checks.rewritten_boundaries(original)
         self.fused = {key: reason for key, reason in checks.rewritten_boundaries(carried).items()
@@ -242,20 +244,24 @@ class Proof:
         if not self.t_members.get((tag, call)):
             if not self.o_members.get((tag, call)):
                 return CallResult(key, NO_NODES)
-            return self._declared(key, o_inputs, o_outputs, (None, False))
+            return self._declared(key, (tag, call), o_inputs, o_outputs, (None, False))
         problems = [(name, reads) for names, side, reads in ((t_inputs, o_inputs, True), (t_outputs, o_outputs, False))
                     for name in names if self._original_of(name, side) is None]
         if o_outputs and not t_outputs:
             problems.append((None, False))
         if not problems:
             return CallResult(key, VERIFIED)
-        return self._declared(key, o_inputs, o_outputs, problems[0])
+        return self._declared(key, (tag, call), o_inputs, o_outputs, problems[0])
 
-    def _declared(self, key, o_inputs, o_outputs, problem):
+    def _declared(self, key, ref, o_inputs, o_outputs, problem):
         """The cause: the tool's when a value of the original boundary has no
         counterpart left (no value of the transformed model agrees with it),
-        or when the call reads or hands out a value in a form the original
-        does not have; carry's when both are original values, placed wrong."""
+        when the call reads or hands out a value in a form the original does
+        not have, or when the nodes reading an original value across the
+        boundary stand for none that read it in the original (the tool
+        rewired them: a transpose pushed across the boundary); carry's when
+        they do (carry placed the call's own computation outside it, or
+        another's inside)."""
         self._search_all_values()
         name, reads = problem
         node = self._node_of(name) if name else ""
@@ -266,11 +272,26 @@ class Proof:
                                                    f"value it {side} in the tagged model, is no value of the "
                                                    "transformed model", node)
         verb = "reads" if reads else "hands out"
-        if name is not None and self._original_equal(name) is None:
+        equal = self._original_equal(name) if name is not None else None
+        if name is not None and equal is None:
             return CallResult(key, DECLARED, TOOL, f"{self.by} changed its boundary: it {verb} '{name}', which "
                                                    f"equals no value of the tagged model (another form)", node)
+        if name is not None and not self._read_as_before(name, equal, ref, reads):
+            return CallResult(key, DECLARED, TOOL, f"{self.by} rewired its boundary: it {verb} '{name}' (the tagged "
+                                                   f"model's '{equal}'), which nodes now read across it that did not "
+                                                   "in the tagged model", node)
         return CallResult(key, DECLARED, CARRY, "carry could not establish its boundary: " +
                           self._describe(problem, o_inputs, o_outputs), node)
+
+    def _read_as_before(self, name, original, ref, reads):
+        """Whether a node reading `name` across the call's boundary (a member,
+        for a value it reads; a node outside, for one it hands out) stands for
+        an original node that read `original`."""
+        members = set(self.t_members.get(ref, []))
+        readers = {index for index, _ in self.c.t.consumers.get(name, []) if (index in members) == reads}
+        original_readers = {index for index, _ in self.c.o.consumers.get(original, [])}
+        return any(self.regions.get(index, set()) & original_readers or self.c.matched.get(index) in original_readers
+                   for index in readers)
 
     def _has_counterpart(self, original):
         shape = np.shape(self.o_values.get(original))
