@@ -18,14 +18,19 @@ as carry reports it (verified, declared by the tool, declared by carry,
 declared at export, never ran, left no node); and, independently of carry's
 own check (which compares the carried file with the tagged original), the
 project's boundary check (hiertag.checks) of the carried file against eager
-PyTorch: each call carry did not declare must consume what it received and
-produce what it returned, within the tolerance carry measured for the pair
-(float32 rounding for tools that keep values, twice the drift of the values a
-precision-changing tool kept). A call that fails it is *wrong*: carry
-presented a boundary that is not the call's. `hiertag extract` on every call:
-refused, naming the transformation or the export pass, where the file
-declares the call; written otherwise, and run on the tensors the call received
-in eager PyTorch, returning the ones it returned.
+PyTorch: for a tool that keeps values, each call carry did not declare must
+consume what it received and produce what it returned, within float32
+rounding; for one that changes precision (fp16, int8), whose values no fixed
+bound holds, each value crossing the call's carried boundary must be nearest,
+among all values of the tagged original on the same eager inputs, to a value
+that crossed the same call's boundary there, and the original's boundaries
+are themselves held against eager PyTorch within float32 rounding. A call
+that fails is *wrong*: carry presented a boundary that is not the call's.
+`hiertag extract` on every call: refused, naming the transformation or the
+export pass, where the file declares the call; written otherwise, and run on
+the tensors the call received in eager PyTorch, returning the ones it returned
+(within float32 rounding, or half their magnitude for a precision-changing
+tool).
 
 Each model runs in a fresh process (torch names a scripted class's nodes
 differently after its first export in a process).
@@ -170,11 +175,16 @@ class Eager:
     PyTorch (recorded once), and the model's inputs as ONNX Runtime feeds."""
 
     def __init__(self, name, source):
+        import onnx
         from hiertag import checks
         torch_model, self.args = build(name)
         self.model = checks.eager_reference(torch_model)
         self.feeds = checks.feeds_for(str(source), torch_model, self.args)
         self.recorded = checks.record_module_io(self.model, self.args)
+        # The tagged export's own boundaries, which the identification check of precision-changing tools rests on.
+        results, _ = checks.module_boundary_results(onnx.load(str(source)), self.model, self.args, self.feeds,
+                                                    recorded=self.recorded)
+        self.export_failures = [line for lines in results.values() for line in lines]
 
     def feeds_for(self, model):
         """The feeds cast to `model`'s input types (an fp16 copy takes float16)."""
@@ -183,19 +193,41 @@ class Eager:
         return {name: value.astype(types[name]) for name, value in self.feeds.items() if name in types}
 
 
-def kept_drift(original, carried, eager):
-    """The largest difference, on the eager inputs, between a value the tool
-    kept under its name and shape and the original's (relative to its
-    magnitude): how far a precision-changing tool moves values it kept."""
+def identification_check(original, carried, eager, statuses):
+    """{key: failures} for a precision-changing tool, whose values no fixed
+    bound holds against eager PyTorch: on the eager inputs, each value
+    crossing a call's carried boundary must be nearest (ties included) to a
+    value crossing the same call's original boundary on the same side, among
+    all values of the original of its shape, and within half its magnitude.
+    On values alone, not carry's correspondence; the original's boundaries
+    are the ones the boundary check holds against eager PyTorch (Eager)."""
     import numpy as np
-    from hiertag import checks
-    made = {name for node in original.graph.node for name in node.output if name}
-    kept = sorted(made & {name for node in carried.graph.node for name in node.output if name})
-    before = checks.intermediate_values(original, eager.feeds_for(original), kept)
-    after = checks.intermediate_values(carried, eager.feeds_for(carried), kept)
-    drifts = [checks.disagreement(after[n], before[n]) for n in kept
-              if np.issubdtype(before[n].dtype, np.floating) and np.shape(after[n]) == np.shape(before[n])]
-    return max((d for d in drifts if np.isfinite(d)), default=0.0)
+    from hiertag import carry_check, checks
+    table = checks.module_table(carried)
+    o_bounds, t_bounds = checks.module_boundaries(original), checks.module_boundaries(carried)
+    weights = checks.weights(original.graph)
+    o_names = sorted({n for node in original.graph.node for n in node.output if n and n not in weights} |
+                     {i.name for i in original.graph.input})
+    t_names = sorted({n for ins, outs in t_bounds.values() for n in ins + outs})
+    o_values = checks.intermediate_values(original, eager.feeds_for(original), o_names)
+    t_values = checks.intermediate_values(carried, eager.feeds_for(carried), t_names)
+    results = {}
+    for (tag, call), (inputs, outputs) in sorted(t_bounds.items()):
+        key = checks.boundary_key(table, tag, call)
+        if statuses[key]["status"] != carry_check.VERIFIED:
+            continue
+        o_inputs, o_outputs = o_bounds[(tag, call)]
+        failures = results.setdefault(key, [])
+        for names, side, verb in ((inputs, o_inputs, "consumes"), (outputs, o_outputs, "produces")):
+            for name in names:
+                found = [(checks.disagreement(t_values[name], value), original_name)
+                         for original_name, value in o_values.items() if np.shape(value) == np.shape(t_values[name])]
+                best = min((distance for distance, _ in found), default=float("inf"))
+                nearest = {o for distance, o in found if distance <= best * (1 + 1e-3) + 1e-9}
+                if best > carry_check.UNRELATED or not nearest & set(side):
+                    failures.append(f"{key}: {verb} '{name}', nearest to {sorted(nearest)[:2]} "
+                                    f"({best:.1e} of its magnitude), no value that crossed its boundary there")
+    return results
 
 
 def eager_check(carried, eager, tolerance):
@@ -293,13 +325,13 @@ def cell(name, tool, source, directory, eager):
     calls = summary["calls"]
     statuses = {entry["call"]: entry for entry in summary["results"]}
     # A tool that keeps values is held to float32 rounding against eager
-    # PyTorch; one that changes precision to the drift it causes on values it
-    # kept, measured here on the eager inputs.
+    # PyTorch; one that changes precision is held to identity on values: each
+    # boundary value nearest to one of the call's original boundary values.
     tolerance = calls["tolerance"]
-    if calls["method"] == carry_check.BY_CORRESPONDENCE:
-        tolerance = max(tolerance, kept_drift(original, carried, eager))
     with quiet():
         results, assignments = eager_check(carried, eager, tolerance)
+    if calls["method"] == carry_check.BY_CORRESPONDENCE:
+        results = identification_check(original, carried, eager, statuses)
     # Wrong: a call carry did not declare whose carried boundary is not what it received and returned.
     wrong = [failure for key, failures in results.items() for failure in failures
              if statuses[key]["status"] not in (carry_check.DECLARED, carry_check.EXPORT)]
@@ -315,13 +347,14 @@ def cell(name, tool, source, directory, eager):
         **{key: calls[key] for key in ("calls", "verified", "declared_by_tool", "declared_by_carry",
                                        "declared_at_export", "never_ran", "no_nodes", "method", "tolerance",
                                        "drift")},
-        "eager_tolerance": tolerance, "eager_checked": len(results), "wrong": len({line.split(": ")[0] for line in wrong}), "wrong_lines": wrong[:20],
+        "eager_checked": len(results), "export_failures": eager.export_failures[:5], "wrong": len({line.split(": ")[0] for line in wrong}), "wrong_lines": wrong[:20],
         "declared": summary["declared"], "extract_right": right, "extract_tried": tried,
         "extract_problems": problems[:20],
     }
     result["seconds"] = round(time.perf_counter() - started, 1)
     result["passed"] = (result["tagged_after"] == result["nodes"] and result["validate"] and result["tree"]
-                        and not summary["unplaced"] and result["wrong"] == 0 and right == tried)
+                        and not summary["unplaced"] and result["wrong"] == 0 and right == tried
+                        and not eager.export_failures)
     return result
 
 

@@ -924,8 +924,9 @@ def report_lines(out, summary, tagged):
         lines.append(f"  ... {len(summary['spans']) - 5} more spans (--json lists them)")
     calls = summary["calls"]
     how = (f"{calls['method']}, within {calls['tolerance']:.0e} of each value's magnitude"
-           + (f": the tool's precision, twice the drift of the values it kept" if calls["method"] ==
-              carry_check.BY_CORRESPONDENCE else ""))
+           if calls["method"] == carry_check.BY_VALUE else
+           f"{calls['method']}: each value the one carry says it stands for and nearest to it among the tagged "
+           f"model's values, the tool's median drift being {calls['drift']:.0e}")
     others = [f"{calls[key]} {text}" for key, text in (("declared_at_export", "declared at export"),
                                                         ("never_ran", "never ran"), ("no_nodes", "left no node"))
               if calls[key]]

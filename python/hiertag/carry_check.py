@@ -12,27 +12,33 @@ carried file is held against the same call's boundary in the original:
   verified   every value crossing the carried boundary is a specific value
              crossing the original boundary on the same side (the original
              value carry says it stands for, or else the one of that side it
-             equals), and agrees with it within the pair's precision; a call
-             that had results hands some out;
-  declared   otherwise. The cause is the tool's when a value crossing the
+             equals) and is that value on values (below); a call that had
+             results hands some out;
+  declared   otherwise, with a cause. The tool's when a value crossing the
              original boundary has no counterpart left in the transformed
-             model (nothing that stands for it agrees with it: the tool fused
-             it away, removed it or converted it into another form), carry's
-             when every one still has a counterpart but carry's placement
-             does not make them the call's boundary.
+             model (the tool fused it away, removed it or converted it into
+             another form), when the call reads or hands out a value no
+             original value is, or when the nodes reading a value across the
+             boundary stand for none that read it in the original (the tool
+             rewired them: a transpose pushed across the boundary). Carry's
+             otherwise: the values exist, its placement misses them.
 
-The pair's precision is measured, not assumed per tool: the values the
+Whether a transformed value is an original one is decided on values, and the
+pair's precision is measured, not assumed per tool: the values the
 transformed model still has under their original names and shapes are
-compared with the original's. When the 95th percentile of their difference
-(each relative to the value's largest magnitude) is within float32 rounding
-(checks.FLOAT32_TOLERANCE), the tool kept values and every boundary value must
-agree within that bound ("by value"). Otherwise the tool computes in another
-precision (fp16, int8), drift grows through the network and a value check
-alone cannot tell neighbouring values apart; a call is then verified only
-where each boundary value is the original boundary value carry says it stands
-for and agrees with it within twice that percentile, or, kept under its name
-and shape, within the largest drift of any value so kept ("by
-correspondence").
+compared with the original's, each difference relative to the value's
+largest magnitude. When the median is within float32 rounding
+(checks.FLOAT32_TOLERANCE), the tool kept values, and a value is an original
+one when it agrees with it within that bound ("by value"). The median, not a
+high quantile: a few values a tool keeps under their names in another layout
+(a square tensor transposed) or clamps (fp16's -inf masks) would otherwise
+make a tool that keeps values pass for one that does not. Otherwise the tool
+computes in another precision (fp16, int8), drift grows through the network
+and no fixed bound tells neighbouring values apart (a LayerNorm's last Mul
+from its result differs by the bias, less than int8 drift); a value is then
+the original value carry says it stands for only when it is nearer to that
+value than to any other value of the original of its shape, and within half
+its magnitude ("by correspondence"), and the fallback by value alone is off.
 
 A pair whose graphs do not correspond is refused (CarryError): an input or
 output of the transformed model that the original does not have, or outputs
@@ -146,8 +152,11 @@ class Proof:
         self.o_bounds = checks.module_boundaries(original, self.o_members)
         self.t_bounds = checks.module_boundaries(carried, self.t_members)
         self.unrunnable = None
-        self._run_both()
         self._searched = False
+        self._nearest = {}
+        self._run_both()
+        if self.method == BY_CORRESPONDENCE:
+            self._search_all_values()
         self.results = [self._check(tag, call) for tag in self.table
                         for call in range(checks.call_count(self.table, tag))]
 
@@ -170,7 +179,7 @@ class Proof:
             self.t_values = _run(self.carried, self.feeds, t_wanted)
         except RuntimeError as error:  # no value of it to establish anything with
             self.unrunnable = str(error)
-            self.method, self.tolerance, self.drift, self.largest_drift = BY_VALUE, checks.FLOAT32_TOLERANCE, 0.0, 0.0
+            self.method, self.tolerance, self.drift = BY_VALUE, checks.FLOAT32_TOLERANCE, 0.0
             return
         for output in self.carried.graph.output:
             distance = checks.disagreement(self.t_values[output.name], self.o_values[output.name])
@@ -179,13 +188,14 @@ class Proof:
                                 f"{distance:.2g} of its magnitude: not made from it")
         drifts = [checks.disagreement(self.t_values[n], self.o_values[n]) for n in kept
                   if _is_float(self.o_values[n])]
-        drifts = [d for d in drifts if np.isfinite(d)]
-        self.drift = float(np.quantile(drifts, 0.95)) if drifts else 0.0
-        self.largest_drift = max(drifts, default=0.0)
+        # The median: a few values a tool keeps under their names in another
+        # layout (a square tensor transposed) or clamps (fp16's -inf masks) do
+        # not make a tool that keeps values look like one that does not.
+        self.drift = float(np.median([d for d in drifts if np.isfinite(d)] or [0.0]))
         if self.drift <= checks.FLOAT32_TOLERANCE:
             self.method, self.tolerance = BY_VALUE, checks.FLOAT32_TOLERANCE
         else:
-            self.method, self.tolerance = BY_CORRESPONDENCE, 2 * self.drift
+            self.method, self.tolerance = BY_CORRESPONDENCE, UNRELATED
 
     def _search_all_values(self):
         """For a declared call's cause: every value of both main graphs whose
@@ -210,14 +220,33 @@ class Proof:
             return float("inf")
         return checks.disagreement(self.t_values[name], self.o_values[original])
 
+    def _nearest_originals(self, name):
+        """(distance, the original values of its shape nearest to it, ties included)."""
+        if name not in self._nearest:
+            shape = np.shape(self.t_values.get(name))
+            found = [(self._agreement(name, original), original) for original, value in self.o_values.items()
+                     if np.shape(value) == shape]
+            best = min((distance for distance, _ in found), default=float("inf"))
+            self._nearest[name] = best, {original for distance, original in found
+                                         if distance <= best * (1 + 1e-3) + 1e-9}
+        return self._nearest[name]
+
+    def _identifies(self, name, original):
+        """Whether transformed value `name` is original value `original` on
+        values: within float32 rounding for a tool that keeps values; for one
+        that changes precision, within UNRELATED and nearer to it than to any
+        other value of the original of its shape (so drift, however large,
+        never makes a neighbouring value pass for it)."""
+        distance = self._agreement(name, original)
+        if self.method == BY_VALUE:
+            return distance <= self.tolerance
+        return distance <= self.tolerance and original in self._nearest_originals(name)[1]
+
     def _original_of(self, name, side):
         """The value of the call's original boundary side that `name` is, or None."""
         stands_for = self.c.corr(name)
         if stands_for in side:
-            # A value the tool kept under its name and shape is that value: in
-            # another precision it may drift as far as any such value does.
-            bound = self.largest_drift if self.method == BY_CORRESPONDENCE and self.c.known(name) else 0.0
-            return stands_for if self._agreement(name, stands_for) <= max(self.tolerance, bound) else None
+            return stands_for if self._identifies(name, stands_for) else None
         if self.method != BY_VALUE:
             return None
         fits = sorted((self._agreement(name, value), value) for value in side)
@@ -295,17 +324,17 @@ class Proof:
 
     def _has_counterpart(self, original):
         shape = np.shape(self.o_values.get(original))
-        return any(np.shape(value) == shape and self._agreement(name, original) <= self.tolerance
+        return any(np.shape(value) == shape and self._identifies(name, original)
                    for name, value in self.t_values.items())
 
     def _original_equal(self, name):
-        """An original value `name` agrees with: what carry says it stands for, or any of its shape."""
+        """An original value `name` is: what carry says it stands for, or any of its shape."""
         stands_for = self.c.corr(name)
-        if self._agreement(name, stands_for) <= self.tolerance:
+        if self._identifies(name, stands_for):
             return stands_for
         shape = np.shape(self.t_values.get(name))
-        return next((original for original, value in self.o_values.items()
-                     if np.shape(value) == shape and self._agreement(name, original) <= self.tolerance), None)
+        return next((original for original, value in sorted(self.o_values.items())
+                     if np.shape(value) == shape and self._identifies(name, original)), None)
 
     def _describe(self, problem, o_inputs, o_outputs):
         name, reads = problem

@@ -31,7 +31,7 @@ _spec.loader.exec_module(matrix)
 
 CELLS = [("bert", "ort-basic"), ("bert", "onnxsim"), ("bert", "quantize"), ("bert", "fp16"),
          ("resnet", "ort-all"), ("resnet", "onnxslim"),
-         ("gpt_style", "ort-extended"), ("gpt_style", "onnxsim"), ("gpt_style", "onnxslim"),
+         ("gpt_style", "ort-extended"), ("gpt_style", "onnxsim"), ("gpt_style", "onnxslim"), ("gpt_style", "quantize"),
          ("mobilenet_v3_style", "ort-basic"), ("mobilenet_v3_style", "ort-extended"),
          ("mobilenet_v3_style", "ort-all"), ("mobilenet_v3_style", "quantize")]
 GPT2 = "/GPT2LMHeadModel/GPT2Model"
@@ -81,14 +81,13 @@ def test_no_call_is_wrong_and_every_declared_call_is_refused_with_its_cause(cell
                for entry in result["declared"])
 
 
-def test_a_precision_changing_tool_is_verified_by_correspondence_within_its_measured_drift(cells):
+def test_a_precision_changing_tool_is_verified_by_correspondence_as_its_measured_drift_says(cells):
     kept = cells("bert", "onnxsim")
     assert kept["method"] == carry_check.BY_VALUE and kept["tolerance"] == checks.FLOAT32_TOLERANCE
     for tool in ("quantize", "fp16"):
         changed = cells("bert", tool)
-        assert changed["method"] == carry_check.BY_CORRESPONDENCE
-        assert checks.FLOAT32_TOLERANCE < changed["tolerance"] < 0.5 and changed["tolerance"] == 2 * changed["drift"]
-    assert cells("bert", "fp16")["tolerance"] < cells("bert", "quantize")["tolerance"]
+        assert changed["method"] == carry_check.BY_CORRESPONDENCE and changed["drift"] > checks.FLOAT32_TOLERANCE
+    assert cells("bert", "fp16")["drift"] < cells("bert", "quantize")["drift"]
 
 
 def test_values_converted_into_another_layout_are_declared_as_the_tools(cells, workdir):
@@ -125,29 +124,32 @@ def _proof(workdir, name, tool, moved_value, to_tag):
     return {r.key: r for r in carry_check.Proof(original, wrong, carrier.c, feeds, tool, carrier.regions).results}
 
 
-def test_a_block_handing_out_its_inner_convs_output_is_declared_by_carry_not_verified(cells, workdir):
+@pytest.mark.parametrize("tool", ["ort-basic", "quantize"])
+def test_a_block_handing_out_its_inner_convs_output_is_declared_by_carry_not_verified(cells, workdir, tool):
     # The defect issue 18 found: a Conv-BN-activation block whose carried
     # subgraph hands out its inner Conv's output instead of its result (here
-    # the node making its result, ONNX Runtime's Mul of its hard-swish, placed
-    # in its caller).
-    cells("mobilenet_v3_style", "ort-basic")
+    # the node making its result, its hard-swish, placed in its caller), with
+    # values kept and in int8, where the check is by correspondence.
+    cells("mobilenet_v3_style", tool)
     block = "/MobileNetV3Style/Conv2dNormActivation.0"
-    model = onnx.load(carried(workdir, "mobilenet_v3_style", "ort-basic"))
+    model = onnx.load(carried(workdir, "mobilenet_v3_style", tool))
     (result,) = checks.module_boundaries(model)[(block, 0)][1]
-    results = _proof(workdir, "mobilenet_v3_style", "ort-basic", result, "/MobileNetV3Style")
+    results = _proof(workdir, "mobilenet_v3_style", tool, result, "/MobileNetV3Style")
     assert results[block].status == carry_check.DECLARED and results[block].cause == carry_check.CARRY
     assert "hands out '/features/features.0/features.0.0/Conv_output_0'" in results[block].reason
     assert results["/MobileNetV3Style/InvertedResidual.1"].status == carry_check.VERIFIED
 
 
-def test_a_block_handing_out_its_layernorms_intermediate_is_declared_by_carry_not_verified(cells, workdir):
+@pytest.mark.parametrize("tool", ["onnxslim", "quantize"])
+def test_a_block_handing_out_its_layernorms_intermediate_is_declared_by_carry_not_verified(cells, workdir, tool):
     # The other one: a GPT-style block handing out its LayerNorm's Mul as its
-    # result (here the final LayerNorm's bias Add placed in the last block).
-    cells("gpt_style", "onnxslim")
+    # result (here the final LayerNorm's bias Add placed in the last block);
+    # in int8 the Mul and the result differ by less than the tool's drift.
+    cells("gpt_style", tool)
     block, norm = "/GPTStyle/GPTBlock.1", "/GPTStyle/WrittenLayerNorm"
-    model = onnx.load(carried(workdir, "gpt_style", "onnxslim"))
+    model = onnx.load(carried(workdir, "gpt_style", tool))
     assert checks.node_props(next(n for n in model.graph.node if n.name == "/ln_f/Add_1"))[checks.TAG_KEY] == norm
-    results = _proof(workdir, "gpt_style", "onnxslim", "/ln_f/Add_1_output_0", block)
+    results = _proof(workdir, "gpt_style", tool, "/ln_f/Add_1_output_0", block)
     assert results[norm].status == results[block].status == carry_check.DECLARED
     assert results[norm].cause == results[block].cause == carry_check.CARRY
     assert "hands out '/ln_f/Mul_output_0'" in results[norm].reason
