@@ -205,9 +205,8 @@ def identification_check(original, carried, eager, statuses):
     from hiertag import carry_check, checks
     table = checks.module_table(carried)
     o_bounds, t_bounds = checks.module_boundaries(original), checks.module_boundaries(carried)
-    weights = checks.weights(original.graph)
-    o_names = sorted({n for node in original.graph.node for n in node.output if n and n not in weights} |
-                     {i.name for i in original.graph.input})
+    o_names = sorted({n for node in original.graph.node for n in node.output if n} |
+                     {i.name for i in original.graph.input if i.name not in {t.name for t in original.graph.initializer}})
     t_names = sorted({n for ins, outs in t_bounds.values() for n in ins + outs})
     o_values = checks.intermediate_values(original, eager.feeds_for(original), o_names)
     t_values = checks.intermediate_values(carried, eager.feeds_for(carried), t_names)
@@ -424,6 +423,17 @@ def totals(cells):
     return {key: sum(c.get(key, 0) for c in cells if "error" not in c) for key in COUNTS}
 
 
+def _how(cells):
+    """How carry verified these cells' calls: by value within float32 rounding,
+    or by correspondence, with the tools' median drift."""
+    from hiertag import carry_check
+    if cells[0]["method"] == carry_check.BY_VALUE:
+        return f"{carry_check.BY_VALUE} ({cells[0]['tolerance']:.0e})"
+    drifts = [c["drift"] for c in cells]
+    span = f"{min(drifts):.0e}" + (f" to {max(drifts):.0e}" if max(drifts) > min(drifts) else "")
+    return f"{carry_check.BY_CORRESPONDENCE} (median drift {span})"
+
+
 def render(report):
     cells = report["cells"]
     good = [c for c in cells if "error" not in c]
@@ -447,10 +457,8 @@ def render(report):
     for tool in report["tools"]:
         mine = [c for c in cells if c["tool"] == tool]
         count = totals(mine)
-        methods = sorted({c["method"] for c in mine if "method" in c})
-        tolerances = [c["tolerance"] for c in mine if "tolerance" in c]
-        how = ", ".join(methods) + (f" (within {min(tolerances):.0e} to {max(tolerances):.0e} of magnitude)"
-                                    if tolerances else "")
+        how = "; ".join(_how([c for c in mine if c.get("method") == method])
+                        for method in sorted({c["method"] for c in mine if "method" in c}))
         lines.append(f"| {TOOLS[tool][0]} | {sum(c['passed'] for c in mine)} of {len(mine)} | {count['calls']} | "
                      f"{count['verified']} | {count['declared_by_tool']} | {count['declared_by_carry']} | "
                      f"{count['declared_at_export']} | {count['never_ran'] + count['no_nodes']} | {count['wrong']} | "
@@ -487,7 +495,7 @@ def render(report):
         lines.append(f"| {c['model']} | {c['tool']} | {c['nodes']} | {c['tagged_by_tool']} | {c['exact']} | "
                      f"{c['shared']} | {c['span']} | {c['rule']} | {'ok' if c['validate'] else 'FAIL'} | "
                      f"{'ok' if c['tree'] else 'FAIL'} | {c['verified']}/{c['declared_by_tool']}/"
-                     f"{c['declared_by_carry']}/{c['declared_at_export']} | {c['method']} {c['tolerance']:.0e} | "
+                     f"{c['declared_by_carry']}/{c['declared_at_export']} | {_how([c])} | "
                      f"{c['eager_checked']} | {c['wrong']} | {c['extract_right']}/{c['extract_tried']} | "
                      f"{c['seconds']} |")
     by_carry = [(c, d) for c in good for d in c["declared"] if d["cause"] == "carry"]

@@ -297,6 +297,13 @@ class Proof:
         gone = [value for value in o_inputs + o_outputs if not self._has_counterpart(value)]
         if gone:
             side = "received" if gone[0] in o_inputs else "handed out"
+            if self.method == BY_CORRESPONDENCE and any(self.c.corr(name) == gone[0] and
+                                                        self._agreement(name, gone[0]) <= self.tolerance
+                                                        for name in self.t_values):
+                return CallResult(key, DECLARED, TOOL, f"{self.by} changed its values past telling its boundary "
+                                                       f"apart: what stands for '{gone[0]}', which it {side} in the "
+                                                       "tagged model, is nearer to another value of the tagged "
+                                                       f"model (median drift {self.drift:.0e})", node)
             return CallResult(key, DECLARED, TOOL, f"{self.by} removed or converted its boundary: '{gone[0]}', a "
                                                    f"value it {side} in the tagged model, is no value of the "
                                                    "transformed model", node)
