@@ -514,6 +514,12 @@ def render(report):
     return "\n".join(lines) + "\n"
 
 
+def write_json(path, report):
+    """The report as JSON, one cell a line."""
+    head = json.dumps({key: value for key, value in report.items() if key != "cells"})
+    Path(path).write_text(head[:-1] + ', "cells": [\n' + ",\n".join(json.dumps(c) for c in report["cells"]) + "\n]}\n")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="carry_matrix.py", description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"models (default: all {len(MODELS)})")
@@ -544,7 +550,7 @@ def main(argv=None):
             print(f"{name:18s} {result['tool']:13s} {'ok' if result['passed'] else 'FAIL':4s} {counts}", flush=True)
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "carry.json").write_text(json.dumps(report, indent=1) + "\n")
+    write_json(out / "carry.json", report)
     (out / "carry.md").write_text(render(report))
     return 0 if all(c["passed"] for c in report["cells"]) else 1
 
