@@ -230,6 +230,18 @@ def test_the_command_refuses_bad_input_and_unrelated_models_in_one_line_and_writ
         if array.dtype == np.float32 and array.size > 1:
             initializer.CopyFrom(onnx.numpy_helper.from_array(array[::-1].copy(), initializer.name))
     onnx.save(other, tmp_path / "other_bert.onnx")
+    # A graph with BERT's inputs and outputs computing something else entirely.
+    bert = onnx.load(tagged)
+    shapes = {o.name: [d.dim_value for d in o.type.tensor_type.shape.dim] for o in bert.graph.output}
+    nodes = [onnx.helper.make_node("ConstantOfShape", [f"shape_{i}"], [name], name=f"fill_{i}",
+                                   value=onnx.helper.make_tensor("v", onnx.TensorProto.FLOAT, [1], [0.5]))
+             for i, name in enumerate(shapes)]
+    shapes_in = [onnx.numpy_helper.from_array(np.array(shape, dtype=np.int64), f"shape_{i}")
+                 for i, shape in enumerate(shapes.values())]
+    unrelated = onnx.helper.make_model(onnx.helper.make_graph(nodes, "other", list(bert.graph.input),
+                                                              list(bert.graph.output), shapes_in),
+                                       opset_imports=list(bert.opset_import), ir_version=bert.ir_version)
+    onnx.save(unrelated, tmp_path / "constant_bert.onnx")
     with quiet():  # issue 18's pair: a ViT's tags carried onto a BART
         matrix.export_tagged("vit", workdir / "vit.onnx")
         matrix.export_tagged("bart", workdir / "bart.onnx")
@@ -243,6 +255,7 @@ def test_the_command_refuses_bad_input_and_unrelated_models_in_one_line_and_writ
         ((tagged, workdir / "resnet.onnx"), "matches no output of the tagged model"),
         ((workdir / "gpt_style.onnx", workdir / "gpt2.onnx"), "matches no"),
         ((tagged, tmp_path / "other_bert.onnx"), "differs from the tagged model's by"),
+        ((tagged, tmp_path / "constant_bert.onnx"), "differs from the tagged model's by"),
     ]
     for (source, transformed), message in cases:
         done = hiertag_carry(source, transformed, "-o", out)
@@ -254,4 +267,4 @@ def test_the_command_refuses_bad_input_and_unrelated_models_in_one_line_and_writ
     done = hiertag_carry(tagged, tagged)
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and "-o/--output" in done.stderr
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [
-        "empty.onnx", "other_bert.onnx", "plain.onnx", "truncated.onnx"]
+        "constant_bert.onnx", "empty.onnx", "other_bert.onnx", "plain.onnx", "truncated.onnx"]
