@@ -50,10 +50,11 @@ Both models run once in ONNX Runtime, optimizations off, on the same
 generated inputs (seeded), and every module call's boundary in OUT (README
 "Module boundaries") is held against the same call's boundary in TAGGED:
 verified when each value crossing it is a value that crossed the original
-boundary on the same side and agrees with it within the pair's measured
-precision (float32 rounding when the tool kept values; its drift when it
-changed precision, where each value must also be the one carry says it
-stands for). Every other call is declared with a "rewired" record naming its
+boundary on the same side and is that value on values: within float32
+rounding when the tool kept values (the median drift of the values it kept
+by name says), and when it changed precision (fp16, int8) the value carry
+says it stands for and nearer to it than to any other value of TAGGED.
+Every other call is declared with a "rewired" record naming its
 cause, the tool's (it fused, removed or converted the boundary) or carry's
 (the values exist, carry's placement misses them), which `extract` prints
 when it refuses the call. TAGGED's own rewrite records are kept. A pair that
