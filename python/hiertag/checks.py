@@ -435,7 +435,8 @@ FLOAT32_TOLERANCE = 1e-4
 
 def disagreement(value, expected):
     """How far `value` is from `expected`: the largest elementwise difference
-    over the largest finite magnitude of `expected` (0 when equal). inf when
+    over the largest finite magnitude of `expected`, or the smallest normal
+    number when that is smaller (0 when equal). inf when
     the shapes differ, when an integer or boolean element differs, or when
     one has an infinity or NaN where the other has not (equal infinities and
     NaNs in the same places agree: a masked attention score)."""
@@ -453,8 +454,13 @@ def disagreement(value, expected):
         return float("inf")
     worst = float(difference.max())
     finite = np.abs(b[np.isfinite(b)])
-    scale = float(finite.max()) if finite.size else 0.0
-    return worst / scale if scale > 0 else (0.0 if worst == 0 else float("inf"))
+    # Below the smallest normal number of the coarser type (float32: 1.2e-38)
+    # precision is absolute, not relative: a tensor whose activations died to
+    # subnormals (MobileViT's last stage at random weights) is compared there.
+    floor = max(float(np.finfo(array.dtype).tiny) for array in (value, expected)
+                if np.issubdtype(array.dtype, np.floating))
+    scale = max(float(finite.max()) if finite.size else 0.0, floor)
+    return worst / scale
 
 
 def assign_tensors(values, tensors, tolerance=FLOAT32_TOLERANCE):
