@@ -48,7 +48,9 @@ std::optional<TableEntry> ReadModuleTableEntry(const std::string& tag, const Jso
 }
 
 Json RewriteJson(const RewriteEntry& record) {
-  return {{"pass", record.pass}, {"kind", record.kind}, {"modules", record.modules}, {"node", record.node}};
+  Json json = {{"pass", record.pass}, {"kind", record.kind}, {"modules", record.modules}, {"node", record.node}};
+  if (!record.reason.empty()) json["reason"] = record.reason;
+  return json;
 }
 
 std::string WriteRewrites(const std::vector<RewriteEntry>& records) {
@@ -68,7 +70,9 @@ std::optional<RewriteEntry> ReadRewrite(const Json& record) {
   }
   std::optional<std::vector<std::string>> tags = ReadStrings(*modules);
   if (!tags) return std::nullopt;
-  return RewriteEntry{pass->get<std::string>(), kind->get<std::string>(), std::move(*tags), node->get<std::string>()};
+  const Json* reason = FindMember(record, "reason");
+  return RewriteEntry{pass->get<std::string>(), kind->get<std::string>(), std::move(*tags), node->get<std::string>(),
+                      reason != nullptr && reason->is_string() ? reason->get<std::string>() : std::string()};
 }
 
 }  // namespace hiertag

@@ -197,6 +197,10 @@ class Extractor {
       }
       if (rewrite.kind == "rewired") {
         if (!lists_target) continue;
+        if (!rewrite.reason.empty()) {  // a declaration that names its cause (hiertag carry's)
+          *error = Described() + " cannot be extracted: " + rewrite.pass + ": " + rewrite.reason;
+          return false;
+        }
         *error = Described() + " cannot be extracted: " + rewrite.pass + " rewired it" +
                  (rewrite.node.empty() ? std::string() : ": node " + DescribeNamedNode(rewrite.node)) +
                  " now reads a value it never received";

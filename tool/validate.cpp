@@ -225,6 +225,8 @@ class Validator {
           (*kind != "fused" && *kind != "removed" && *kind != "folded" && *kind != "rewired")) {
         AddRewriteProblem(i, "has no \"kind\" fused, removed, folded or rewired");
       }
+      const Json* reason = FindMember(record, "reason");
+      if (reason != nullptr && !reason->is_string()) AddRewriteProblem(i, "has a \"reason\" that is no string");
       const Json* node = FindMember(record, "node");
       if (node == nullptr || !node->is_string()) {
         AddRewriteProblem(i, "has no \"node\" string");

@@ -45,15 +45,31 @@ correspondence depends on which tool ran or on op types:
              graph; anything else to its neighbours' common ancestor; the root
              only when nothing applies, listed as unplaced.
 
-A module call whose boundary values exist in OUT only in another form under
-new names (a layout the tool converted them into) has no boundary there: a
-"rewired" record says so and `extract` refuses it. TAGGED's own rewrite
-records are kept. OUT also gets the value types shape inference finds (ONNX's
-and ONNX Runtime's, which knows its fused ops), so `extract` can type module
+Placement is inference; what carry claims it checks (hiertag/carry_check.py).
+Both models run once in ONNX Runtime, optimizations off, on the same
+generated inputs (seeded), and every module call's boundary in OUT (README
+"Module boundaries") is held against the same call's boundary in TAGGED:
+verified when each value crossing it is a value that crossed the original
+boundary on the same side and is that value on values: within float32
+rounding when the tool kept values (the median drift of the values it kept
+by name says), and when it changed precision (fp16, int8) the value carry
+says it stands for and nearer to it than to any other value of TAGGED.
+Every other call is declared with a "rewired" record naming its
+cause, the tool's (it fused, removed or converted the boundary) or carry's
+(the values exist, carry's placement misses them), which `extract` prints
+when it refuses the call. TAGGED's own rewrite records are kept. A pair that
+does not correspond is refused before anything is written: an input or output
+of TRANSFORMED that TAGGED does not have, or outputs that on the same inputs
+differ from TAGGED's by more than half their magnitude.
+
+OUT also gets the value types shape inference finds (ONNX's and ONNX
+Runtime's, which knows its fused ops), so `extract` can type module
 boundaries between fused nodes, and metadata_props["hiertag.carry"]: the
-counts and --by. Prints the counts (exact, shared, span, rule) and the spans;
---json prints them as one JSON object. OUT is written beside itself, then
-renamed: nothing half-written is left. Exit status 0, or 2 with one line on
+counts and --by. Prints the counts (nodes: exact, shared, span, rule; module
+calls: verified, declared by the tool and by carry, and how they were
+verified) and the spans and declarations; --json prints them as one JSON
+object. OUT is written beside itself, then renamed: nothing half-written is
+left. Exit status 0, or 2 with one line on
 stderr."""
 
 import argparse
@@ -64,7 +80,7 @@ from pathlib import Path
 
 import onnx
 
-from hiertag import checks, verbs
+from hiertag import carry_check, checks, verbs
 
 CARRY_KEY = "hiertag.carry"
 FORMAT_KEY = "hiertag.format_version"
@@ -361,14 +377,6 @@ class _Correspondence:
         # Known readers: what the maker absorbed ends where they read. Only the
         # maker known: it absorbed no more than the value's shape says.
         return max(fitting, key=self._order) if latest else min(fitting, key=self._order)
-
-    def same_value(self, name):
-        """Whether a transformed value is an original one: by name, or renamed
-        with the shape of the value it stands for (not a converted layout)."""
-        if self.known(name):
-            return True
-        value = self.corr(name)
-        return value is not None and _same_shape(self.t_shapes.get(name), self.o_shapes.get(value))
 
     def _order(self, value):
         return self.o.producer.get(value, -1)
@@ -758,17 +766,23 @@ def _nested_nodes(node):
             yield from checks.walk_nodes(graph)
 
 
-def carry(original, transformed, by=None):
+def carry(original, transformed, by=None, feeds=None):
     """Returns (the transformed model tagged, a summary dict). `original` is the
     tagged model (ModelProto), `transformed` a model a tool made from it
     (left unchanged); `by` names the transformation in hiertag.rewrite and the
     rewrite records (default: its producer, when it differs from the
-    original's)."""
+    original's); `feeds`, arrays for the original's graph inputs, are what
+    both run on to check every module call's boundary (hiertag.carry_check;
+    default: generated). Raises CarryError for models that do not correspond."""
     props = checks.model_props(original)
     if checks.TABLE_KEY not in props:
         raise CarryError("the tagged model is not tagged by hiertag (no hiertag.modules in its metadata_props)")
     by = by or describe_producer(original, transformed) or "the transformation"
     model = checks.strip_tags(transformed)
+    try:
+        carry_check.check_io(original, model)
+    except carry_check.Unrelated as error:
+        raise CarryError(str(error)) from None
     main_outputs = {name for node in model.graph.node for name in node.output if name}
     original_values = {name for node in checks.walk_nodes(original.graph) for name in node.output if name}
     if model.graph.node and not main_outputs & original_values:
@@ -815,11 +829,17 @@ def carry(original, transformed, by=None):
 
     records = _kept_records(original, carrier, model) + records
     _set_props(model, {checks.TABLE_KEY: props[checks.TABLE_KEY], FORMAT_KEY: "3"})
-    # Which calls keep a boundary is read from the file with its fusions recorded.
+    # The check reads each call's boundary from the file with its fusions recorded.
     _set_props(model, {checks.REWRITES_KEY: json.dumps(records, separators=(",", ":"))} if records else {})
-    renamed = _renamed_boundaries(model, carrier)
-    if renamed:
-        records += renamed
+    if feeds is None:
+        feeds, _ = carry_check.generated_inputs(original)
+    try:
+        proof = carry_check.Proof(original, model, carrier.c, feeds, by, carrier.regions)
+    except (carry_check.Unrelated, carry_check.CannotRun) as error:
+        raise CarryError(str(error)) from None
+    declared = proof.records(carrier.pass_name)
+    if declared:
+        records += declared
         kept = [p for p in model.metadata_props if p.key != checks.REWRITES_KEY]
         del model.metadata_props[:]
         model.metadata_props.extend(kept)
@@ -836,10 +856,13 @@ def carry(original, transformed, by=None):
         "by": by,
         "spans": [{"node": node.name, "op_type": node.op_type, "tag": placement.tag, "spans": list(placement.spans)}
                   for node, placement in spans],
-        "renamed_boundaries": [record["modules"][0] for record in renamed],
+        "calls": proof.counts(),
+        "declared": [{"call": r.key, "cause": r.cause, "reason": r.reason} for r in proof.results
+                     if r.status == carry_check.DECLARED],
+        "results": [{"call": r.key, "status": r.status, "cause": r.cause, "reason": r.reason} for r in proof.results],
     }
     _set_props(model, {CARRY_KEY: json.dumps({key: summary[key] for key in
-                                              ("by", "nodes", "exact", "shared", "span", "rule", "rules")},
+                                              ("by", "nodes", "exact", "shared", "span", "rule", "rules", "calls")},
                                              separators=(",", ":"))})
     return model, summary
 
@@ -887,32 +910,6 @@ def _kept_records(original, carrier, model):
     return records
 
 
-def _renamed_boundaries(model, carrier):
-    """A "rewired" record for each module call whose boundary, in the carried
-    model, crosses a value the original does not have (the tool converted it
-    into another form under a new name): that call has no boundary here."""
-    table = carrier.table
-    rewritten = checks.rewritten_boundaries(model)
-    graph = carrier.c.t
-    records = []
-    for (tag, call), (inputs, outputs) in sorted(checks.module_boundaries(model).items()):
-        key = checks.boundary_key(table, tag, call)
-        if key in rewritten:
-            continue
-        foreign = [name for name in inputs + outputs if not carrier.c.same_value(name)]
-        if not foreign:
-            continue
-        name = foreign[0]
-        members = [index for index, placement in carrier.placements.items()
-                   if any(checks.place(table, ref, tag, None if checks.call_count(table, tag) == 1 else call)
-                          != checks.OUTSIDE for ref in checks.node_refs(graph.nodes[index]))]
-        readers = [i for i in members if name in graph.reads[i]] or \
-            [i for i in members if name in graph.nodes[i].output]
-        records.append({"pass": carrier.pass_name, "kind": "rewired", "modules": [key],
-                        "node": graph.nodes[readers[0]].name if readers else ""})
-    return records
-
-
 def report_lines(out, summary, tagged):
     rules = ", ".join(f"{rule} {count}" for rule, count in summary["rules"].items() if count)
     nodes = summary["nodes"]
@@ -926,11 +923,20 @@ def report_lines(out, summary, tagged):
                      f"spans {', '.join(span['spans'])}")
     if len(summary["spans"]) > 5:
         lines.append(f"  ... {len(summary['spans']) - 5} more spans (--json lists them)")
-    if summary["renamed_boundaries"]:
-        lines.append(f"  {len(summary['renamed_boundaries'])} module calls have no boundary here: their boundary "
-                     f"values exist only under new names (rewired records): "
-                     f"{', '.join(summary['renamed_boundaries'][:3])}"
-                     f"{', ...' if len(summary['renamed_boundaries']) > 3 else ''}")
+    calls = summary["calls"]
+    how = (f"{calls['method']}, within {calls['tolerance']:.0e} of each value's magnitude"
+           if calls["method"] == carry_check.BY_VALUE else
+           f"{calls['method']}: each value the one carry says it stands for and nearest to it among the tagged "
+           f"model's values, the tool's median drift being {calls['drift']:.0e}")
+    others = [f"{calls[key]} {text}" for key, text in (("declared_at_export", "declared at export"),
+                                                        ("never_ran", "never ran"), ("no_nodes", "left no node"))
+              if calls[key]]
+    lines.append(f"  module calls: {calls['verified']} verified ({how}); declared {calls['declared_by_tool']} "
+                 f"by the tool, {calls['declared_by_carry']} by carry{'; ' if others else ''}{', '.join(others)}")
+    for declared in summary["declared"][:5]:
+        lines.append(f"  declared: {declared['call']}: {declared['reason']}")
+    if len(summary["declared"]) > 5:
+        lines.append(f"  ... {len(summary['declared']) - 5} more declared calls (--json lists them)")
     if summary["unplaced"]:
         lines.append(f"  unplaced (tagged with the root): {', '.join(summary['unplaced'])}")
     return lines

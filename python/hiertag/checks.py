@@ -151,7 +151,8 @@ def rewritten_boundaries(model):
     removed, as the file records it: a fused node (hiertag.spans) or a rewrite
     record listing a call inside it and one outside it (a call partly inside
     counts as both), or a "rewired" record listing it (its nodes now read a
-    value it never received)."""
+    value it never received; or, with a "reason", whatever that says: hiertag
+    carry's declarations)."""
     table = module_table(model)
     records = rewrite_records(model)
     reasons = {}
@@ -163,7 +164,7 @@ def rewritten_boundaries(model):
                 refs = [parse_ref(text) for text in record["modules"]]
                 if record["kind"] == "rewired":
                     if any(ref[0] == tag and (ref[1] is None or target is None or ref[1] == target) for ref in refs):
-                        reasons.setdefault(key, f"{record['pass']}: rewired")
+                        reasons.setdefault(key, f"{record['pass']}: {record.get('reason') or 'rewired'}")
                     continue
                 placed = [place(table, ref, tag, target) for ref in refs]
                 outside = [text for text, where in zip(record["modules"], placed) if where != INSIDE]
@@ -322,10 +323,11 @@ def weights(graph):
     return found
 
 
-def module_boundaries(model):
+def module_boundaries(model, members=None):
     """{(tag, call): (values consumed from outside, values produced for outside)}
     over the main graph, for every call of every tag in the table (the rule of
-    README "Module boundaries").
+    README "Module boundaries"). `members`, a dict, receives {(tag, call):
+    indices of the main-graph nodes belonging to that call}.
 
     A node belongs to call k of module M when one of its references (its own:
     tag and hiertag.call; hiertag.shared_with's) lies within M and names a call
@@ -336,6 +338,7 @@ def module_boundaries(model):
     variable a tracer alias is. Weights (`weights`) are not data a module
     receives or returns, except for a constant module, whose nodes all compute
     from weights: the values it makes for outside are its results."""
+    members_out = members
     graph = model.graph
     table = module_table(model)
     constants = weights(graph)
@@ -343,6 +346,7 @@ def module_boundaries(model):
     root = next(tag for tag in table if parent_tag(tag) == "")
     nodes = list(graph.node)  # one wrapper per node: identities below are stable
     refs = {id(node): node_refs(node) for node in nodes}
+    index_of = {id(node): index for index, node in enumerate(nodes)}
     consumers = {}
     for node in nodes:
         for name in _implicit_inputs(node):
@@ -353,6 +357,8 @@ def module_boundaries(model):
             target = None if call_count(table, tag) == 1 else call
             members = [node for node in nodes
                        if any(place(table, ref, tag, target) != OUTSIDE for ref in refs[id(node)])]
+            if members_out is not None:
+                members_out[(tag, call)] = [index_of[id(node)] for node in members]
             constant_module = bool(members) and all(o in constants for n in members for o in n.output)
             ids = {id(n) for n in members}
             produced = {o for n in members for o in n.output}
@@ -427,22 +433,71 @@ def intermediate_values(model, feeds, names):
     return dict(zip(wanted, session.run(wanted, feeds)))
 
 
-def _matches(value, candidates):
-    """Whether `value` equals one of the tensors up to float32 rounding: within
-    1e-4 relative, or 1e-5 of the tensor's largest magnitude (ONNX computes
-    differently, e.g. Conv and BatchNorm fused, so elements that cancel to
-    near zero in a deep network differ by more than a fixed absolute bound)."""
-    for candidate in candidates:
-        expected = candidate.numpy()
-        if expected.shape != value.shape:
-            continue
-        if expected.size == 0:
-            return True
-        expected = expected.astype(np.float64)
-        scale = max(1.0, float(np.max(np.abs(expected))))
-        if np.allclose(value.astype(np.float64), expected, rtol=1e-4, atol=1e-5 * scale):
-            return True
-    return False
+# A value equals a tensor when no element differs by more than this share of
+# the tensor's largest magnitude: float32 rounding where ONNX Runtime computes
+# differently from eager PyTorch (Conv and BatchNorm fused, another summation
+# order), relative to the tensor's scale, so elements that cancel to near zero
+# are held to the same absolute bound as the large ones around them.
+FLOAT32_TOLERANCE = 1e-4
+
+
+def disagreement(value, expected):
+    """How far `value` is from `expected`: the largest elementwise difference
+    over the largest finite magnitude of `expected`, or the smallest normal
+    number when that is smaller (0 when equal). inf when
+    the shapes differ, when an integer or boolean element differs, or when
+    one has an infinity or NaN where the other has not (equal infinities and
+    NaNs in the same places agree: a masked attention score)."""
+    value, expected = np.asarray(value), np.asarray(expected)
+    if value.shape != expected.shape:
+        return float("inf")
+    if expected.size == 0:
+        return 0.0
+    if not (np.issubdtype(expected.dtype, np.floating) or np.issubdtype(value.dtype, np.floating)):
+        return 0.0 if np.array_equal(value, expected) else float("inf")
+    a, b = value.astype(np.float64), expected.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # inf - inf: the places compared equal just before
+        difference = np.where((a == b) | (np.isnan(a) & np.isnan(b)), 0.0, np.abs(a - b))
+    if not np.all(np.isfinite(difference)):
+        return float("inf")
+    worst = float(difference.max())
+    finite = np.abs(b[np.isfinite(b)])
+    # Below the smallest normal number of the coarser type (float32: 1.2e-38)
+    # precision is absolute, not relative: a tensor whose activations died to
+    # subnormals (MobileViT's last stage at random weights) is compared there.
+    floor = max(float(np.finfo(array.dtype).tiny) for array in (value, expected)
+                if np.issubdtype(array.dtype, np.floating))
+    scale = max(float(finite.max()) if finite.size else 0.0, floor)
+    return worst / scale
+
+
+def assign_tensors(values, tensors, tolerance=FLOAT32_TOLERANCE):
+    """{value name: index into `tensors`}: for each boundary value the one
+    recorded tensor it is, one to one (two values crossing a boundary are two
+    tensors of the call, never one tensor claimed twice), preferring the
+    closest. A value equal to no unclaimed tensor within `tolerance` is left
+    out."""
+    arrays = [t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in tensors]
+    fits = {}
+    for name, value in values.items():
+        found = [(disagreement(value, array), index) for index, array in enumerate(arrays)
+                 if array.shape == np.shape(value)]
+        fits[name] = [index for distance, index in sorted(found) if distance <= tolerance]
+    owner = {}
+
+    def claim(name, seen):
+        for index in fits[name]:
+            if index in seen:
+                continue
+            seen.add(index)
+            if index not in owner or claim(owner[index], seen):
+                owner[index] = name
+                return True
+        return False
+
+    for name in sorted(values, key=lambda n: (len(fits[n]), n)):
+        claim(name, set())
+    return {name: index for index, name in owner.items()}
 
 
 def boundary_key(table, tag, call):
@@ -458,17 +513,22 @@ def key_tag(table, key):
     return key if key in table else key.rsplit("#", 1)[0]
 
 
-def module_boundary_results(model, torch_model, args, feeds):
+def module_boundary_results(model, torch_model, args, feeds, tolerance=FLOAT32_TOLERANCE, assignments=None,
+                            recorded=None):
     """For every call of every module in the table: each value its nodes
-    consume from outside equals a tensor that call received in eager PyTorch,
-    and each value they produce for outside equals a tensor it returned. The
-    only modules not checked are those whose boundary the file itself records
-    as removed by an export pass (rewritten_boundaries) and containers whose
-    forward never ran ("ran": false in the table). Returns ({key: failures
-    of that call, empty when it passes}, {key: why it was not checked}); keys
-    as boundary_key gives them."""
+    consume from outside is a specific tensor that call received in eager
+    PyTorch, and each value they produce for outside a specific tensor it
+    returned, one to one (assign_tensors), each within `tolerance` of its
+    tensor's magnitude. The only modules not checked are those whose boundary
+    the file itself records as removed by an export pass (rewritten_boundaries)
+    and containers whose forward never ran ("ran": false in the table).
+    Returns ({key: failures of that call, empty when it passes}, {key: why it
+    was not checked}); keys as boundary_key gives them. `assignments`, a dict,
+    receives {key: ({input: tensor it received}, {output: tensor it
+    returned})} for the calls that pass. `recorded`: record_module_io's
+    result for the model, when already recorded."""
     table = module_table(model)
-    calls = record_module_io(torch_model, args)
+    calls = recorded if recorded is not None else record_module_io(torch_model, args)
     boundaries = module_boundaries(model)
     rewritten = rewritten_boundaries(model)
     names = sorted({n for ins, outs in boundaries.values() for n in ins + outs})
@@ -492,13 +552,30 @@ def module_boundary_results(model, torch_model, args, feeds):
             failures.append(f"{key}: the module ran {len(recorded)} times, the file records call {instance_call}")
             continue
         received, returned = recorded[instance_call]
-        for name in inputs:
-            if not _matches(values[name], received):
-                failures.append(f"{key}: consumes '{name}' {values[name].shape}, not a tensor it received")
-        for name in outputs:
-            if not _matches(values[name], returned):
-                failures.append(f"{key}: produces '{name}' {values[name].shape}, not a tensor it returned")
+        found = []
+        for side, tensors, verb, what in ((inputs, received, "consumes", "received"),
+                                          (outputs, returned, "produces", "returned")):
+            assigned = assign_tensors({name: values[name] for name in side}, tensors, tolerance)
+            for name in side:
+                if name not in assigned:
+                    failures.append(f"{key}: {verb} '{name}' {values[name].shape}, "
+                                    f"{_nearest(values[name], tensors, assigned, what, tolerance)}")
+            found.append({name: tensors[index] for name, index in assigned.items()})
+        if assignments is not None and not failures:
+            assignments[key] = tuple(found)
     return results, skipped
+
+
+def _nearest(value, tensors, assigned, what, tolerance):
+    """Why a value is none of the call's tensors, for a failure line."""
+    same = [(disagreement(value, t.numpy()), index) for index, t in enumerate(tensors)
+            if tuple(t.shape) == np.shape(value)]
+    if not same:
+        return f"no tensor it {what} has that shape"
+    distance, index = min(same)
+    if distance <= tolerance or index in assigned.values():
+        return f"the tensor it equals ({what} #{index}) is another boundary value's"
+    return f"not a tensor it {what} (nearest: #{index}, off by {distance:.1e} of its magnitude)"
 
 
 def check_module_boundaries(model, torch_model, args, feeds):

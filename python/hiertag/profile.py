@@ -10,10 +10,12 @@ node event to the module whose computation the node is. ONNX Runtime profiles
 the graph it optimized (--level, default all, as ONNX Runtime runs a model by
 default), in which it fused, renamed and added nodes: that graph is saved
 (SessionOptions.optimized_model_filepath) and tagged from MODEL by `hiertag
-carry`, so every event names a tagged node. A node fused across modules counts
-for the common ancestor it is tagged with, a node kept for several modules
-(hiertag.shared_with) for its own tag: every node's time counts once, and the
-module times add up to the total. Time no node of the saved graph accounts
+carry`, so every event names a tagged node; carry checks its mapping on the
+profiled inputs, and a module call whose boundary the optimizer removed or
+carry cannot establish is declared (marked * in the tree). A node fused across
+modules counts for the common ancestor it is tagged with, a node kept for
+several modules (hiertag.shared_with) for its own tag: every node's time counts
+once, and the module times add up to the total. Time no node of the saved graph accounts
 for is reported as unattributed (0 when the saved graph is the one that ran).
 
 Prints the module tree (the call tree, children in the order they run) with
@@ -43,10 +45,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime
 
-from hiertag import carry, checks, hf_export, verbs
+from hiertag import carry, carry_check, checks, hf_export, verbs
 
 LEVELS = {
     "disabled": onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -72,24 +73,7 @@ def build_feeds(model, specs):
     if unknown:
         verbs.fail(f"--input names no input of the model: {', '.join(unknown)} "
                    f"(inputs: {', '.join(i.name for i in inputs)})")
-    generator = np.random.default_rng(0)
-    feeds, notes = {}, []
-    for graph_input in inputs:
-        tensor = graph_input.type.tensor_type
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
-        if graph_input.name in given:
-            feeds[graph_input.name] = given[graph_input.name].astype(dtype)
-            continue
-        shape = []
-        for index, dim in enumerate(tensor.shape.dim):
-            if dim.HasField("dim_value"):
-                shape.append(dim.dim_value)
-            else:
-                shape.append(1)
-                notes.append(f"{graph_input.name}[{dim.dim_param or index}=1]")
-        feeds[graph_input.name] = (generator.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
-                                   else np.ones(shape, dtype=dtype))
-    return feeds, notes
+    return carry_check.generated_inputs(model, given)
 
 
 def run_profiled(path, feeds, runs, warmup, threads, level, directory):
@@ -215,22 +199,27 @@ def profile(path, specs=(), runs=10, warmup=2, threads=0, level="all", statistic
     feeds, notes = build_feeds(original, specs)
     with tempfile.TemporaryDirectory() as directory:
         optimized, timings = run_profiled(path, feeds, runs, warmup, threads, level, directory)
+    # The mapping is carry's, checked on the profiled inputs: a call whose
+    # boundary the optimizer removed or carry cannot establish is declared.
     try:
-        tagged, carried = carry.carry(original, optimized, f"onnxruntime {onnxruntime.__version__} ({level})")
+        tagged, carried = carry.carry(original, optimized, f"onnxruntime {onnxruntime.__version__} ({level})", feeds)
     except carry.CarryError as error:
         verbs.fail(f"{path}: {error}")
     self_time, node_count, unattributed = attribute(tagged, timings, statistic)
+    declared = {checks.key_tag(table, entry["call"]) for entry in carried["declared"]}
     total = sum(self_time.values()) + sum(unattributed.values())
     return {
         "model": str(path), "runs": runs, "warmup": warmup, "threads": threads, "level": level, "statistic": statistic,
         "onnxruntime": onnxruntime.__version__, "dims_set_to_1": notes,
         "nodes": len(list(checks.walk_nodes(original.graph))), "optimized_nodes": carried["nodes"],
         "carry": {key: carried[key] for key in ("exact", "shared", "span", "rule")},
+        "calls": carried["calls"], "declared": carried["declared"],
         "total_ms": total, "attributed_ms": sum(self_time.values()),
         "unattributed_ms": sum(unattributed.values()),
         "unattributed_share": sum(unattributed.values()) / total if total else 0.0,
         "unattributed_nodes": sorted(unattributed),
-        "modules": module_rows(table, self_time, node_count, total),
+        "modules": [{**row, "declared": row["module"] in declared}
+                    for row in module_rows(table, self_time, node_count, total)],
     }
 
 
@@ -243,14 +232,19 @@ def text_report(result, top):
              f"{result['carry']['shared']} shared, {result['carry']['span']} span, {result['carry']['rule']} by rule)",
              f"attributed to modules: {100 * (1 - result['unattributed_share']):.1f} % "
              f"(unattributed {result['unattributed_ms']:.3f} ms"
-             f"{': ' + ', '.join(result['unattributed_nodes']) if result['unattributed_nodes'] else ''})"]
+             f"{': ' + ', '.join(result['unattributed_nodes']) if result['unattributed_nodes'] else ''})",
+             f"module calls: {result['calls']['verified']} verified {result['calls']['method']}; "
+             f"{result['calls']['declared_by_tool']} declared as fused or removed by the optimizer, "
+             f"{result['calls']['declared_by_carry']} as not established by carry"
+             + (" (marked *: their nodes' time counts, their boundary is not theirs alone)"
+                if result["declared"] else "")]
     if result["dims_set_to_1"]:
         lines.append(f"symbolic dimensions set to 1 (give --input to choose): {', '.join(result['dims_set_to_1'])}")
     rows = result["modules"]
-    width = max(len("  " * row["depth"] + row["module"].rsplit("/", 1)[-1]) for row in rows)
+    width = max(len("  " * row["depth"] + row["module"].rsplit("/", 1)[-1]) + 2 * row["declared"] for row in rows)
     lines.append(f"{'module':<{width}}  {'self ms':>9}  {'self %':>6}  {'incl ms':>9}  {'incl %':>6}  nodes")
     for row in rows:
-        name = "  " * row["depth"] + row["module"].rsplit("/", 1)[-1]
+        name = "  " * row["depth"] + row["module"].rsplit("/", 1)[-1] + (" *" if row["declared"] else "")
         lines.append(f"{name:<{width}}  {row['self_ms']:9.3f}  {100 * row['self_share']:6.1f}  "
                      f"{row['inclusive_ms']:9.3f}  {100 * row['inclusive_share']:6.1f}  {row['nodes']:5d}")
     slowest = sorted((row for row in rows if row["self_ms"] > 0), key=lambda row: -row["self_ms"])[:top]

@@ -79,9 +79,11 @@ def test_text_csv_and_icicle_chart(exports, tmp_path):
     ran, total, *carried = map(int, counts.groups())
     assert total == len(list(checks.walk_nodes(onnx.load(exports["bert"]).graph))) and sum(carried) == ran < total
     assert lines[1] == "attributed to modules: 100.0 % (unattributed 0.000 ms)"
-    assert lines[2].split() == ["module", "self", "ms", "self", "%", "incl", "ms", "incl", "%", "nodes"]
-    assert lines[3].split()[0] == "BertModel" and lines[3].split()[4] == "100.0"
-    assert lines[3 + len(table)] == "slowest modules (self time):" and len(lines) == 4 + len(table) + 3
+    assert lines[2] == (f"module calls: {len(table)} verified by value; 0 declared as fused or removed by the "
+                        "optimizer, 0 as not established by carry")
+    assert lines[3].split() == ["module", "self", "ms", "self", "%", "incl", "ms", "incl", "%", "nodes"]
+    assert lines[4].split()[0] == "BertModel" and lines[4].split()[4] == "100.0"
+    assert lines[4 + len(table)] == "slowest modules (self time):" and len(lines) == 5 + len(table) + 3
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bert.png"]
     done = hiertag_profile(exports["bert"], "--runs", "1", "--warmup", "0", "--csv")
@@ -90,6 +92,21 @@ def test_text_csv_and_icicle_chart(exports, tmp_path):
     assert list(rows[0]) == ["module", "path", "class", "depth", "nodes", "self_ms", "inclusive_ms", "self_share",
                              "inclusive_share"]
     assert float(rows[0]["inclusive_share"]) == pytest.approx(1.0)
+
+
+def test_modules_whose_calls_the_optimizer_cut_are_marked_declared(exports):
+    # At level all ONNX Runtime converts ResNet's convolutions to its blocked
+    # layout: the boundary values between them exist only in that form.
+    result = profile_json(exports["resnet"], "--runs", "1")
+    calls = result["calls"]
+    declared = {checks.key_tag(checks.module_table(onnx.load(exports["resnet"])), entry["call"])
+                for entry in result["declared"]}
+    assert calls["declared_by_tool"] > 0 and calls["verified"] > 0
+    assert declared == {row["module"] for row in result["modules"] if row["declared"]}
+    assert all(entry["cause"] == "tool" for entry in result["declared"])
+    done = hiertag_profile(exports["resnet"], "--runs", "1")
+    marked = [line.split()[0] for line in done.stdout.splitlines() if line.split()[1:2] == ["*"]]
+    assert len(marked) == len(declared)
 
 
 def test_without_optimizations_the_exported_nodes_are_timed(exports):

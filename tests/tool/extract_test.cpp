@@ -931,6 +931,14 @@ TEST_F(ExtractTest, RewiredModuleIsRefused) {
                 "received");
 }
 
+// Check that a rewired record giving its reason (hiertag carry's declarations) is refused with that reason.
+TEST_F(ExtractTest, RewiredModuleIsRefusedWithTheRecordsReason) {
+  ModelSpec model = RemovedModel({"/Net/A", "/Net/B"});
+  model.rewrites[0] = {"carry: onnxsim", "rewired", {"/Net/B"}, "", "carry could not establish its boundary"};
+  ExpectRefused(model, "/Net/B",
+                "module '/Net/B' cannot be extracted: carry: onnxsim: carry could not establish its boundary");
+}
+
 // Check that a rewired record refuses only the modules it lists: not their callers, not their neighbours.
 TEST_F(ExtractTest, ModulesARewiredRecordDoesNotListAreWritten) {
   ModelSpec model = RemovedModel({"/Net/B"});

@@ -308,10 +308,11 @@ struct RewriteSpec {
   std::string kind;
   std::vector<std::string> modules;
   std::string node;
+  std::string reason = "";  // written only when set
 
   std::string Text() const {
     return "{\"pass\":" + JsonString(pass) + ",\"kind\":" + JsonString(kind) + ",\"modules\":" + JsonArray(modules) +
-           ",\"node\":" + JsonString(node) + "}";
+           ",\"node\":" + JsonString(node) + (reason.empty() ? "" : ",\"reason\":" + JsonString(reason)) + "}";
   }
 };
 

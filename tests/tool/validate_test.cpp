@@ -592,6 +592,16 @@ TEST_F(ValidateTest, MalformedRewriteRecordsAreReported) {
                          "hiertag.rewrites: record 2 has no \"modules\" array of tags"});
 }
 
+// Check that a record's reason (hiertag carry's declarations name their cause) is valid as a string, reported otherwise.
+TEST_F(ValidateTest, RewriteReasonMustBeAString) {
+  ModelSpec model = LayeredModel();
+  model.rewrites.push_back({"carry: onnxsim", "rewired", {"/Net/Layer.0"}, "", "carry could not establish it"});
+  ExpectValid(model, 7, 4);
+  model.rewrites.clear();
+  model.rewrites_text = R"([{"pass":"carry: onnxsim","kind":"rewired","modules":["/Net/Layer.0"],"node":"","reason":1}])";
+  ExpectProblems(model, {"hiertag.rewrites: record 0 has a \"reason\" that is no string"});
+}
+
 // Check that hiertag.rewrites that is no JSON array, or holds a non-object, is reported.
 TEST_F(ValidateTest, RewritesNotAnArrayOfRecordsIsReported) {
   ModelSpec model = LayeredModel();

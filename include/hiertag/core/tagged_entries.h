@@ -36,9 +36,12 @@ struct TableEntry {
 // One record of hiertag.rewrites (tag_format.h kRewritesKey).
 struct RewriteEntry {
   std::string pass;                  // the torch pass
-  std::string kind;                  // "fused", "removed" or "folded"
+  std::string kind;                  // "fused", "removed", "folded" or "rewired"
   std::vector<std::string> modules;  // tags
   std::string node;                  // the ONNX node's name; "" when it names none
+  // Why the boundary is gone, in words, when the writer says (hiertag carry's
+  // declarations, which name their cause); "" otherwise, and then not written.
+  std::string reason = "";
 };
 
 // The table as JSON text: entries in the order given; optional fields only when

@@ -778,6 +778,175 @@ class HostileNames(nn.Module):
         return x
 
 
+# MobileNetV3-Small in torchvision's layout (Howard et al. 2019;
+# torchvision/models/mobilenetv3.py, ops/misc.py): Conv-BatchNorm-activation
+# blocks as Sequential subclasses, hard-swish, squeeze-excitation gated by a
+# hard sigmoid, in-place activations and an in-place residual add. The
+# exporter fuses each BatchNorm into its convolution; graph tools then fuse
+# further (Conv with its activation, the residual add).
+
+class Conv2dNormActivation(nn.Sequential):
+    def __init__(self, inputs, outputs, kernel=3, stride=1, groups=1, activation=nn.ReLU):
+        layers = [nn.Conv2d(inputs, outputs, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+                  nn.BatchNorm2d(outputs, eps=0.001, momentum=0.01)]
+        if activation is not None:
+            layers.append(activation(inplace=True))
+        super().__init__(*layers)
+
+
+class SqueezeExcitation(nn.Module):
+    def __init__(self, channels, squeezed):
+        super().__init__()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(channels, squeezed, 1)
+        self.fc2 = nn.Conv2d(squeezed, channels, 1)
+        self.activation = nn.ReLU()
+        self.scale_activation = nn.Hardsigmoid()
+
+    def forward(self, x):
+        scale = self.scale_activation(self.fc2(self.activation(self.fc1(self.avgpool(x)))))
+        return scale * x
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, inputs, kernel, expanded, outputs, squeeze, activation, stride):
+        super().__init__()
+        self.use_res_connect = stride == 1 and inputs == outputs
+        layers = [Conv2dNormActivation(inputs, expanded, 1, activation=activation)] if expanded != inputs else []
+        layers.append(Conv2dNormActivation(expanded, expanded, kernel, stride, expanded, activation))
+        if squeeze:
+            layers.append(SqueezeExcitation(expanded, _divisible(expanded // 4)))
+        layers.append(Conv2dNormActivation(expanded, outputs, 1, activation=None))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x):
+        result = self.block(x)
+        if self.use_res_connect:
+            result += x
+        return result
+
+
+def _divisible(channels, divisor=8):
+    rounded = max(divisor, int(channels + divisor / 2) // divisor * divisor)
+    return rounded + divisor if rounded < 0.9 * channels else rounded
+
+
+class MobileNetV3Style(nn.Module):
+    # torchvision's mobilenet_v3_small: (inputs, kernel, expanded, outputs, squeeze-excitation, activation, stride)
+    SETTINGS = [(16, 3, 16, 16, True, nn.ReLU, 2), (16, 3, 72, 24, False, nn.ReLU, 2),
+                (24, 3, 88, 24, False, nn.ReLU, 1), (24, 5, 96, 40, True, nn.Hardswish, 2),
+                (40, 5, 240, 40, True, nn.Hardswish, 1), (40, 5, 240, 40, True, nn.Hardswish, 1),
+                (40, 5, 120, 48, True, nn.Hardswish, 1), (48, 5, 144, 48, True, nn.Hardswish, 1),
+                (48, 5, 288, 96, True, nn.Hardswish, 2), (96, 5, 576, 96, True, nn.Hardswish, 1),
+                (96, 5, 576, 96, True, nn.Hardswish, 1)]
+
+    def __init__(self, classes=10):
+        super().__init__()
+        layers = [Conv2dNormActivation(3, 16, 3, 2, activation=nn.Hardswish)]
+        layers += [InvertedResidual(*setting) for setting in self.SETTINGS]
+        layers.append(Conv2dNormActivation(96, 576, 1, activation=nn.Hardswish))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(nn.Linear(576, 128), nn.Hardswish(inplace=True), nn.Dropout(0.2, inplace=True),
+                                        nn.Linear(128, classes))
+
+    def forward(self, pixels):
+        return self.classifier(torch.flatten(self.avgpool(self.features(pixels)), 1))
+
+
+# A GPT-style decoder (nanoGPT's layout) with a LayerNorm written out as its
+# arithmetic, as many codebases have it: the normalization ends in a Mul by
+# the weight and an Add of the bias, which graph tools fuse or move.
+
+class WrittenLayerNorm(nn.Module):
+    def __init__(self, width, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.bias = nn.Parameter(torch.zeros(width))
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        variance = (x - mean).pow(2).mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(variance + self.eps) * self.weight + self.bias
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, width, heads, length):
+        super().__init__()
+        self.c_attn = nn.Linear(width, 3 * width)
+        self.c_proj = nn.Linear(width, width)
+        self.heads = heads
+        self.register_buffer("causal", torch.tril(torch.ones(length, length)).view(1, 1, length, length))
+
+    def forward(self, x):
+        batch, length, width = x.shape
+        q, k, v = self.c_attn(x).split(width, dim=2)
+        q, k, v = (t.view(batch, length, self.heads, width // self.heads).transpose(1, 2) for t in (q, k, v))
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / (width // self.heads) ** 0.5)
+        scores = scores.masked_fill(self.causal[:, :, :length, :length] == 0, float("-inf"))
+        y = torch.softmax(scores, dim=-1) @ v
+        return self.c_proj(y.transpose(1, 2).contiguous().view(batch, length, width))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.c_fc = nn.Linear(width, 4 * width)
+        self.c_proj = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        return self.c_proj(nn.functional.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class GPTBlock(nn.Module):
+    def __init__(self, width, heads, length):
+        super().__init__()
+        self.ln_1 = WrittenLayerNorm(width)
+        self.attn = CausalSelfAttention(width, heads, length)
+        self.ln_2 = WrittenLayerNorm(width)
+        self.mlp = FeedForward(width)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPTStyle(nn.Module):
+    def __init__(self, vocab=100, width=32, heads=4, layers=2, length=16):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(length, width)
+        self.h = nn.ModuleList(GPTBlock(width, heads, length) for _ in range(layers))
+        self.ln_f = WrittenLayerNorm(width)
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+
+    def forward(self, ids):
+        positions = torch.arange(ids.shape[1], dtype=torch.long).unsqueeze(0)
+        x = self.wte(ids) + self.wpe(positions)
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def trained_like(model, seed=0):
+    """Seeded noise on every parameter, and BatchNorm statistics a trained
+    network would have: no bias or shift is zero and no scale is one, as in
+    trained weights, where a tool cannot drop a node random initialization
+    made a no-op (an Add of zeros, a Mul by ones). Returns the model."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            spread = float(parameter.std()) if parameter.numel() > 1 else 0.0
+            noise = torch.randn(parameter.shape, generator=generator, dtype=torch.float32)
+            parameter.add_((noise * max(0.25 * spread, 0.05)).to(parameter.dtype))
+        for module in model.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.running_mean is not None:
+                module.running_mean.uniform_(-0.5, 0.5, generator=generator)
+                module.running_var.uniform_(0.5, 1.5, generator=generator)
+    return model
+
+
 def _rewrites_across_calls():
     model = RewritesAcrossCalls()
     with torch.no_grad():  # statistics a trained BatchNorm would have
@@ -837,4 +1006,6 @@ MODELS = {
     "odd_class_names": lambda: (OddClassNames(), _width_input()),
     "side_channels": lambda: (SideChannels(), (torch.randn(4, 8), torch.randn(4, 8))),
     "hostile_names": lambda: (HostileNames(), _width_input()),
+    "mobilenet_v3_style": lambda: (trained_like(MobileNetV3Style()), (torch.randn(1, 3, 64, 64),)),
+    "gpt_style": lambda: (trained_like(GPTStyle()), (torch.randint(3, 100, (1, 16)),)),
 }

@@ -1,0 +1,382 @@
+"""hiertag carry's proof: which module calls of a carried file keep, on values,
+the boundary they had in the tagged original.
+
+carry (hiertag/carry.py) places every node of a transformed model by
+correspondence with the tagged original; a placement is an inference, and a
+wrong one would move a module call's boundary (README "Module boundaries") to
+values the call never received or handed out. Here both files run once in
+ONNX Runtime, optimizations off, on the same generated inputs, every value
+the check needs exposed as an output, and each module call's boundary in the
+carried file is held against the same call's boundary in the original:
+
+  verified   every value crossing the carried boundary is a specific value
+             crossing the original boundary on the same side (the original
+             value carry says it stands for, or else the one of that side it
+             equals) and is that value on values (below); a call that had
+             results hands some out;
+  declared   otherwise, with a cause. The tool's when a value crossing the
+             original boundary has no counterpart left in the transformed
+             model (the tool fused it away, removed it or converted it into
+             another form), when the call reads or hands out a value no
+             original value is, or when the nodes reading a value across the
+             boundary stand for none that read it in the original (the tool
+             rewired them: a transpose pushed across the boundary). Carry's
+             otherwise: the values exist, its placement misses them.
+
+Whether a transformed value is an original one is decided on values, and the
+pair's precision is measured, not assumed per tool: the values the
+transformed model still has under their original names and shapes are
+compared with the original's, each difference relative to the value's
+largest magnitude. When the median is within float32 rounding
+(checks.FLOAT32_TOLERANCE), the tool kept values, and a value is an original
+one when it agrees with it within that bound ("by value"). The median, not a
+high quantile: a few values a tool keeps under their names in another layout
+(a square tensor transposed) or clamps (fp16's -inf masks) would otherwise
+make a tool that keeps values pass for one that does not. Otherwise the tool
+computes in another precision (fp16, int8), drift grows through the network
+and no fixed bound tells neighbouring values apart (a LayerNorm's last Mul
+from its result differs by the bias, less than int8 drift); a value is then
+the original value carry says it stands for only when it is nearer to that
+value than to any other value of the original of its shape, and within half
+its magnitude ("by correspondence"), and the fallback by value alone is off.
+
+A pair whose graphs do not correspond is refused (CarryError): an input or
+output of the transformed model that the original does not have, or outputs
+that on the same inputs do not agree with the original's within half their
+magnitude (another model)."""
+
+from collections import Counter
+
+import numpy as np
+import onnx
+
+from hiertag import checks
+
+VERIFIED, DECLARED, EXPORT, NEVER_RAN, NO_NODES = "verified", "declared", "export", "never ran", "no nodes"
+TOOL, CARRY = "tool", "carry"
+BY_VALUE, BY_CORRESPONDENCE = "by value", "by correspondence"
+# Outputs further apart than this share of their magnitude are another model's.
+UNRELATED = 0.5
+
+
+class Unrelated(ValueError):
+    """The transformed model is not made from the tagged one (one line)."""
+
+
+class CannotRun(ValueError):
+    """ONNX Runtime cannot run the tagged model (one line)."""
+
+
+def generated_inputs(model, given=None):
+    """({graph input: array}, [symbolic dimensions set to 1]): the arrays in
+    `given` as they are, the others generated, seeded: floats standard
+    normal, integers ones (a valid token id and an all-ones mask), booleans
+    true; a dimension the model leaves symbolic is 1."""
+    given = given or {}
+    initializers = {i.name for i in model.graph.initializer}
+    generator = np.random.default_rng(0)
+    feeds, notes = {}, []
+    for graph_input in model.graph.input:
+        if graph_input.name in initializers:
+            continue
+        tensor = graph_input.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+        if graph_input.name in given:
+            feeds[graph_input.name] = np.asarray(given[graph_input.name]).astype(dtype)
+            continue
+        shape = []
+        for index, dim in enumerate(tensor.shape.dim):
+            if dim.HasField("dim_value"):
+                shape.append(dim.dim_value)
+            else:
+                shape.append(1)
+                notes.append(f"{graph_input.name}[{dim.dim_param or index}=1]")
+        feeds[graph_input.name] = (generator.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
+                                   else np.ones(shape, dtype=dtype))
+    return feeds, notes
+
+
+def check_io(original, transformed):
+    """Refuses a transformed model with a graph input or output the original
+    does not have (Unrelated)."""
+    def names(graph, values):
+        initializers = {i.name for i in graph.initializer}
+        return [v.name for v in values if v.name not in initializers]
+    o_inputs, o_outputs = set(names(original.graph, original.graph.input)), {o.name for o in original.graph.output}
+    for name in names(transformed.graph, transformed.graph.input):
+        if name not in o_inputs:
+            raise Unrelated(f"the transformed model's input '{name}' matches no input of the tagged model "
+                            f"({', '.join(sorted(o_inputs))}): not made from it")
+    for output in transformed.graph.output:
+        if output.name not in o_outputs:
+            raise Unrelated(f"the transformed model's output '{output.name}' matches no output of the tagged model: "
+                            "not made from it")
+
+
+def _run(model, feeds, names):
+    """ONNX Runtime values of `names`, the feeds cast to the model's input types;
+    its error's last line as a RuntimeError when it cannot run the model."""
+    types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in model.graph.input}
+    fed = {name: feeds[name].astype(types[name]) for name in types if name in feeds}
+    try:
+        return checks.intermediate_values(model, fed, sorted(names))
+    except Exception as error:  # ONNX Runtime's Fail, InvalidArgument, InvalidGraph, ...: the model
+        lines = str(error).strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else type(error).__name__) from None
+
+
+class CallResult:
+    """One module call of the carried file: its status, and for a declared
+    call the cause (TOOL or CARRY), the reason and a node it concerns."""
+
+    def __init__(self, key, status, cause=None, reason="", node="", recorded=False):
+        self.key, self.status, self.cause, self.reason, self.node = key, status, cause, reason, node
+        self.recorded = recorded  # declared by a record carry already wrote (a fused node's span)
+
+
+class Proof:
+    """The check of every module call of a carried file (module docstring)."""
+
+    def __init__(self, original, carried, correspondence, feeds, by, regions=None):
+        """`carried`: the transformed model with carry's tags and its fused
+        records; `correspondence`: carry's (carry._Correspondence); `feeds`:
+        arrays for the original's graph inputs (generated_inputs); `regions`:
+        {transformed node index: the original nodes it stands for}, carry's."""
+        self.original, self.carried, self.c, self.by, self.feeds = original, carried, correspondence, by, feeds
+        self.regions = regions or {}
+        self.table = checks.module_table(carried)
+        self.at_export = checks.rewritten_boundaries(original)
+        self.fused = {key: reason for key, reason in checks.rewritten_boundaries(carried).items()
+                      if key not in self.at_export}
+        self.o_members, self.t_members = {}, {}
+        self.o_bounds = checks.module_boundaries(original, self.o_members)
+        self.t_bounds = checks.module_boundaries(carried, self.t_members)
+        self.unrunnable = None
+        self._searched = False
+        self._nearest = {}
+        self._run_both()
+        if self.method == BY_CORRESPONDENCE:
+            self._search_all_values()
+        self.results = [self._check(tag, call) for tag in self.table
+                        for call in range(checks.call_count(self.table, tag))]
+
+    def _run_both(self):
+        """Both files on the same inputs: the values crossing every boundary,
+        what carry says they stand for, and the values kept under their
+        original names (which measure the pair's precision)."""
+        c = self.c
+        kept = {n for n in set(c.t.producer) | set(c.t.inputs) if c.known(n) and n in c.o.values}
+        t_wanted = {n for ins, outs in self.t_bounds.values() for n in ins + outs}
+        t_wanted |= {o.name for o in self.carried.graph.output} | kept
+        o_wanted = {n for ins, outs in self.o_bounds.values() for n in ins + outs}
+        o_wanted |= {o.name for o in self.original.graph.output} | kept
+        o_wanted |= {c.corr(n) for n in t_wanted} - {None}
+        try:
+            self.o_values = _run(self.original, self.feeds, o_wanted & c.o.values)
+        except RuntimeError as error:
+            raise CannotRun(f"ONNX Runtime cannot run the tagged model: {error}") from None
+        try:
+            self.t_values = _run(self.carried, self.feeds, t_wanted)
+        except RuntimeError as error:  # no value of it to establish anything with
+            self.unrunnable = str(error)
+            self.method, self.tolerance, self.drift = BY_VALUE, checks.FLOAT32_TOLERANCE, 0.0
+            return
+        for output in self.carried.graph.output:
+            distance = checks.disagreement(self.t_values[output.name], self.o_values[output.name])
+            if distance > UNRELATED:
+                raise Unrelated(f"on the same inputs its output '{output.name}' differs from the tagged model's by "
+                                f"{distance:.2g} of its magnitude: not made from it")
+        drifts = [checks.disagreement(self.t_values[n], self.o_values[n]) for n in kept
+                  if _is_float(self.o_values[n])]
+        # The median: a few values a tool keeps under their names in another
+        # layout (a square tensor transposed) or clamps (fp16's -inf masks) do
+        # not make a tool that keeps values look like one that does not.
+        self.drift = float(np.median([d for d in drifts if np.isfinite(d)] or [0.0]))
+        if self.drift <= checks.FLOAT32_TOLERANCE:
+            self.method, self.tolerance = BY_VALUE, checks.FLOAT32_TOLERANCE
+        else:
+            self.method, self.tolerance = BY_CORRESPONDENCE, UNRELATED
+
+    def _search_all_values(self):
+        """For a declared call's cause: every value of both main graphs whose
+        shape is one a boundary value has (or unknown), run once more."""
+        if self._searched:
+            return
+        self._searched = True
+        shapes = {np.shape(v) for v in [*self.o_values.values(), *self.t_values.values()]}
+
+        def wanted(names, inferred):
+            return {n for n in names if inferred.get(n) is None or None in inferred[n] or inferred[n] in shapes}
+        o_names = wanted(set(self.c.o.producer) - self.c.o.weights, self.c.o_shapes) - set(self.o_values)
+        t_names = wanted(set(self.c.t.producer) - self.c.t.weights, self.c.t_shapes) - set(self.t_values)
+        try:
+            self.o_values.update(_run(self.original, self.feeds, o_names))
+            self.t_values.update(_run(self.carried, self.feeds, t_names))
+        except RuntimeError:  # a value ONNX Runtime cannot expose: the causes rest on the values at hand
+            pass
+
+    def _agreement(self, name, original):
+        if original not in self.o_values or name not in self.t_values:
+            return float("inf")
+        return checks.disagreement(self.t_values[name], self.o_values[original])
+
+    def _nearest_originals(self, name):
+        """(distance, the original values of its shape nearest to it, ties included)."""
+        if name not in self._nearest:
+            shape = np.shape(self.t_values.get(name))
+            found = [(self._agreement(name, original), original) for original, value in self.o_values.items()
+                     if np.shape(value) == shape]
+            best = min((distance for distance, _ in found), default=float("inf"))
+            self._nearest[name] = best, {original for distance, original in found
+                                         if distance <= best * (1 + 1e-3) + 1e-9}
+        return self._nearest[name]
+
+    def _identifies(self, name, original):
+        """Whether transformed value `name` is original value `original` on
+        values: within float32 rounding for a tool that keeps values; for one
+        that changes precision, within UNRELATED and nearer to it than to any
+        other value of the original of its shape (so drift, however large,
+        never makes a neighbouring value pass for it)."""
+        distance = self._agreement(name, original)
+        if self.method == BY_VALUE:
+            return distance <= self.tolerance
+        return distance <= self.tolerance and original in self._nearest_originals(name)[1]
+
+    def _original_of(self, name, side):
+        """The value of the call's original boundary side that `name` is, or None."""
+        stands_for = self.c.corr(name)
+        if stands_for in side:
+            return stands_for if self._identifies(name, stands_for) else None
+        if self.method != BY_VALUE:
+            return None
+        fits = sorted((self._agreement(name, value), value) for value in side)
+        fits = [(distance, value) for distance, value in fits if distance <= self.tolerance]
+        # Not closer to what carry says it stands for: an earlier value the
+        # tool read past a no-op, equal to the boundary value.
+        if fits and fits[0][0] <= self._agreement(name, stands_for):
+            return fits[0][1]
+        return None
+
+    def _check(self, tag, call):
+        key = checks.boundary_key(self.table, tag, call)
+        if key in self.at_export:
+            return CallResult(key, EXPORT, reason=self.at_export[key])
+        if key in self.fused:
+            return CallResult(key, DECLARED, TOOL, self.fused[key], recorded=True)
+        if self.table[tag].get("ran", True) is False:
+            return CallResult(key, NEVER_RAN)
+        if self.unrunnable is not None:
+            return CallResult(key, DECLARED, CARRY, "carry could not establish its boundary: ONNX Runtime cannot "
+                                                    f"run the transformed model ({self.unrunnable})")
+        t_inputs, t_outputs = self.t_bounds[(tag, call)]
+        o_inputs, o_outputs = self.o_bounds.get((tag, call), ([], []))
+        if not self.t_members.get((tag, call)):
+            if not self.o_members.get((tag, call)):
+                return CallResult(key, NO_NODES)
+            return self._declared(key, (tag, call), o_inputs, o_outputs, (None, False))
+        problems = [(name, reads) for names, side, reads in ((t_inputs, o_inputs, True), (t_outputs, o_outputs, False))
+                    for name in names if self._original_of(name, side) is None]
+        if o_outputs and not t_outputs:
+            problems.append((None, False))
+        if not problems:
+            return CallResult(key, VERIFIED)
+        return self._declared(key, (tag, call), o_inputs, o_outputs, problems[0])
+
+    def _declared(self, key, ref, o_inputs, o_outputs, problem):
+        """The cause: the tool's when a value of the original boundary has no
+        counterpart left (no value of the transformed model agrees with it),
+        when the call reads or hands out a value in a form the original does
+        not have, or when the nodes reading an original value across the
+        boundary stand for none that read it in the original (the tool
+        rewired them: a transpose pushed across the boundary); carry's when
+        they do (carry placed the call's own computation outside it, or
+        another's inside)."""
+        self._search_all_values()
+        name, reads = problem
+        node = self._node_of(name) if name else ""
+        gone = [value for value in o_inputs + o_outputs if not self._has_counterpart(value)]
+        if gone:
+            side = "received" if gone[0] in o_inputs else "handed out"
+            if self.method == BY_CORRESPONDENCE and any(self.c.corr(name) == gone[0] and
+                                                        self._agreement(name, gone[0]) <= self.tolerance
+                                                        for name in self.t_values):
+                return CallResult(key, DECLARED, TOOL, f"{self.by} changed its values past telling its boundary "
+                                                       f"apart: what stands for '{gone[0]}', which it {side} in the "
+                                                       "tagged model, is nearer to another value of the tagged "
+                                                       f"model (median drift {self.drift:.0e})", node)
+            return CallResult(key, DECLARED, TOOL, f"{self.by} removed or converted its boundary: '{gone[0]}', a "
+                                                   f"value it {side} in the tagged model, is no value of the "
+                                                   "transformed model", node)
+        verb = "reads" if reads else "hands out"
+        equal = self._original_equal(name) if name is not None else None
+        if name is not None and equal is None:
+            return CallResult(key, DECLARED, TOOL, f"{self.by} changed its boundary: it {verb} '{name}', which "
+                                                   f"equals no value of the tagged model (another form)", node)
+        if name is not None and not self._read_as_before(name, equal, ref, reads):
+            return CallResult(key, DECLARED, TOOL, f"{self.by} rewired its boundary: it {verb} '{name}' (the tagged "
+                                                   f"model's '{equal}'), which nodes now read across it that did not "
+                                                   "in the tagged model", node)
+        return CallResult(key, DECLARED, CARRY, "carry could not establish its boundary: " +
+                          self._describe(problem, o_inputs, o_outputs), node)
+
+    def _read_as_before(self, name, original, ref, reads):
+        """Whether a node reading `name` across the call's boundary (a member,
+        for a value it reads; a node outside, for one it hands out) stands for
+        an original node that read `original`."""
+        members = set(self.t_members.get(ref, []))
+        readers = {index for index, _ in self.c.t.consumers.get(name, []) if (index in members) == reads}
+        original_readers = {index for index, _ in self.c.o.consumers.get(original, [])}
+        return any(self.regions.get(index, set()) & original_readers or self.c.matched.get(index) in original_readers
+                   for index in readers)
+
+    def _has_counterpart(self, original):
+        shape = np.shape(self.o_values.get(original))
+        return any(np.shape(value) == shape and self._identifies(name, original)
+                   for name, value in self.t_values.items())
+
+    def _original_equal(self, name):
+        """An original value `name` is: what carry says it stands for, or any of its shape."""
+        stands_for = self.c.corr(name)
+        if self._identifies(name, stands_for):
+            return stands_for
+        shape = np.shape(self.t_values.get(name))
+        return next((original for original, value in sorted(self.o_values.items())
+                     if np.shape(value) == shape and self._identifies(name, original)), None)
+
+    def _describe(self, problem, o_inputs, o_outputs):
+        name, reads = problem
+        if name is None:
+            if not o_outputs:
+                return "it places none of the transformed model's nodes in it"
+            return "it hands out nothing, but handed out " + ", ".join(f"'{n}'" for n in o_outputs[:2])
+        verb, what = ("reads", "received") if reads else ("hands out", "handed out")
+        equal = self._original_equal(name)
+        side = o_inputs if reads else o_outputs
+        if equal in side:
+            return f"it {verb} '{name}', placed as another value than '{equal}', which it equals"
+        return (f"it {verb} '{name}'" + (f" (the tagged model's '{equal}')" if equal and equal != name else "")
+                + f", which is no value it {what} in the tagged model")
+
+    def _node_of(self, name):
+        """A node of the carried model reading or making `name`."""
+        for node in self.carried.graph.node:
+            if name in node.output or name in node.input:
+                return node.name
+        return ""
+
+    def records(self, pass_name):
+        """A "rewired" record for each call declared here, naming its cause."""
+        return [{"pass": pass_name, "kind": "rewired", "modules": [r.key], "node": r.node, "cause": r.cause,
+                 "reason": r.reason} for r in self.results if r.status == DECLARED and not r.recorded]
+
+    def counts(self):
+        counts = Counter(r.status for r in self.results)
+        causes = Counter(r.cause for r in self.results if r.status == DECLARED)
+        return {"calls": len(self.results), "verified": counts[VERIFIED], "declared_by_tool": causes[TOOL],
+                "declared_by_carry": causes[CARRY], "declared_at_export": counts[EXPORT],
+                "never_ran": counts[NEVER_RAN], "no_nodes": counts[NO_NODES], "method": self.method,
+                "tolerance": self.tolerance, "drift": self.drift}
+
+
+def _is_float(array):
+    return np.issubdtype(np.asarray(array).dtype, np.floating)
