@@ -171,7 +171,11 @@ def test_verifier_finds_the_value_dynamo_shares_across_bert_layers(files, tmp_pa
     assert "/BertModel/BertEncoder/BertLayer.1/BertAttention/BertSelfAttention" in failed
     assert any("/BertModel/BertEncoder/BertLayer.1: consumes" in line and "not a tensor it received" in line
                for line in failures)
-    assert all(extract.startswith("ok") for _, _, extract, _, _ in rows)
+    # Every cut is written; those the boundary check refused cannot be run on
+    # what the call received in eager PyTorch, and say so; the rest compute it.
+    for key, _, extract, boundary, _ in rows:
+        expected = "not checked" if boundary.startswith("FAIL") else "ok"
+        assert extract.startswith(expected), (key, extract, boundary)
 
 
 def test_torch_modules_1_gives_torch_nn_modules_the_torchscript_paths_segments(files, tmp_path):
