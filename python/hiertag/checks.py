@@ -1,5 +1,9 @@
 """Reading a tagged ONNX file back, and the module-boundary check: shared by
-the verifier (hiertag verify, hiertag/verify.py) and the end-to-end tests."""
+the verifier (hiertag verify, hiertag/verify.py) and the end-to-end tests.
+
+torch and onnxruntime are imported by the functions that run a model, so the
+verbs that only read files (select, report, graphml, explorer, compare without
+--values) import neither (tests/e2e/test_verbs.py)."""
 
 import functools
 import json
@@ -8,8 +12,6 @@ import sys
 
 import numpy as np
 import onnx
-import onnxruntime
-import torch
 
 TAG_KEY = "hierarchy_tag"
 SHARED_KEY = "hiertag.shared_with"
@@ -193,6 +195,7 @@ def flatten_tensors(value, out, depth=0, copy=True):
     tensors themselves, numbers skipped). A function passed as an argument
     brings the tensors it closes over (`lambda x: self.attn(x, x, x, mask)`
     hands the callee `mask`); a module passed as one brings only weights."""
+    import torch
     if depth > 8:
         return out
     if isinstance(value, torch.Tensor):
@@ -223,6 +226,7 @@ def flatten_tensors(value, out, depth=0, copy=True):
 
 def _attribute_tensors(module):
     """{name: tensor} of the tensors a module holds as plain attributes."""
+    import torch
     return {name: value for name, value in vars(module).items() if isinstance(value, torch.Tensor)}
 
 
@@ -249,6 +253,7 @@ def record_module_io(model, args):
     the exporter decides them, so the values are real and models take the code
     paths they take under export (transformers keeps an all-ones attention
     mask when tracing and drops it in plain eager mode)."""
+    import torch
     calls = {}
     decided = torchscript_exporter()._decide_input_format(model, args)
     wrapped = []
@@ -389,6 +394,8 @@ def feeds_for(model, torch_model, args):
     signature, defaults such as GPT-2's logits_to_keep kept), in order; an
     argument torch dropped from the graph (read only for its shape, constant-
     folded) is skipped, the graph's inputs matched in order by type and shape."""
+    import onnxruntime
+    import torch
     decided = torchscript_exporter()._decide_input_format(torch_model, args)
     values = [v for v in decided if isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool)]
     arrays = [v.numpy() if isinstance(v, torch.Tensor) else np.array(v) for v in values]
@@ -420,6 +427,7 @@ def _fits(graph_input, array):
 
 def intermediate_values(model, feeds, names):
     """ONNX Runtime values of `names` (optimizations off so every node runs)."""
+    import onnxruntime
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     existing = {o.name for o in probe.graph.output}
@@ -477,6 +485,7 @@ def assign_tensors(values, tensors, tolerance=FLOAT32_TOLERANCE):
     tensors of the call, never one tensor claimed twice), preferring the
     closest. A value equal to no unclaimed tensor within `tolerance` is left
     out."""
+    import torch
     arrays = [t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in tensors]
     fits = {}
     for name, value in values.items():

@@ -8,7 +8,10 @@ import contextlib
 import hashlib
 import io
 import os
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import onnx
 import onnxruntime
@@ -241,3 +244,29 @@ def test_every_usage_error_names_its_problem_in_one_line(files, capfd, monkeypat
     assert (status, stdout) == (2, "")
     assert stderr.count("\n") == 1 and stderr.startswith(f"hiertag {verb}: {problem}"), stderr
     assert snapshot(files) == before
+
+
+# The verbs that only read files, each as a user runs it; compare without
+# --values counts modules, and runs no model.
+FILE_ONLY = [
+    ("select", ["m.onnx", "--module", "ROOT"]),
+    ("report", ["m.onnx", "--verify-json", "v.json", "-o", "OUT"]),
+    ("graphml", ["x.onnx", "-o", "OUT"]),
+    ("explorer", ["m.onnx", "-o", "OUT"]),
+    ("compare", ["m.onnx", "t.onnx"]),
+    ("tree", ["m.onnx"]),
+]
+
+
+@pytest.mark.parametrize("verb,arguments", FILE_ONLY, ids=[verb for verb, _ in FILE_ONLY])
+def test_a_verb_that_only_reads_files_imports_neither_torch_nor_onnxruntime(files, verb, arguments):
+    """Check that `python -m hiertag VERB` on a file succeeds without importing torch or
+    onnxruntime (seconds of start-up, and a verb a machine without them can run)."""
+    command = [sys.executable, "-X", "importtime", "-m", "hiertag", verb, *resolved(files, arguments, files / "out")]
+    # The hiertag this test imported (a checkout's or an installed one), and its native tool.
+    env = {**os.environ, "PYTHONPATH": str(Path(hiertag.__file__).parents[1])}
+    done = subprocess.run(command, capture_output=True, text=True, cwd=files, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "hiertag.cli" in imported  # the measurement sees the imports
+    assert not imported & {"torch", "onnxruntime"}, sorted(imported & {"torch", "onnxruntime"})
