@@ -42,7 +42,7 @@ def test_failure_at_a_step_writes_nothing_and_leaves_the_exporter_as_it_was(step
     tagged, plain = references
     failed = tmp_path / "failed.onnx"
     with pytest.raises((RuntimeError, ValueError), match=f"hiertag: injected failure at {step}"):
-        model = export(failed, "1", inject=step)
+        export(failed, "1", inject=step)
     assert not failed.exists()
     export(tmp_path / "tagged.onnx", "1")
     export(tmp_path / "plain.onnx", "0")
