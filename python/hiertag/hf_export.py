@@ -327,12 +327,21 @@ def _load_model(spec, config, task):
     return _pretrained(spec, config, task, local_directory=False)
 
 
+def prepare_for_torchscript_export(model):
+    """transformers 5 re-adds use_cache as a keyword while the TorchScript
+    exporter passes every argument positionally ("got multiple values for
+    argument 'use_cache'", also without hiertag); a config without use_cache
+    avoids it. Export wants no key/value cache anyway."""
+    if getattr(getattr(model, "config", None), "use_cache", None) is not None:
+        object.__setattr__(model.config, "use_cache", None)
+    return model
+
+
 def prepare(model):
     """Export settings, once for every transformers/TorchScript clash: eval
     mode, and no key/value cache in any (sub)config: transformers 5 re-adds
     use_cache as a keyword while the exporter passes every argument
     positionally ("got multiple values for argument 'use_cache'")."""
-    from hiertag.zoo import prepare_for_torchscript_export
     model.eval()
     for module in model.modules():
         if hasattr(module, "config"):

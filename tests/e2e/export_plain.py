@@ -1,4 +1,4 @@
-"""Exports zoo models in a process of its own, so the tests can compare
+"""Exports zoo models (or the sweep's) in a process of its own, so the tests can compare
 flag-off exports byte for byte between processes with the same history, and
 tell the models torch itself cannot export on this release (NAME.error holds
 torch's error, in place of NAME.onnx).
@@ -14,10 +14,11 @@ import torch
 
 import hiertag
 from hiertag import OPSET, zoo
+from hiertag.zoo import sweep_models
 
 
 def export_bytes(name):
-    model, args = zoo.ALL[name]()
+    model, args = zoo.ALL[name]() if name in zoo.ALL else sweep_models.MODELS[name][1]()
     buffer = io.BytesIO()
     torch.onnx.export(model, args, buffer, dynamo=False, opset_version=OPSET)
     return buffer.getvalue()

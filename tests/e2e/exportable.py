@@ -5,6 +5,8 @@ hiertag result (torch 2.4's symbolic for scaled_dot_product_attention cannot
 take the float scale transformers 4.57 passes, for one)."""
 
 import functools
+import inspect
+import json
 import os
 import subprocess
 import sys
@@ -44,6 +46,18 @@ def export_in_subprocess(names, load_plugin=False, hiertag=None):
         return files, errors
 
 
+# torch's dynamo exporter as `hiertag import-dynamo` reads it: torch.onnx.export(...,
+# dynamo=True) taking keyword arguments (kwargs=), which writes each node's module
+# metadata. torch 2.4's dynamo=True is the older dynamo_export, which writes none.
+DYNAMO_EXPORT = "kwargs" in inspect.signature(torch.onnx.export).parameters
+
+
+def skip_unless_dynamo_export():
+    if not DYNAMO_EXPORT:
+        pytest.skip(f"torch {torch.__version__} has no dynamo exporter writing module metadata "
+                    "(torch.onnx.export(..., dynamo=True, kwargs=...))")
+
+
 _known = {}  # name -> torch's error, or None
 
 
@@ -70,3 +84,27 @@ def zoo_model(name):
     """zoo.ALL[name](), or a skip where torch cannot export the model."""
     skip_unless_torch_exports(name)
     return zoo.ALL[name]()
+
+
+_PLAIN_HF_EXPORT = """
+import json, sys, torch
+from hiertag import OPSET, hf_export
+spec, config, task, inputs, out = json.loads(sys.argv[1])
+model, args = hf_export.build(spec, config=config, task=task, inputs=inputs)
+try:
+    torch.onnx.export(model, args, out, dynamo=False, opset_version=OPSET)
+except Exception as error:
+    print(f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}")
+"""
+
+
+@functools.cache
+def hf_export_error(model_spec, config_json, task=None, inputs=()):
+    """torch's error exporting `hiertag export`'s model (hf_export.build's) in a
+    process that never loaded hiertag, or None when torch exports it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HIERTAG") or k == "HIERTAG_NATIVE_DIR"}
+    with tempfile.TemporaryDirectory() as out_dir:
+        arguments = json.dumps([model_spec, json.loads(config_json), task, list(inputs), f"{out_dir}/plain.onnx"])
+        done = subprocess.run([sys.executable, "-c", _PLAIN_HF_EXPORT, arguments], capture_output=True, text=True,
+                              env=env, cwd=ROOT, check=True)
+    return done.stdout.strip() or None

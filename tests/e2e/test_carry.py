@@ -17,9 +17,10 @@ import numpy as np
 import onnx
 import pytest
 
-from hiertag import carry, carry_check, checks
+from hiertag import carry, carry_check, checks, zoo
+from hiertag.zoo import sweep_models
 from hiertag.hf_export import quiet
-from tests.e2e.exportable import zoo_model
+from tests.e2e.exportable import skip_unless_torch_exports, torch_export_error, zoo_model
 from tests.e2e.test_export import run_tool
 
 import importlib.util
@@ -41,8 +42,9 @@ GPT2 = "/GPT2LMHeadModel/GPT2Model"
 def workdir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("carry")
     for name in sorted({name for name, _ in CELLS} | {"gpt2"}):
-        with quiet():
-            matrix.export_tagged(name, directory / f"{name}.onnx")
+        if torch_export_error(name) is None:  # the others' tests skip
+            with quiet():
+                matrix.export_tagged(name, directory / f"{name}.onnx")
     return directory
 
 
@@ -51,6 +53,7 @@ def cells(workdir):
     eager, found = {}, {}
 
     def cell(name, tool):
+        skip_unless_torch_exports(name)
         if name not in eager:
             with quiet():
                 eager[name] = matrix.Eager(name, workdir / f"{name}.onnx")
@@ -160,6 +163,7 @@ def test_a_fusion_across_two_blocks_leaves_neither_block_claimed(workdir):
     # onnxruntime.transformers fuses each GPT-2 block's last residual Add with
     # the next block's LayerNorm (SkipLayerNormalization): neither block hands
     # out its own result any more, so extract refuses both, naming the tool.
+    skip_unless_torch_exports("gpt2")
     with quiet():
         eager = matrix.Eager("gpt2", workdir / "gpt2.onnx")
         result = matrix.cell("gpt2", "transformers", workdir / "gpt2.onnx", workdir, eager)
@@ -242,8 +246,9 @@ def test_the_command_refuses_bad_input_and_unrelated_models_in_one_line_and_writ
                                        opset_imports=list(bert.opset_import), ir_version=bert.ir_version)
     onnx.save(unrelated, tmp_path / "constant_bert.onnx")
     with quiet():  # issue 18's pair: a ViT's tags carried onto a BART
-        matrix.export_tagged("vit", workdir / "vit.onnx")
-        matrix.export_tagged("bart", workdir / "bart.onnx")
+        for name in ("vit", "bart"):
+            if torch_export_error(name) is None:
+                matrix.export_tagged(name, workdir / f"{name}.onnx")
     out = tmp_path / "out.onnx"
     cases = [
         ((tmp_path / "missing.onnx", tagged), "cannot open the file"),
@@ -256,6 +261,10 @@ def test_the_command_refuses_bad_input_and_unrelated_models_in_one_line_and_writ
         ((tagged, tmp_path / "other_bert.onnx"), "differs from the tagged model's by"),
         ((tagged, tmp_path / "constant_bert.onnx"), "differs from the tagged model's by"),
     ]
+    # Less only where torch itself cannot export a model of a pair (torch 2.4: ViT, BART, GPT-2).
+    cases = [((source, transformed), message) for (source, transformed), message in cases
+             if not any(path.parent == workdir and torch_export_error(path.stem) is not None
+                        for path in (source, transformed) if path.stem in zoo.ALL or path.stem in sweep_models.MODELS)]
     for (source, transformed), message in cases:
         done = hiertag_carry(source, transformed, "-o", out)
         assert done.returncode == 2 and done.stdout == "", (source, transformed)

@@ -24,6 +24,7 @@ from onnx import numpy_helper
 
 import hiertag
 from hiertag import checks, hf_export
+from tests.e2e.exportable import hf_export_error
 
 BERT = {"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
         "intermediate_size": 64, "max_position_embeddings": 32}
@@ -194,8 +195,24 @@ def check_runs(path, model, args, rtol=1e-4, atol=1e-5):
         np.testing.assert_allclose(value, expected, rtol=rtol, atol=atol, err_msg=meta.name)
 
 
+def skip_where_torch_cannot_export(exports, name):
+    """A skip where `hiertag export` said torch cannot export the case and torch,
+    in a process that never loaded hiertag, cannot either (torch 2.4 with
+    transformers 4.57: GPT-2's mask, ViT's attention scale): torch's limit on
+    this release, not a hiertag result."""
+    result, _ = exports[name]
+    if result.returncode != 0 and "torch cannot export this model" in result.stderr:
+        model_spec, config, extra, _, _ = CASES[name]
+        specs = tuple(extra[i + 1] for i, a in enumerate(extra) if a == "--input")
+        task = extra[extra.index("--task") + 1] if "--task" in extra else None
+        error = hf_export_error(model_spec, json.dumps(config), task, specs)
+        if error is not None:
+            pytest.skip(f"torch {torch.__version__} cannot export {name}, without hiertag too: {error[:300]}")
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_export_from_config(exports, name):
+    skip_where_torch_cannot_export(exports, name)
     result, path = exports[name]
     model_spec, config, extra, inputs, root_class = CASES[name]
     assert result.returncode == 0, result.stderr
@@ -211,16 +228,16 @@ def test_export_from_config(exports, name):
     check_runs(path, torch_model, args)
 
 
-def test_outputs_are_named_after_the_model_output_fields(exports):
-    outputs = {name: [o.name for o in onnx.load(str(exports[name][1])).graph.output]
-               for name in ("bert", "gpt2", "t5", "clip")}
-    assert outputs == {
+@pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "clip"])
+def test_outputs_are_named_after_the_model_output_fields(exports, name):
+    skip_where_torch_cannot_export(exports, name)
+    assert [o.name for o in onnx.load(str(exports[name][1])).graph.output] == {
         "bert": ["last_hidden_state", "pooler_output"],
         "gpt2": ["logits"],
         "t5": ["logits", "encoder_last_hidden_state"],
         "clip": ["logits_per_image", "logits_per_text", "text_embeds", "image_embeds",
                  "text_model_output.last_hidden_state", "text_model_output.pooler_output",
-                 "vision_model_output.last_hidden_state", "vision_model_output.pooler_output"]}
+                 "vision_model_output.last_hidden_state", "vision_model_output.pooler_output"]}[name]
 
 
 def test_input_override_shapes_the_graph(exports):

@@ -21,7 +21,7 @@ import torch
 
 import hiertag
 from hiertag import OPSET, checks, dynamo, native, verify, zoo
-from tests.e2e.exportable import zoo_model
+from tests.e2e.exportable import skip_unless_dynamo_export, zoo_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,6 +32,7 @@ MODELS = ["bert", "resnet", "called_twice", "containers", "odd_class_names"]
 
 
 def dynamo_export(name, path):
+    skip_unless_dynamo_export()
     model, args = zoo_model(name)
     positional, keywords = dynamo.export_arguments(args)
     with contextlib.redirect_stdout(io.StringIO()):  # the exporter's progress lines
@@ -232,6 +233,7 @@ def test_nodes_the_optimizer_made_take_their_neighbours_common_ancestor(tmp_path
 def test_constants_without_metadata_take_their_readers_common_ancestor(tmp_path):
     """Check the consumers rule on an unoptimized export's Constants with their
     metadata removed: each gets the common ancestor of its readers' tags."""
+    skip_unless_dynamo_export()
     exported = tmp_path / "called_twice.dynamo.onnx"
     model, args = zoo_model("called_twice")
     positional, keywords = dynamo.export_arguments(args)
@@ -267,6 +269,7 @@ class Gate(torch.nn.Module):
 def test_nodes_in_if_bodies_take_the_tag_of_the_node_holding_them(tmp_path):
     """Check the enclosing rule on a real If: every body node gets the If's tag,
     and the file validates."""
+    skip_unless_dynamo_export()
     exported, imported = tmp_path / "gate.dynamo.onnx", tmp_path / "gate.onnx"
     with contextlib.redirect_stdout(io.StringIO()):
         torch.onnx.export(Gate().eval(), (torch.randn(4, 8),), str(exported), dynamo=True)
@@ -360,6 +363,7 @@ def test_hiertag_1_tags_the_default_call_where_it_is_the_torchscript_exporter(tm
 def test_flag_off_dynamo_export_is_torchs_own(tmp_path, monkeypatch):
     """Check that with HIERTAG unset or 0 the dynamo export is byte for byte the
     one of a process that never loaded hiertag: torch's metadata, no hiertag entry."""
+    skip_unless_dynamo_export()
     never_loaded = tmp_path / "never_loaded.onnx"
     script = textwrap.dedent(f"""
         import contextlib, io, sys, torch

@@ -5,6 +5,7 @@ weights and their exports can be compared byte for byte."""
 
 import torch
 
+from hiertag.hf_export import prepare_for_torchscript_export
 from hiertag.zoo import corner_cases
 
 
@@ -15,16 +16,6 @@ def _seeded(build):
         return model.eval(), args
     factory.__name__ = build.__name__
     return factory
-
-
-def prepare_for_torchscript_export(model):
-    """transformers 5 re-adds use_cache as a keyword while the TorchScript
-    exporter passes every argument positionally ("got multiple values for
-    argument 'use_cache'", also without hiertag); a config without use_cache
-    avoids it. Export wants no key/value cache anyway."""
-    if getattr(getattr(model, "config", None), "use_cache", None) is not None:
-        object.__setattr__(model.config, "use_cache", None)
-    return model
 
 
 def _narrowed(model, ids):

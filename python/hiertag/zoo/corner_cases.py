@@ -1,10 +1,20 @@
 """Small models for what no library model shows. Each builder returns
 (model, example args)."""
 
+import warnings
+
 import torch
 from torch import nn
 
 from hiertag import checks
+
+
+def script(function):
+    """torch.jit.script, without the deprecation warning torch 2.14 prints for it:
+    these corner cases are the TorchScript people wrote and still export."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return torch.jit.script(function)
 
 
 class Expert(nn.Module):
@@ -100,7 +110,7 @@ class Scripted(nn.Module):
         return self.out(x)
 
 
-@torch.jit.script
+@script
 def repeat_double(x: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
     for _ in range(int(times)):
         x = x * 2.0
@@ -427,7 +437,7 @@ class ToFloat(nn.Module):
         return x.float().contiguous()
 
 
-@torch.jit.script
+@script
 def clamp_if_large(x: torch.Tensor) -> torch.Tensor:
     if bool(x.abs().max() > 100.0):
         return x.clamp(-100.0, 100.0)
@@ -964,7 +974,7 @@ def _scripted_model():
         return type(cls.__name__, (cls,), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
     eager = fresh(Scripted)(child_class=fresh(ScriptedChild), inner_class=fresh(Expert)).eval()
-    scripted = torch.jit.script(eager)
+    scripted = script(eager)
     checks.register_eager_twin(scripted, eager)
     return scripted, _width_input()
 
