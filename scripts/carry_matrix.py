@@ -522,7 +522,8 @@ def write_json(path, report):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="carry_matrix.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default=",".join(MODELS), help=f"models (default: all {len(MODELS)})")
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help=f"models (default: the matrix's {len(MODELS)}; any model of the sweep is accepted)")
     parser.add_argument("--tools", default=",".join(TOOLS), help=f"tools (default: all {len(TOOLS)})")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where carry.md and carry.json go")
     parser.add_argument("--worker", metavar="MODEL", help=argparse.SUPPRESS)
@@ -532,7 +533,9 @@ def main(argv=None):
         worker(options.worker, tools, options.out)
         return 0
     models = options.models.split(",")
-    unknown = [m for m in models if m not in MODELS] + [t for t in tools if t not in TOOLS]
+    from hiertag.zoo import sweep_models
+    known = set(MODELS) | set(sweep_models.MODELS)  # the matrix's, or any other of the sweep's
+    unknown = [m for m in models if m not in known] + [t for t in tools if t not in TOOLS]
     if unknown:
         print(f"carry_matrix.py: unknown model or tool: {', '.join(unknown)} "
               f"(models {', '.join(MODELS)}; tools {', '.join(TOOLS)})", file=sys.stderr)

@@ -828,7 +828,7 @@ def carry(original, transformed, by=None, feeds=None):
             count(inner, inner_placement)
 
     records = _kept_records(original, carrier, model) + records
-    _set_props(model, {checks.TABLE_KEY: props[checks.TABLE_KEY], FORMAT_KEY: "3"})
+    _set_props(model, {checks.TABLE_KEY: _table_for(model, props[checks.TABLE_KEY]), FORMAT_KEY: "3"})
     # The check reads each call's boundary from the file with its fusions recorded.
     _set_props(model, {checks.REWRITES_KEY: json.dumps(records, separators=(",", ":"))} if records else {})
     if feeds is None:
@@ -865,6 +865,32 @@ def carry(original, transformed, by=None, feeds=None):
                                               ("by", "nodes", "exact", "shared", "span", "rule", "rules", "calls")},
                                              separators=(",", ":"))})
     return model, summary
+
+
+def _table_for(model, text):
+    """The tagged model's module table for the transformed one. A module whose
+    computation the export folded into constants ("folded_into") keeps the ones
+    the transformed model still has (an initializer or a Constant of its main
+    graph by that name); one the tool renamed, merged or folded further is
+    dropped, and the field with the last one: the table never names a value the
+    file does not hold (ONNX Runtime turns Constants into initializers, and
+    merges equal ones under names of its own)."""
+    table = json.loads(text)
+    kept = {i.name for i in model.graph.initializer}
+    kept |= {name for node in model.graph.node if node.op_type == "Constant" for name in node.output}
+    changed = False
+    for entry in table.values():
+        folded = entry.get("folded_into")
+        if folded is None:
+            continue
+        still = [name for name in folded if name in kept]
+        if still != folded:
+            changed = True
+            if still:
+                entry["folded_into"] = still
+            else:
+                del entry["folded_into"]
+    return json.dumps(table, ensure_ascii=False, separators=(",", ":")) if changed else text
 
 
 def _record_types(model, correspondence):

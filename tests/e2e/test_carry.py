@@ -276,3 +276,28 @@ def test_the_command_refuses_bad_input_and_unrelated_models_in_one_line_and_writ
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and "-o/--output" in done.stderr
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [
         "constant_bert.onnx", "empty.onnx", "other_bert.onnx", "plain.onnx", "truncated.onnx"]
+
+
+def test_a_fold_record_keeps_only_the_constants_the_transformed_file_holds(tmp_path):
+    """Check that a module the export folded into constants (Pegasus's sinusoidal
+    positions) keeps, in the carried table, exactly those of its constants the
+    tool kept by name: ONNX Runtime merges equal constants under names of its
+    own, and the carried file must name no value it does not hold."""
+    skip_unless_torch_exports("pegasus")
+    source, transformed, out = tmp_path / "pegasus.onnx", tmp_path / "basic.onnx", tmp_path / "carried.onnx"
+    with quiet():
+        matrix.export_tagged("pegasus", source)
+    matrix.TOOLS["ort-basic"][1](source, transformed, "pegasus")
+    done = hiertag_carry(source, transformed, "-o", out)
+    assert done.returncode == 0, done.stderr
+    folded = {tag: entry["folded_into"] for tag, entry in checks.module_table(onnx.load(source)).items()
+              if "folded_into" in entry}
+    model = onnx.load(transformed)
+    held = {i.name for i in model.graph.initializer}
+    held |= {name for node in model.graph.node if node.op_type == "Constant" for name in node.output}
+    assert folded and any(set(names) - held for names in folded.values())  # the case: some were renamed
+    carried = checks.module_table(onnx.load(out))
+    for tag, names in folded.items():
+        assert carried[tag].get("folded_into", []) == [name for name in names if name in held]
+    validated = run_tool("validate", out)
+    assert validated.returncode == 0, validated.stdout
