@@ -55,8 +55,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 BUNDLED = ["bert", "gpt2", "t5", "llama", "vit", "resnet"]
 CORNER_CASES = ["mobilenet_v3_style", "gpt_style"]
-SWEEP = ["distilbert", "albert", "deberta_v2", "squeezebert", "gpt_neo", "opt", "bloom", "mistral", "phi", "gemma",
-         "bart", "whisper", "convnext", "regnet", "mobilenet_v2", "swin", "segformer", "levit", "hubert"]
+
+
+def _sweep():
+    """Every architecture of the sweep (python/hiertag/zoo/sweep_models.py), in its order."""
+    sys.path.insert(0, str(ROOT / "python"))
+    from hiertag.zoo import sweep_models
+    return [name for name in sweep_models.MODELS if name not in BUNDLED]
+
+
+SWEEP = _sweep()
 MODELS = BUNDLED + CORNER_CASES + SWEEP
 
 # optimize_model's model type per family, with the heads and width where it
@@ -198,7 +206,8 @@ def identification_check(original, carried, eager, statuses):
     bound holds against eager PyTorch: on the eager inputs, each value
     crossing a call's carried boundary must be nearest (ties included) to a
     value crossing the same call's original boundary on the same side, among
-    all values of the original of its shape, and within half its magnitude.
+    all values of the original of its shape, and within half its magnitude
+    (a graph output is the model's output by name, within half its magnitude).
     On values alone, not carry's correspondence; the original's boundaries
     are the ones the boundary check holds against eager PyTorch (Eager)."""
     import numpy as np
@@ -208,6 +217,7 @@ def identification_check(original, carried, eager, statuses):
     o_names = sorted({n for node in original.graph.node for n in node.output if n} |
                      {i.name for i in original.graph.input if i.name not in {t.name for t in original.graph.initializer}})
     t_names = sorted({n for ins, outs in t_bounds.values() for n in ins + outs})
+    graph_outputs = {o.name for o in carried.graph.output}
     o_values = checks.intermediate_values(original, eager.feeds_for(original), o_names)
     t_values = checks.intermediate_values(carried, eager.feeds_for(carried), t_names)
     results = {}
@@ -219,6 +229,11 @@ def identification_check(original, carried, eager, statuses):
         failures = results.setdefault(key, [])
         for names, side, verb in ((inputs, o_inputs, "consumes"), (outputs, o_outputs, "produces")):
             for name in names:
+                if name in graph_outputs and name in side:  # the model's output, whatever the tool's precision
+                    if checks.disagreement(t_values[name], o_values[name]) > carry_check.UNRELATED:
+                        failures.append(f"{key}: {verb} the model's output '{name}', off by more than half its "
+                                        "magnitude")
+                    continue
                 found = [(checks.disagreement(t_values[name], value), original_name)
                          for original_name, value in o_values.items() if np.shape(value) == np.shape(t_values[name])]
                 best = min((distance for distance, _ in found), default=float("inf"))
@@ -304,14 +319,46 @@ def _numpy_type(ort_type):
     return {"float": np.float32, "double": np.float64, "float16": np.float16, "bool": np.bool_}.get(name, name)
 
 
+def first_line(error):
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def loads_in_onnxruntime(path):
+    import onnxruntime
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def plain_export_error(name, directory):
+    """Why torch itself cannot export the model (its own export, without
+    hiertag's tagging, fails or writes a file ONNX Runtime refuses), or None."""
+    import torch
+    from hiertag import OPSET
+    path = Path(directory) / f"{name}.plain.onnx"
+    try:
+        model, args = build(name)
+        torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET)
+        loads_in_onnxruntime(path)
+    except Exception as error:
+        return first_line(error)
+    return None
+
+
 def cell(name, tool, source, directory, eager):
     import onnx
     from hiertag import carry, carry_check, checks
     from hiertag.hf_export import quiet
     started = time.perf_counter()
     target = Path(directory) / f"{name}.{tool}.onnx"
-    with quiet():
-        TOOLS[tool][1](source, target, name)
+    try:
+        with quiet():
+            TOOLS[tool][1](source, target, name)
+        loads_in_onnxruntime(target)
+    except Exception as error:  # the tool fails on the model, or writes a file ONNX Runtime refuses
+        return {"model": name, "tool": tool, "family": family(name), "passed": None, "tool_error": first_line(error)}
     transformed = onnx.load(str(target))
     nodes = list(checks.walk_nodes(transformed.graph))
     original = onnx.load(str(source))
@@ -369,9 +416,18 @@ def worker(name, tools, out_json):
     cells = []
     with tempfile.TemporaryDirectory() as directory:
         source = Path(directory) / f"{name}.onnx"
-        with quiet():
-            export_tagged(name, source)
-            eager = Eager(name, source)
+        try:
+            with quiet():
+                export_tagged(name, source)
+                eager = Eager(name, source)
+        except Exception:
+            with quiet():
+                cannot = plain_export_error(name, directory)
+            if cannot is None:
+                raise
+            Path(out_json).write_text(json.dumps([{"model": name, "tool": tool, "family": family(name),
+                                                   "passed": None, "not_exportable": cannot} for tool in tools]))
+            return
         for tool in tools:
             try:
                 result = cell(name, tool, source, directory, eager)
@@ -420,7 +476,7 @@ COUNTS = ("calls", "verified", "declared_by_tool", "declared_by_carry", "declare
 
 
 def totals(cells):
-    return {key: sum(c.get(key, 0) for c in cells if "error" not in c) for key in COUNTS}
+    return {key: sum(c.get(key, 0) for c in cells if "calls" in c) for key in COUNTS}
 
 
 def _how(cells):
@@ -435,13 +491,16 @@ def _how(cells):
 
 
 def render(report):
-    cells = report["cells"]
-    good = [c for c in cells if "error" not in c]
+    every_cell = report["cells"]
+    # A cell whose tool fails on the model, or whose model torch itself cannot export, is not counted.
+    cells = [c for c in every_cell if c["passed"] is not None]
+    good = [c for c in cells if "calls" in c]
+    models = [m for m in report["models"] if any(c["model"] == m for c in cells)]
     every = totals(cells)
     lines = ["# hiertag carry: tags after the tools that come next", "",
              f"Command: `.venv/bin/python scripts/carry_matrix.py{report['arguments']}` ({report['date']}, commit "
              f"{report['commit']}, " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ").", "",
-             f"{len(report['models'])} models (trained-like weights) by {len(report['tools'])} tools: "
+             f"{len(models)} models (trained-like weights) by {len(report['tools'])} tools: "
              f"**{sum(c['passed'] for c in cells)} of {len(cells)} cells pass** (every node tagged, `hiertag "
              f"validate` and `tree` accept the file, no call wrong, `extract` as the file says). Of "
              f"{every['calls']:,} module calls, **{every['verified']:,} verified**, "
@@ -465,18 +524,18 @@ def render(report):
                      f"{how} |")
     lines += ["", "## Per model and tool", "",
               "Each cell: calls verified / declared by the tool / declared by carry / wrong, of the model's calls "
-              "(the rest declared at export, never ran or left no node); `error` where the tool itself fails on "
+              "(the rest declared at export, never ran or left no node); `tool fails` where the tool itself fails on "
               "the model.", "",
               "| model | calls | " + " | ".join(report["tools"]) + " |",
               "|---|---|" + "---|" * len(report["tools"])]
-    by_cell = {(c["model"], c["tool"]): c for c in cells}
-    for name in report["models"]:
+    by_cell = {(c["model"], c["tool"]): c for c in every_cell}
+    for name in models:
         row = [name]
         counted = [c for c in cells if c["model"] == name and "calls" in c]
         row.append(str(counted[0]["calls"]) if counted else "-")
         for tool in report["tools"]:
             c = by_cell.get((name, tool))
-            row.append("-" if c is None else "error" if "error" in c else
+            row.append("-" if c is None else "error" if "error" in c else "tool fails" if "tool_error" in c else
                        f"{c['verified']}/{c['declared_by_tool']}/{c['declared_by_carry']}/{c['wrong']}")
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "## Every cell", "",
@@ -489,6 +548,8 @@ def render(report):
               "eager | wrong | extract | s |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
+        if "tool_error" in c:
+            continue
         if "error" in c:
             lines.append(f"| {c['model']} | {c['tool']} | error: {c['error']} |" + " |" * 13)
             continue
@@ -511,6 +572,16 @@ def render(report):
         lines += ["", "## Problems", ""]
         lines += [f"- {c['model']} / {c['tool']}: {line}" for c, line in problems]
         lines += [f"- {c['model']} / {c['tool']}: {c['error']}" for c in cells if c.get("error")]
+    failing = [c for c in every_cell if "tool_error" in c]
+    if failing:
+        lines += ["", "## Where the tool fails (not counted)", "",
+                  "The tool raised, or wrote a file ONNX Runtime refuses to load; carry has nothing to tag.", ""]
+        lines += [f"- {c['model']} / {c['tool']}: {c['tool_error']}" for c in failing]
+    refused = {c["model"]: c["not_exportable"] for c in every_cell if "not_exportable" in c}
+    if refused:
+        lines += ["", "## Not exportable by torch (not counted)", "",
+                  "torch's own export, without hiertag, fails on these or writes a file ONNX Runtime refuses:", ""]
+        lines += [f"- {model}: {reason}" for model, reason in refused.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -548,14 +619,17 @@ def main(argv=None):
         found = run_model(name, tools)
         report["cells"] += found
         for result in found:
-            counts = "error: " + result["error"][:120] if "error" in result else \
+            counts = next((f"{label}: {result[key][:120]}" for key, label in (
+                ("error", "error"), ("tool_error", "the tool fails"), ("not_exportable", "torch cannot export"))
+                if key in result), None) or \
                 "/".join(str(result[key]) for key in ("verified", "declared_by_tool", "declared_by_carry", "wrong"))
-            print(f"{name:18s} {result['tool']:13s} {'ok' if result['passed'] else 'FAIL':4s} {counts}", flush=True)
+            verdict = {True: "ok", False: "FAIL", None: "-"}[result["passed"]]
+            print(f"{name:18s} {result['tool']:13s} {verdict:4s} {counts}", flush=True)
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "carry.json", report)
     (out / "carry.md").write_text(render(report))
-    return 0 if all(c["passed"] for c in report["cells"]) else 1
+    return 0 if all(c["passed"] is not False for c in report["cells"]) else 1
 
 
 if __name__ == "__main__":

@@ -63,8 +63,10 @@ of TRANSFORMED that TAGGED does not have, or outputs that on the same inputs
 differ from TAGGED's by more than half their magnitude.
 
 OUT also gets the value types shape inference finds (ONNX's and ONNX
-Runtime's, which knows its fused ops), so `extract` can type module
-boundaries between fused nodes, and metadata_props["hiertag.carry"]: the
+Runtime's, which knows its fused ops), and for a module boundary value
+neither types (a layout node's) the element type and rank it had when the
+check ran it, so `extract` can type module boundaries between fused nodes,
+and metadata_props["hiertag.carry"]: the
 counts and --by. Prints the counts (nodes: exact, shared, span, rule; module
 calls: verified, declared by the tool and by carry, and how they were
 verified) and the spans and declarations; --json prints them as one JSON
@@ -78,6 +80,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from hiertag import carry_check, checks, verbs
@@ -837,6 +840,7 @@ def carry(original, transformed, by=None, feeds=None):
         proof = carry_check.Proof(original, model, carrier.c, feeds, by, carrier.regions)
     except (carry_check.Unrelated, carry_check.CannotRun) as error:
         raise CarryError(str(error)) from None
+    _record_run_types(model, proof)
     declared = proof.records(carrier.pass_name)
     if declared:
         records += declared
@@ -908,6 +912,26 @@ def _record_types(model, correspondence):
         found.update({name: original[name] for name in made
                       if name not in typed and name not in found and name in original and correspondence.known(name)})
     model.graph.value_info.extend(found[name] for name in sorted(found))
+
+
+def _record_run_types(model, proof):
+    """A module boundary value no inference typed (ONNX Runtime's layout
+    nodes, NCHWc Reorder, have no shape inference) gets the element type and
+    rank it had when the check ran it, its dimensions left unknown (the run
+    set symbolic ones to 1), so `extract` can cut there."""
+    typed = {info.name for info in [*model.graph.input, *model.graph.output, *model.graph.value_info]}
+    made = {name for node in model.graph.node for name in node.output}
+    boundary = {name for inputs, outputs in proof.t_bounds.values() for name in inputs + outputs}
+    found = []
+    for name in sorted(boundary & made - typed):
+        value = proof.t_values.get(name)
+        if value is None:
+            continue
+        value = np.asarray(value)
+        info = onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype),
+                                                  [None] * value.ndim)
+        found.append(info)
+    model.graph.value_info.extend(found)
 
 
 def describe_producer(original, transformed):

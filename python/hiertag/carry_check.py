@@ -38,7 +38,11 @@ and no fixed bound tells neighbouring values apart (a LayerNorm's last Mul
 from its result differs by the bias, less than int8 drift); a value is then
 the original value carry says it stands for only when it is nearer to that
 value than to any other value of the original of its shape, and within half
-its magnitude ("by correspondence"), and the fallback by value alone is off.
+its magnitude, and at least MARGIN times nearer to it than to any other
+value (two values closer to each other than the drift, a residual sum and
+the one before it when a branch added little, cannot be told apart: which
+is nearest flips with the inputs) ("by correspondence"); the fallback by
+value alone is off. A graph output is the model's output by name.
 
 A pair whose graphs do not correspond is refused (CarryError): an input or
 output of the transformed model that the original does not have, or outputs
@@ -57,6 +61,9 @@ TOOL, CARRY = "tool", "carry"
 BY_VALUE, BY_CORRESPONDENCE = "by value", "by correspondence"
 # Outputs further apart than this share of their magnitude are another model's.
 UNRELATED = 0.5
+# By correspondence, a value is an original one only when it is at least this
+# many times nearer to it than to any other value of the original.
+MARGIN = 2.0
 
 
 class Unrelated(ValueError):
@@ -151,6 +158,7 @@ class Proof:
         self.o_members, self.t_members = {}, {}
         self.o_bounds = checks.module_boundaries(original, self.o_members)
         self.t_bounds = checks.module_boundaries(carried, self.t_members)
+        self.outputs = {o.name for o in carried.graph.output}
         self.unrunnable = None
         self._searched = False
         self._nearest = {}
@@ -221,26 +229,40 @@ class Proof:
         return checks.disagreement(self.t_values[name], self.o_values[original])
 
     def _nearest_originals(self, name):
-        """(distance, the original values of its shape nearest to it, ties included)."""
+        """(distance, the original values of its shape nearest to it with the
+        ones equal to that within float32 rounding, the distance to the
+        nearest value of its shape that is another value)."""
         if name not in self._nearest:
             shape = np.shape(self.t_values.get(name))
-            found = [(self._agreement(name, original), original) for original, value in self.o_values.items()
-                     if np.shape(value) == shape]
-            best = min((distance for distance, _ in found), default=float("inf"))
-            self._nearest[name] = best, {original for distance, original in found
-                                         if distance <= best * (1 + 1e-3) + 1e-9}
+            found = sorted((self._agreement(name, original), original) for original, value in self.o_values.items()
+                           if np.shape(value) == shape)
+            best, nearest = found[0] if found else (float("inf"), None)
+            # An equal value is at most float32 rounding further away.
+            ties = {original for distance, original in found if distance <= best + 2 * checks.FLOAT32_TOLERANCE and
+                    checks.disagreement(self.o_values[original], self.o_values[nearest]) <= checks.FLOAT32_TOLERANCE}
+            other = next((distance for distance, original in found if original not in ties), float("inf"))
+            self._nearest[name] = best, ties, other
         return self._nearest[name]
 
     def _identifies(self, name, original):
         """Whether transformed value `name` is original value `original` on
         values: within float32 rounding for a tool that keeps values; for one
-        that changes precision, within UNRELATED and nearer to it than to any
-        other value of the original of its shape (so drift, however large,
-        never makes a neighbouring value pass for it)."""
+        that changes precision, within UNRELATED, nearer to it than to any
+        other value of the original of its shape, and at least MARGIN times
+        nearer to it than to any value of the original that is another value
+        (so drift, however large, never makes a neighbouring value pass for
+        it, and two values nearer to each other than the drift, a residual
+        sum and the sum before it when the branch added little, are told
+        apart on no inputs: which one is nearest flips with the inputs). A
+        graph output is what it was by name: the tool's contract keeps the
+        model's outputs (check_io), whatever its precision."""
         distance = self._agreement(name, original)
         if self.method == BY_VALUE:
             return distance <= self.tolerance
-        return distance <= self.tolerance and original in self._nearest_originals(name)[1]
+        if name == original and name in self.outputs:
+            return distance <= self.tolerance
+        _, ties, other = self._nearest_originals(name)
+        return distance <= self.tolerance and original in ties and other >= MARGIN * distance
 
     def _original_of(self, name, side):
         """The value of the call's original boundary side that `name` is, or None."""
@@ -302,8 +324,9 @@ class Proof:
                                                         for name in self.t_values):
                 return CallResult(key, DECLARED, TOOL, f"{self.by} changed its values past telling its boundary "
                                                        f"apart: what stands for '{gone[0]}', which it {side} in the "
-                                                       "tagged model, is nearer to another value of the tagged "
-                                                       f"model (median drift {self.drift:.0e})", node)
+                                                       "tagged model, is not at least "
+                                                       f"{MARGIN:g} times nearer to it than to another value of the "
+                                                       f"tagged model (median drift {self.drift:.0e})", node)
             return CallResult(key, DECLARED, TOOL, f"{self.by} removed or converted its boundary: '{gone[0]}', a "
                                                    f"value it {side} in the tagged model, is no value of the "
                                                    "transformed model", node)

@@ -34,7 +34,14 @@ CELLS = [("bert", "ort-basic"), ("bert", "onnxsim"), ("bert", "quantize"), ("ber
          ("resnet", "ort-all"), ("resnet", "onnxslim"),
          ("gpt_style", "ort-extended"), ("gpt_style", "onnxsim"), ("gpt_style", "onnxslim"), ("gpt_style", "quantize"),
          ("mobilenet_v3_style", "ort-basic"), ("mobilenet_v3_style", "ort-extended"),
-         ("mobilenet_v3_style", "ort-all"), ("mobilenet_v3_style", "quantize")]
+         ("mobilenet_v3_style", "ort-all"), ("mobilenet_v3_style", "quantize"),
+         # int8 drift larger than what a block's second residual branch adds: its result and the sum before it
+         # cannot be told apart, so the call is declared, not verified by whichever is nearer on these inputs
+         ("poolformer", "quantize"),
+         # the model's output, nearer in int8 to the residual sum under its final LayerNorm: the output by name
+         ("data2vec_audio", "quantize"),
+         # ONNX Runtime's NCHWc layout nodes, which no shape inference types: extract types them from carry's run
+         ("mobilevit", "ort-all")]
 GPT2 = "/GPT2LMHeadModel/GPT2Model"
 
 
@@ -70,6 +77,7 @@ def carried(workdir, name, tool):
 @pytest.mark.parametrize("name,tool", CELLS)
 def test_no_call_is_wrong_and_every_declared_call_is_refused_with_its_cause(cells, name, tool):
     result = cells(name, tool)
+    assert "tool_error" not in result, result.get("tool_error")
     assert result["tagged_after"] == result["nodes"] and result["unplaced"] == []
     assert result["validate"], result["validate_line"]
     assert result["tree"]
