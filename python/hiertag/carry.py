@@ -976,8 +976,9 @@ def report_lines(out, summary, tagged):
     calls = summary["calls"]
     how = (f"{calls['method']}, within {calls['tolerance']:.0e} of each value's magnitude"
            if calls["method"] == carry_check.BY_VALUE else
-           f"{calls['method']}: each value the one carry says it stands for and nearest to it among the tagged "
-           f"model's values, the tool's median drift being {calls['drift']:.0e}")
+           f"{calls['method']}: each value the one carry says it stands for and at least "
+           f"{carry_check.MARGIN:g} times nearer to it than to any other of the tagged model's values, the tool's "
+           f"median drift being {calls['drift']:.0e}")
     others = [f"{calls[key]} {text}" for key, text in (("declared_at_export", "declared at export"),
                                                         ("never_ran", "never ran"), ("no_nodes", "left no node"))
               if calls[key]]
