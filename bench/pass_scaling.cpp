@@ -33,6 +33,7 @@
 #include "hiertag/core/proto_wire.h"
 #include "hiertag/core/proto_tagging.h"
 #include "hiertag/passes/record_cse_sharing.h"
+#include "hiertag/passes/record_rewrites.h"
 #include "hiertag/core/scope_names.h"
 
 // Heap accounting for the memory manager: every operator new block carries a
@@ -309,10 +310,60 @@ void BM_RecordCseSharing(benchmark::State& state) {
       static_cast<double>(nodes), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
+// RecordRewrites around a pass that changes nothing (most of the export's
+// observed passes, most of the time) and around one that cancels a Transpose
+// per layer (the ONNX peephole's daily work): the observer's own cost, the
+// pass itself being a lambda.
+void RecordRewritesAround(benchmark::State& state, bool cancel_transposes) {
+  size_t nodes = 0;
+  for (auto _ : state) {
+    bool counting = heap::counting;
+    heap::Pause(state);
+    std::unique_ptr<SyntheticModel> model = BuildModel(state.range(0));
+    BorrowedScopes borrowed;
+    RewriteLog log;
+    nodes = std::distance(model->graph->nodes().begin(), model->graph->nodes().end());
+    std::vector<Node*> transposes;
+    for (Node* node : model->graph->nodes()) {
+      if (node->kind() == c10::Symbol::onnx("Transpose")) transposes.push_back(node);
+    }
+    heap::Resume(state, counting);
+    RecordRewrites(*model->graph, "_jit_pass_bench", borrowed, log, [&] {
+      if (!cancel_transposes) return;
+      for (Node* transpose : transposes) {
+        transpose->output()->replaceAllUsesWith(transpose->input(0));
+        transpose->destroy();
+      }
+    });
+    heap::Pause(state);
+    model.reset();
+    heap::Resume(state, counting);
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(nodes));
+  state.counters["nodes"] = static_cast<double>(nodes);
+  state.counters["per_node"] = benchmark::Counter(
+      static_cast<double>(nodes), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+void BM_RecordRewritesUnchanged(benchmark::State& state) {
+  std::unique_ptr<SyntheticModel> model = heap::Uncounted([&] { return BuildModel(state.range(0)); });
+  BorrowedScopes borrowed;
+  RewriteLog log;
+  size_t nodes = std::distance(model->graph->nodes().begin(), model->graph->nodes().end());
+  for (auto _ : state) RecordRewrites(*model->graph, "_jit_pass_bench", borrowed, log, [] {});
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(nodes));
+  state.counters["nodes"] = static_cast<double>(nodes);
+  state.counters["per_node"] = benchmark::Counter(
+      static_cast<double>(nodes), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+void BM_RecordRewritesChanged(benchmark::State& state) { RecordRewritesAround(state, true); }
+
 BENCHMARK(BM_AssignHierarchyTags)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_VisitGraph)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PlanTaggedModel)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RecordCseSharing)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RecordRewritesUnchanged)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RecordRewritesChanged)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace hiertag

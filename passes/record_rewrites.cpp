@@ -3,8 +3,10 @@
 
 #include <torch/csrc/jit/jit_log.h>
 
+#include <c10/util/flat_hash_map.h>
+
 #include <algorithm>
-#include <unordered_map>
+#include <cstdint>
 #include <unordered_set>
 
 #include "hiertag/passes/graph_walk.h"
@@ -17,31 +19,30 @@ using torch::jit::Node;
 using torch::jit::ScopePtr;
 using torch::jit::Value;
 
+// A node of the graph before the pass: its index in GraphBefore.
+using Index = uint32_t;
+constexpr Index kNotBefore = UINT32_MAX;
+constexpr size_t kNoOutput = SIZE_MAX;
+
 struct Use {
   Node* user;
   size_t index;
 };
 
-struct NodeBefore {
-  c10::Symbol kind;
-  ScopePtr scope;
-  std::vector<Value*> inputs;
-  size_t attributes = 0;     // hash of the attribute values
-  std::vector<Use> uses;     // every use of any output
-  bool scalar_outputs = true;  // every output a number or a 0-d tensor
-};
-
 // A number, or a tensor of rank 0: every layout op is the identity on it.
 bool IsScalarLike(const Value* value) {
-  auto tensor = value->type()->cast<c10::TensorType>();
+  const auto* tensor = value->type()->castRaw<c10::TensorType>();
   return !tensor || tensor->dim() == 0;
 }
 
+// A hash of the node's attribute values. Names are hashed as interned symbols:
+// both sides of a comparison come from one process.
 size_t HashAttributes(Node* node) {
+  if (!node->hasAttributes()) return 0;
   size_t hash = 0;
   auto mix = [&hash](size_t value) { hash ^= value + 0x9e3779b97f4a7c15ULL + (hash << 6) + (hash >> 2); };
   for (c10::Symbol name : node->attributeNames()) {
-    mix(std::hash<std::string>()(name.toQualString()));
+    mix(static_cast<size_t>(static_cast<c10::unique_t>(name)));
     switch (node->kindOf(name)) {
       case torch::jit::AttributeKind::i: mix(std::hash<int64_t>()(node->i(name))); break;
       case torch::jit::AttributeKind::f: mix(std::hash<double>()(node->f(name))); break;
@@ -60,123 +61,235 @@ size_t HashAttributes(Node* node) {
   return hash;
 }
 
+// The graph before the pass, in flat arrays (a few allocations in all, none
+// per node): node i's inputs are inputs[input_begin[i] .. input_begin[i + 1]),
+// the uses of its outputs uses[use_begin[i] .. use_begin[i + 1]). Taken before
+// every observed pass, so it holds only what telling the graph after from it
+// needs; everything else is derived after the pass, and only when it changed
+// the graph.
+struct GraphBefore {
+  std::vector<Node*> nodes;  // every node and block return, pre-order
+  std::vector<c10::Symbol> kinds;
+  std::vector<ScopePtr> scopes;
+  std::vector<size_t> attributes;      // HashAttributes
+  std::vector<size_t> first_output;    // the unique() of its first output; kNoOutput
+  std::vector<uint8_t> scalar_outputs;  // every output a number or a 0-d tensor
+  std::vector<uint32_t> input_begin;
+  std::vector<Value*> inputs;
+  std::vector<uint32_t> use_begin;
+  std::vector<Use> uses;
+  std::vector<Value*> graph_inputs;
+
+  explicit GraphBefore(torch::jit::Graph& graph) {
+    CollectNodesAndReturns(graph.block(), &nodes);
+    size_t count = nodes.size();
+    kinds.reserve(count);
+    scopes.reserve(count);
+    attributes.reserve(count);
+    first_output.reserve(count);
+    scalar_outputs.reserve(count);
+    input_begin.reserve(count + 1);
+    use_begin.reserve(count + 1);
+    inputs.reserve(2 * count);
+    uses.reserve(2 * count);
+    for (Node* node : nodes) {
+      kinds.push_back(node->kind());
+      scopes.push_back(node->scope());
+      attributes.push_back(HashAttributes(node));
+      first_output.push_back(node->outputs().empty() ? kNoOutput : node->output(0)->unique());
+      input_begin.push_back(static_cast<uint32_t>(inputs.size()));
+      inputs.insert(inputs.end(), node->inputs().begin(), node->inputs().end());
+      use_begin.push_back(static_cast<uint32_t>(uses.size()));
+      bool scalar = true;
+      for (Value* output : node->outputs()) {
+        scalar &= IsScalarLike(output);
+        for (const torch::jit::Use& use : output->uses()) uses.push_back({use.user, use.offset});
+      }
+      scalar_outputs.push_back(scalar);
+    }
+    input_begin.push_back(static_cast<uint32_t>(inputs.size()));
+    use_begin.push_back(static_cast<uint32_t>(uses.size()));
+    graph_inputs.assign(graph.inputs().begin(), graph.inputs().end());
+  }
+
+  c10::ArrayRef<Value*> InputsOf(Index i) const {
+    return c10::ArrayRef<Value*>(inputs.data() + input_begin[i], input_begin[i + 1] - input_begin[i]);
+  }
+  c10::ArrayRef<Use> UsesOf(Index i) const {
+    return c10::ArrayRef<Use>(uses.data() + use_begin[i], use_begin[i + 1] - use_begin[i]);
+  }
+};
 
 class Observer {
  public:
   Observer(torch::jit::Graph& graph, std::string pass, BorrowedScopes& borrowed, RewriteLog& log)
-      : graph_(graph), pass_(std::move(pass)), borrowed_(borrowed), log_(log) {}
-
-  void Before() {
-    std::vector<Node*> nodes;
-    CollectNodesAndReturns(graph_.block(), &nodes);
-    for (Node* node : nodes) {
-      position_[node] = order_.size();
-      order_.push_back(node);
-      NodeBefore& entry = before_[node];
-      entry.kind = node->kind();
-      entry.scope = node->scope();
-      entry.inputs.assign(node->inputs().begin(), node->inputs().end());
-      entry.attributes = HashAttributes(node);
-      for (Value* output : node->outputs()) {
-        entry.scalar_outputs &= IsScalarLike(output);
-        for (const torch::jit::Use& use : output->uses()) entry.uses.push_back({use.user, use.offset});
-      }
-    }
-    for (Value* input : graph_.inputs()) inputs_before_.insert(input);
-  }
+      : graph_(graph), pass_(std::move(pass)), borrowed_(borrowed), log_(log), before_(graph) {}
 
   void After() {
     std::vector<Node*> nodes;
+    nodes.reserve(before_.nodes.size());
     CollectNodesAndReturns(graph_.block(), &nodes);
+    if (Unchanged(nodes)) {
+      GRAPH_DEBUG("hiertag: ", pass_, " left the graph as it was");
+      return;
+    }
+    size_t count = before_.nodes.size();
+    index_.reserve(count);
+    for (Index i = 0; i < count; ++i) index_.emplace(before_.nodes[i], i);
+    alive_.assign(count, 0);
+    inputs_changed_.assign(count, 0);
+    grouped_.assign(count, 0);
+    seen_.assign(count, 0);
+    std::vector<Index> inputs_changed;
     for (Node* node : nodes) {
-      auto found = before_.find(node);
-      // The same address with another kind or scope is a new node in a freed slot.
-      if (found != before_.end() && found->second.kind == node->kind() && found->second.scope == node->scope()) {
-        alive_.insert(node);
-        if (found->second.inputs != std::vector<Value*>(node->inputs().begin(), node->inputs().end()) ||
-            found->second.attributes != HashAttributes(node)) {
-          changed_.insert(node);
+      Index i = IndexOf(node);
+      if (i != kNotBefore && SameNode(i, node)) {
+        alive_[i] = 1;
+        if (!std::equal(node->inputs().begin(), node->inputs().end(), before_.InputsOf(i).begin(),
+                        before_.InputsOf(i).end())) {
+          inputs_changed_[i] = 1;
+          inputs_changed.push_back(i);
         }
       } else {
-        created_.insert(node);
+        created_.emplace(node, static_cast<uint32_t>(created_order_.size()));
         created_order_.push_back(node);
-        created_scope_[node] = node->scope();
+        created_scope_.push_back(node->scope());
         made_in_scope_[node->scope().get()].push_back(created_order_.size() - 1);
       }
     }
+    inputs_before_.insert(before_.graph_inputs.begin(), before_.graph_inputs.end());
     for (Value* input : graph_.inputs()) {
       if (!inputs_before_.count(input)) new_inputs_.insert(input);
     }
-    for (Node* node : order_) {
-      if (!alive_.count(node) && !grouped_.count(node)) Classify(Group(node));
+    for (Index i = 0; i < count; ++i) {
+      if (!alive_[i] && !grouped_[i]) Classify(Group(i));
     }
-    for (Node* node : order_) {
-      if (changed_.count(node)) ClassifyReadsPastKeptNodes(node);
-    }
+    std::sort(inputs_changed.begin(), inputs_changed.end());
+    for (Index i : inputs_changed) ClassifyReadsPastKeptNodes(i);
   }
 
  private:
-  // The removed nodes connected to `start` through values.
-  std::vector<Node*> Group(Node* start) {
-    std::vector<Node*> group;
-    std::vector<Node*> work = {start};
-    grouped_.insert(start);
-    while (!work.empty()) {
-      Node* node = work.back();
-      work.pop_back();
-      group.push_back(node);
-      const NodeBefore& entry = before_.at(node);
-      auto visit = [&](Node* other) {
-        if (before_.count(other) && !alive_.count(other) && grouped_.insert(other).second) work.push_back(other);
-      };
-      for (const Use& use : entry.uses) visit(use.user);
-      for (Value* input : entry.inputs) {
-        for (Node* producer : ProducersOf(input)) visit(producer);
+  // Whether the pass left every node where it was, with the same kind, scope
+  // and inputs, and the graph's inputs as they were: then it removed, made and
+  // rewired nothing, and there is nothing to classify (an attribute changed in
+  // place is looked at only for nodes that also read something else).
+  bool Unchanged(const std::vector<Node*>& nodes) const {
+    if (nodes.size() != before_.nodes.size() || graph_.inputs().size() != before_.graph_inputs.size() ||
+        !std::equal(before_.graph_inputs.begin(), before_.graph_inputs.end(), graph_.inputs().begin())) {
+      return false;
+    }
+    for (Index i = 0; i < nodes.size(); ++i) {
+      Node* node = nodes[i];
+      if (node != before_.nodes[i] || !SameNode(i, node) ||
+          !std::equal(node->inputs().begin(), node->inputs().end(), before_.InputsOf(i).begin(),
+                      before_.InputsOf(i).end())) {
+        return false;
       }
     }
-    std::sort(group.begin(), group.end(), [&](Node* a, Node* b) { return position_.at(a) < position_.at(b); });
+    return true;
+  }
+
+  // Whether `node`, at the address node i had, is node i: the same address
+  // with another kind, scope or first output (values are numbered once per
+  // graph) is a new node in a freed slot.
+  bool SameNode(Index i, Node* node) const {
+    size_t first_output = node->outputs().empty() ? kNoOutput : node->output(0)->unique();
+    return before_.kinds[i] == node->kind() && before_.scopes[i] == node->scope() &&
+           before_.first_output[i] == first_output;
+  }
+
+  Index IndexOf(const Node* node) const {
+    auto found = index_.find(const_cast<Node*>(node));
+    return found == index_.end() ? kNotBefore : found->second;
+  }
+  bool Alive(const Node* node) const {
+    Index i = IndexOf(node);
+    return i != kNotBefore && alive_[i];
+  }
+  bool Created(Node* node) const { return created_.count(node) > 0; }
+  // A node alive after the pass whose attributes the pass changed.
+  bool AttributesChanged(Index i) const { return alive_[i] && before_.attributes[i] != HashAttributes(before_.nodes[i]); }
+
+  // A fresh mark for the walks below (seen_[i] == stamp_: visited in this walk).
+  uint32_t NewWalk() { return ++stamp_; }
+  bool Visit(Index i, uint32_t walk) {
+    if (seen_[i] == walk) return false;
+    seen_[i] = walk;
+    return true;
+  }
+
+  // The removed nodes connected to `start` through values, in graph order.
+  std::vector<Index> Group(Index start) {
+    std::vector<Index> group;
+    std::vector<Index> work = {start};
+    grouped_[start] = 1;
+    while (!work.empty()) {
+      Index i = work.back();
+      work.pop_back();
+      group.push_back(i);
+      auto visit = [&](Index other) {
+        if (other != kNotBefore && !alive_[other] && !grouped_[other]) {
+          grouped_[other] = 1;
+          work.push_back(other);
+        }
+      };
+      for (const Use& use : before_.UsesOf(i)) visit(IndexOf(use.user));
+      for (Value* input : before_.InputsOf(i)) visit(ProducerOf(input));
+    }
+    std::sort(group.begin(), group.end());
     return group;
   }
 
   // The producer of a value as it was before the pass, found through the uses
-  // noted then (a removed producer's pointer is never dereferenced).
-  std::vector<Node*> ProducersOf(Value* value) {
-    if (producers_.empty()) {
-      for (const auto& [node, entry] : before_) {
-        for (const Use& use : entry.uses) {
-          auto user = before_.find(use.user);
-          if (user != before_.end() && use.index < user->second.inputs.size()) {
-            producers_[user->second.inputs[use.index]] = node;
+  // noted then (a removed producer's pointer is never dereferenced); kNotBefore
+  // for a graph or block input.
+  Index ProducerOf(const Value* value) {
+    if (!producers_built_) {
+      producers_built_ = true;
+      producers_.reserve(before_.nodes.size());
+      for (Index i = 0; i < before_.nodes.size(); ++i) {
+        for (const Use& use : before_.UsesOf(i)) {
+          Index user = IndexOf(use.user);
+          if (user != kNotBefore && use.index < before_.InputsOf(user).size()) {
+            producers_[before_.InputsOf(user)[use.index]] = i;
           }
         }
       }
     }
     auto found = producers_.find(value);
-    return found == producers_.end() ? std::vector<Node*>{} : std::vector<Node*>{found->second};
+    return found == producers_.end() ? kNotBefore : found->second;
   }
 
-  void Classify(const std::vector<Node*>& group) {
-    std::unordered_set<Node*> members(group.begin(), group.end());
-    std::unordered_set<const Value*> upstream;  // values the group read from outside it
-    for (Node* node : group) {
-      for (Value* input : before_.at(node).inputs) upstream.insert(input);
-    }
-    std::vector<ScopePtr> scopes;
-    for (Node* node : group) {
-      const ScopePtr& scope = before_.at(node).scope;
-      if (!IsBlankScope(scope) && std::find(scopes.begin(), scopes.end(), scope) == scopes.end()) {
-        scopes.push_back(scope);
+  void Classify(const std::vector<Index>& group) {
+    std::vector<uint8_t>& members = members_;
+    members.resize(before_.nodes.size());
+    for (Index i : group) members[i] = 1;
+    struct ClearMembers {
+      std::vector<uint8_t>& members;
+      const std::vector<Index>& group;
+      ~ClearMembers() {
+        for (Index i : group) members[i] = 0;
       }
+    } clear{members, group};
+    auto is_member = [&](const Node* node) {
+      Index i = IndexOf(node);
+      return i != kNotBefore && members[i];
+    };
+    std::unordered_set<const Value*> upstream;  // values the group read from outside it
+    for (Index i : group) {
+      for (Value* input : before_.InputsOf(i)) upstream.insert(input);
     }
+    std::vector<ScopePtr> scopes = ScopesOf(group);
     if (scopes.empty()) return;
     std::vector<Node*> absorbers;
     std::vector<Node*> mergers;
     std::vector<std::pair<Use, Value*>> rewired;  // a use and what it reads now
     bool bypassed = false;
-    for (Node* node : group) {
-      for (const Use& use : before_.at(node).uses) {
-        if (members.count(use.user) || !(alive_.count(use.user) || created_.count(use.user))) continue;
-        if (changed_.count(use.user) && before_.at(use.user).attributes != HashAttributes(use.user)) {
+    for (Index i : group) {
+      for (const Use& use : before_.UsesOf(i)) {
+        Index user = IndexOf(use.user);
+        if (is_member(use.user) || !((user != kNotBefore && alive_[user]) || Created(use.user))) continue;
+        if (user != kNotBefore && AttributesChanged(user)) {
           absorbers.push_back(use.user);
           continue;
         }
@@ -201,16 +314,17 @@ class Observer {
           GRAPH_DEBUG("hiertag: ", pass_, ": ", *use.user, " reads %", now->debugName(), " from before the group");
           bypassed = true;
           rewired.emplace_back(use, now);
-        } else if (alive_.count(producer)) {
+        } else if (Alive(producer)) {
           mergers.push_back(producer);
         }
       }
     }
     // Every node the pass made from the group's nodes took them over too, also
     // one only another made node reads (conv1+bn1 fused before conv2+bn2).
-    std::unordered_map<Node*, std::vector<Node*>> anchors;
+    std::vector<std::pair<Node*, std::vector<Index>>> anchors;
     std::unordered_set<Node*> linked;  // made nodes computing from what the group read
-    for (Node* made : MadeInScopesOf(group)) {
+    for (uint32_t made_index : MadeInScopesOf(group)) {
+      Node* made = created_order_[made_index];
       if (made->inputs().empty()) continue;
       // A scope holds much besides the group (the caller's Concat of shape
       // values made from a removed ListConstruct): only a node computing from
@@ -222,15 +336,15 @@ class Observer {
       linked.insert(made);
       // What it was made from: torch copies the replaced node's metadata, and
       // the replacement is mostly of the same kind (a Conv for a Conv).
-      std::vector<Node*> made_from, same_scope;
-      for (Node* node : group) {
-        if (before_.at(node).scope != created_scope_.at(made)) continue;
-        same_scope.push_back(node);
-        if (before_.at(node).kind == made->kind()) made_from.push_back(node);
+      std::vector<Index> made_from, same_scope;
+      for (Index i : group) {
+        if (before_.scopes[i] != created_scope_[made_index]) continue;
+        same_scope.push_back(i);
+        if (before_.kinds[i] == made->kind()) made_from.push_back(i);
       }
       if (made_from.empty()) made_from = std::move(same_scope);
       if (made_from.empty()) continue;
-      anchors[made] = std::move(made_from);
+      anchors.emplace_back(made, std::move(made_from));
       if (std::find(absorbers.begin(), absorbers.end(), made) == absorbers.end()) absorbers.push_back(made);
     }
     for (Node* absorber : absorbers) Absorb(absorber, ScopesOf(Absorbed(absorber, group, anchors)));
@@ -247,41 +361,40 @@ class Observer {
     }
   }
 
-  // The nodes the pass made in the scope of one of the group's nodes, in
-  // graph order: only they can have been made from the group (a made node
-  // has the scope of what it replaces). Looked up by scope, so a pass that
-  // folds N groups into N constants does not compare every pair.
-  std::vector<Node*> MadeInScopesOf(const std::vector<Node*>& group) const {
-    std::vector<size_t> indices;
+  // The nodes the pass made in the scope of one of the group's nodes (indices
+  // into created_order_), in graph order: only they can have been made from
+  // the group (a made node has the scope of what it replaces). Looked up by
+  // scope, so a pass that folds N groups into N constants does not compare
+  // every pair.
+  std::vector<uint32_t> MadeInScopesOf(const std::vector<Index>& group) const {
+    std::vector<uint32_t> indices;
     std::unordered_set<const torch::jit::Scope*> scopes;
-    for (Node* node : group) {
-      const torch::jit::Scope* scope = before_.at(node).scope.get();
+    for (Index i : group) {
+      const torch::jit::Scope* scope = before_.scopes[i].get();
       if (!scopes.insert(scope).second) continue;
       auto made = made_in_scope_.find(scope);
       if (made != made_in_scope_.end()) indices.insert(indices.end(), made->second.begin(), made->second.end());
     }
     std::sort(indices.begin(), indices.end());
-    std::vector<Node*> made;
-    for (size_t index : indices) made.push_back(created_order_[index]);
-    return made;
+    return indices;
   }
 
   // Whether the group's nodes were computed from `value` (through nodes that
   // are gone or alive alike). Nodes before `value`'s producer in graph order
   // cannot have read it: the walk stops there.
-  bool ComputedFrom(const std::vector<Node*>& group, const Value* value) {
-    size_t earliest = 0;
-    std::vector<Node*> maker = ProducersOf(const_cast<Value*>(value));
-    if (!maker.empty()) earliest = position_.at(maker.front());
-    std::unordered_set<Node*> seen;
-    std::vector<Node*> work(group.begin(), group.end());
+  bool ComputedFrom(const std::vector<Index>& group, const Value* value) {
+    Index maker = ProducerOf(value);
+    Index earliest = maker == kNotBefore ? 0 : maker;
+    uint32_t walk = NewWalk();
+    std::vector<Index> work(group.begin(), group.end());
     while (!work.empty()) {
-      Node* node = work.back();
+      Index i = work.back();
       work.pop_back();
-      if (position_.at(node) < earliest || !seen.insert(node).second) continue;
-      for (Value* input : before_.at(node).inputs) {
+      if (i < earliest || !Visit(i, walk)) continue;
+      for (Value* input : before_.InputsOf(i)) {
         if (input == value) return true;
-        for (Node* producer : ProducersOf(input)) work.push_back(producer);
+        Index producer = ProducerOf(input);
+        if (producer != kNotBefore) work.push_back(producer);
       }
     }
     return false;
@@ -295,19 +408,20 @@ class Observer {
   // Transpose, which stays for the keys the caller hands out): it spans their
   // scopes, as if they were removed. Else it reads the same value from further
   // up: rewired.
-  void ClassifyReadsPastKeptNodes(Node* node) {
-    const NodeBefore& entry = before_.at(node);
-    if (entry.inputs.size() != node->inputs().size()) {
+  void ClassifyReadsPastKeptNodes(Index i) {
+    Node* node = before_.nodes[i];
+    c10::ArrayRef<Value*> inputs_before = before_.InputsOf(i);
+    if (inputs_before.size() != node->inputs().size()) {
       GRAPH_DEBUG("hiertag: ", pass_, " added or dropped inputs of ", *node, ": no index pairs them, not classified");
       return;
     }
-    bool own_changed = entry.attributes != HashAttributes(node);
-    for (size_t index = 0; index < entry.inputs.size(); ++index) {
+    bool own_changed = AttributesChanged(i);
+    for (size_t index = 0; index < inputs_before.size(); ++index) {
       Value* now = node->input(index);
-      if (entry.inputs[index] == now || !Existed(now)) continue;
-      std::vector<Node*> maker = ProducersOf(entry.inputs[index]);
-      if (maker.empty() || !alive_.count(maker.front())) continue;  // a removed maker: its group says what happened
-      std::vector<Node*> bypassed = Between(now, maker.front());
+      if (inputs_before[index] == now || !Existed(now)) continue;
+      Index maker = ProducerOf(inputs_before[index]);
+      if (maker == kNotBefore || !alive_[maker]) continue;  // a removed maker: its group says what happened
+      std::vector<Index> bypassed = Between(now, maker);
       if (bypassed.empty()) continue;
       if (own_changed) {
         Absorb(node, ScopesOf(bypassed));
@@ -321,46 +435,46 @@ class Observer {
   // there, or it is a graph input): only then can a pointer noted before the
   // pass be compared with it (a freed value's address can be reused).
   bool Existed(Value* value) const {
-    return inputs_before_.count(value) || alive_.count(value->node());
+    return inputs_before_.count(value) || Alive(value->node());
   }
 
   // The nodes, before the pass, on a path from `from` to `to` (`to` included),
   // in graph order; empty when `to` was not computed from `from`. Nodes before
   // `from`'s producer cannot have read it: the walk stops there.
-  std::vector<Node*> Between(Value* from, Node* to) {
-    size_t earliest = 0;
-    if (!inputs_before_.count(from)) earliest = position_.at(from->node());
-    std::vector<Node*> ancestors;
-    std::unordered_set<Node*> seen;
+  std::vector<Index> Between(Value* from, Index to) {
+    Index earliest = inputs_before_.count(from) ? 0 : IndexOf(from->node());
+    std::vector<Index> ancestors;
     bool reached = false;
-    std::vector<Node*> work = {to};
+    uint32_t walk = NewWalk();
+    std::vector<Index> work = {to};
     while (!work.empty()) {
-      Node* node = work.back();
+      Index i = work.back();
       work.pop_back();
-      if (position_.at(node) < earliest || !seen.insert(node).second) continue;
-      ancestors.push_back(node);
-      for (Value* input : before_.at(node).inputs) {
+      if (i < earliest || !Visit(i, walk)) continue;
+      ancestors.push_back(i);
+      for (Value* input : before_.InputsOf(i)) {
         if (input == from) {
           reached = true;
           continue;
         }
-        for (Node* producer : ProducersOf(input)) work.push_back(producer);
+        Index producer = ProducerOf(input);
+        if (producer != kNotBefore) work.push_back(producer);
       }
     }
     if (!reached) return {};
-    std::sort(ancestors.begin(), ancestors.end(), [&](Node* a, Node* b) { return position_.at(a) < position_.at(b); });
-    std::unordered_set<Node*> on_path;
-    std::vector<Node*> path;
-    for (Node* node : ancestors) {
-      const std::vector<Value*>& inputs = before_.at(node).inputs;
+    std::sort(ancestors.begin(), ancestors.end());
+    uint32_t on_path = NewWalk();
+    std::vector<Index> path;
+    for (Index i : ancestors) {
+      c10::ArrayRef<Value*> inputs = before_.InputsOf(i);
       bool reads_path = std::any_of(inputs.begin(), inputs.end(), [&](Value* input) {
         if (input == from) return true;
-        std::vector<Node*> producer = ProducersOf(input);
-        return !producer.empty() && on_path.count(producer.front()) > 0;
+        Index producer = ProducerOf(input);
+        return producer != kNotBefore && seen_[producer] == on_path;
       });
       if (!reads_path) continue;
-      on_path.insert(node);
-      path.push_back(node);
+      seen_[i] = on_path;
+      path.push_back(i);
     }
     return path;
   }
@@ -373,25 +487,36 @@ class Observer {
         now->node()->kind() == c10::prim::Constant) {
       return;
     }
-    const NodeBefore& read_before = before_.at(user);
-    std::vector<Node*> replaced = ProducersOf(read_before.inputs.at(use.index));
-    if (replaced.empty()) return;
-    RewriteRecord record{RewriteRecord::Kind::kRewired, pass_, {}, 0, read_before.scope,
-                         before_.at(replaced.front()).scope, {}, -1};
+    Index reader = IndexOf(user);
+    Index replaced = ProducerOf(before_.InputsOf(reader).at(use.index));
+    if (replaced == kNotBefore) return;
+    RewriteRecord record{RewriteRecord::Kind::kRewired, pass_, {}, 0, before_.scopes[reader],
+                         before_.scopes[replaced], {}, -1};
     if (now->node()->kind() == c10::prim::Param && now->node()->owningBlock() == graph_.block()) {
       record.graph_input = static_cast<int>(now->offset());
-    } else if (auto made = before_.find(now->node()); made != before_.end()) {
-      record.value_scopes.push_back(made->second.scope);
+    } else if (Index made = IndexOf(now->node()); made != kNotBefore) {
+      record.value_scopes.push_back(before_.scopes[made]);
     }
-    if (readers_.empty()) {
-      for (Node* node : order_) {
-        for (Value* input : before_.at(node).inputs) readers_[input].push_back(node);
-      }
-    }
-    for (Node* reader : readers_[now]) record.value_scopes.push_back(before_.at(reader).scope);
+    for (Index i : ReadersOf(now)) record.value_scopes.push_back(before_.scopes[i]);
     if (IsBlankScope(record.reader) || IsBlankScope(record.replaced)) return;
     GRAPH_UPDATE("hiertag: ", pass_, " rewired ", *user, " to read %", now->debugName());
     log_.records.push_back(std::move(record));
+  }
+
+  // The nodes that read `value` before the pass, in graph order, once per
+  // input slot (an index of every input, sorted by value, built when first asked).
+  std::vector<Index> ReadersOf(const Value* value) {
+    if (readers_.empty()) {
+      readers_.reserve(before_.inputs.size());
+      for (Index i = 0; i < before_.nodes.size(); ++i) {
+        for (const Value* input : before_.InputsOf(i)) readers_.emplace_back(input, i);
+      }
+      std::sort(readers_.begin(), readers_.end());
+    }
+    auto first = std::lower_bound(readers_.begin(), readers_.end(), std::make_pair(value, Index{0}));
+    std::vector<Index> readers;
+    for (auto it = first; it != readers_.end() && it->first == value; ++it) readers.push_back(it->second);
+    return readers;
   }
 
   // Whether a value of rank > 0 passed between two module calls inside the
@@ -399,22 +524,21 @@ class Observer {
   // handed from one call to the next (NumToTensor in one, Int in the other, a
   // pair the peephole drops) is still the same number, while a tensor between
   // them (a permute and its inverse) had another layout than what is read now.
-  bool CrossesWithTensor(const std::vector<Node*>& group) const {
-    std::unordered_set<Node*> members(group.begin(), group.end());
-    for (Node* node : group) {
-      const NodeBefore& entry = before_.at(node);
-      if (entry.scalar_outputs) continue;
-      for (const Use& use : entry.uses) {
-        if (members.count(use.user) && before_.at(use.user).scope != entry.scope) return true;
+  bool CrossesWithTensor(const std::vector<Index>& group) const {
+    for (Index i : group) {
+      if (before_.scalar_outputs[i]) continue;
+      for (const Use& use : before_.UsesOf(i)) {
+        Index user = IndexOf(use.user);
+        if (user != kNotBefore && members_[user] && before_.scopes[user] != before_.scopes[i]) return true;
       }
     }
     return false;
   }
 
-  std::vector<ScopePtr> ScopesOf(const std::vector<Node*>& nodes) const {
+  std::vector<ScopePtr> ScopesOf(const std::vector<Index>& nodes) const {
     std::vector<ScopePtr> scopes;
-    for (Node* node : nodes) {
-      const ScopePtr& scope = before_.at(node).scope;
+    for (Index i : nodes) {
+      const ScopePtr& scope = before_.scopes[i];
       if (!IsBlankScope(scope) && std::find(scopes.begin(), scopes.end(), scope) == scopes.end()) {
         scopes.push_back(scope);
       }
@@ -429,65 +553,68 @@ class Observer {
   // Either walk stops at the nodes another made node was made from, so two
   // fusions side by side (Conv+BN, then the next layer's Conv+BN) stay apart.
   // The whole group when nothing anchors the walk.
-  std::vector<Node*> Absorbed(Node* absorber, const std::vector<Node*>& group,
-                              const std::unordered_map<Node*, std::vector<Node*>>& anchors) {
-    std::unordered_set<Node*> members(group.begin(), group.end());
-    std::unordered_set<Node*> others;
+  std::vector<Index> Absorbed(Node* absorber, const std::vector<Index>& group,
+                              const std::vector<std::pair<Node*, std::vector<Index>>>& anchors) {
+    auto is_member = [&](Index i) { return i != kNotBefore && members_[i]; };
+    std::unordered_set<Index> others;
     for (const auto& [made, from] : anchors) {
       if (made != absorber) others.insert(from.begin(), from.end());
     }
-    std::vector<std::pair<Node*, bool>> work;  // node, walking downstream
-    if (created_.count(absorber)) {
-      auto made_from = anchors.find(absorber);
+    std::vector<std::pair<Index, bool>> work;  // node, walking downstream
+    if (Created(absorber)) {
+      auto made_from = std::find_if(anchors.begin(), anchors.end(),
+                                    [&](const auto& anchor) { return anchor.first == absorber; });
       if (made_from == anchors.end()) return group;
-      for (Node* node : made_from->second) work.emplace_back(node, true);
+      for (Index i : made_from->second) work.emplace_back(i, true);
     } else {
-      for (Value* input : before_.at(absorber).inputs) {
-        for (Node* producer : ProducersOf(input)) {
-          if (members.count(producer)) work.emplace_back(producer, false);
-        }
+      Index i = IndexOf(absorber);
+      for (Value* input : before_.InputsOf(i)) {
+        Index producer = ProducerOf(input);
+        if (is_member(producer)) work.emplace_back(producer, false);
       }
-      for (const Use& use : before_.at(absorber).uses) {
-        if (members.count(use.user)) work.emplace_back(use.user, true);
+      for (const Use& use : before_.UsesOf(i)) {
+        Index user = IndexOf(use.user);
+        if (is_member(user)) work.emplace_back(user, true);
       }
     }
     if (work.empty()) return group;
-    std::unordered_set<Node*> taken;
+    std::vector<Index> absorbed;
+    uint32_t walk = NewWalk();
     while (!work.empty()) {
-      auto [node, downstream] = work.back();
+      auto [i, downstream] = work.back();
       work.pop_back();
-      if (others.count(node) || !taken.insert(node).second) continue;
-      const NodeBefore& entry = before_.at(node);
+      if (others.count(i) || !Visit(i, walk)) continue;
+      absorbed.push_back(i);
       if (downstream) {
-        for (const Use& use : entry.uses) {
-          if (members.count(use.user)) work.emplace_back(use.user, true);
+        for (const Use& use : before_.UsesOf(i)) {
+          Index user = IndexOf(use.user);
+          if (is_member(user)) work.emplace_back(user, true);
         }
       } else {
-        for (Value* input : entry.inputs) {
-          for (Node* producer : ProducersOf(input)) {
-            if (members.count(producer)) work.emplace_back(producer, false);
-          }
+        for (Value* input : before_.InputsOf(i)) {
+          Index producer = ProducerOf(input);
+          if (is_member(producer)) work.emplace_back(producer, false);
         }
       }
     }
-    std::vector<Node*> absorbed(taken.begin(), taken.end());
-    std::sort(absorbed.begin(), absorbed.end(), [&](Node* a, Node* b) { return position_.at(a) < position_.at(b); });
+    std::sort(absorbed.begin(), absorbed.end());
     return absorbed;
   }
 
-  // Whether the pass made `node`, or changed it beyond rewiring it to older
-  // values: other attributes, or a value the pass made among its inputs.
   // A node that computes from nothing: a constant (not a graph input).
   static bool IsConstant(const Node* node) {
     return node->inputs().empty() && node->blocks().empty() && node->kind() != torch::jit::prim::Param;
   }
 
+  // Whether the pass made `node`, or changed it beyond rewiring it to older
+  // values: other attributes, or a value the pass made among its inputs.
   bool Absorbing(Node* node) const {
-    if (created_.count(node)) return true;
-    if (!changed_.count(node)) return false;
-    if (before_.at(node).attributes != HashAttributes(node)) return true;
-    return std::any_of(node->inputs().begin(), node->inputs().end(), [&](Value* input) {
-      return new_inputs_.count(input) || created_.count(input->node());
+    if (Created(node)) return true;
+    Index i = IndexOf(node);
+    if (i == kNotBefore || !alive_[i]) return false;
+    if (AttributesChanged(i)) return true;
+    return inputs_changed_[i] && std::any_of(node->inputs().begin(), node->inputs().end(), [&](Value* input) {
+      return new_inputs_.count(input) || Created(input->node());
     });
   }
 
@@ -526,17 +653,25 @@ class Observer {
   std::string pass_;
   BorrowedScopes& borrowed_;
   RewriteLog& log_;
-  std::unordered_map<Node*, NodeBefore> before_;
+  const GraphBefore before_;
+  // Filled only when the pass changed the graph:
+  ska::flat_hash_map<Node*, Index> index_;  // a node before the pass -> its index
+  std::vector<uint8_t> alive_;              // per node before: still in the graph
+  std::vector<uint8_t> inputs_changed_;     // per node before: alive, reading other values
+  std::vector<uint8_t> grouped_;            // per node before: in a group classified
+  std::vector<uint8_t> members_;            // per node before: in the group being classified
+  std::vector<uint32_t> seen_;              // per node before: the last walk that reached it
+  uint32_t stamp_ = 0;
+  ska::flat_hash_map<Node*, uint32_t> created_;  // a made node -> its index in created_order_
+  std::vector<Node*> created_order_;            // made nodes, in graph order
+  std::vector<ScopePtr> created_scope_;         // a made node's scope before any loan
+  ska::flat_hash_map<const torch::jit::Scope*, std::vector<uint32_t>> made_in_scope_;  // -> created_order_ indices
   std::unordered_set<Value*> inputs_before_;
-  std::unordered_set<Node*> alive_, changed_, created_, grouped_, absorbed_;
   std::unordered_set<Value*> new_inputs_;
-  std::unordered_map<Node*, ScopePtr> created_scope_;  // a made node's scope before any loan
-  std::vector<Node*> created_order_;                  // made nodes, in graph order
-  std::unordered_map<const torch::jit::Scope*, std::vector<size_t>> made_in_scope_;  // scope -> created_order_ indices
-  std::vector<Node*> order_;                          // nodes before the pass, in graph order
-  std::unordered_map<Node*, size_t> position_;
-  std::unordered_map<Value*, Node*> producers_;
-  std::unordered_map<const Value*, std::vector<Node*>> readers_;  // before the pass
+  std::unordered_set<Node*> absorbed_;
+  bool producers_built_ = false;
+  ska::flat_hash_map<const Value*, Index> producers_;
+  std::vector<std::pair<const Value*, Index>> readers_;  // (input, reader) before the pass, sorted
 };
 
 }  // namespace
@@ -544,7 +679,6 @@ class Observer {
 void RecordRewrites(torch::jit::Graph& graph, const std::string& pass, BorrowedScopes& borrowed,
                     RewriteLog& log, const std::function<void()>& run_pass) {
   Observer observer(graph, pass, borrowed, log);
-  observer.Before();
   run_pass();
   observer.After();
 }

@@ -655,6 +655,39 @@ graph(%x : Tensor, %c : Tensor):
   EXPECT_TRUE(borrowed_.empty());
 }
 
+TEST_F(RecordRewritesTest, ConstantRemadeWhereTheOldOneWasIsFolded) {
+  // Check that a Constant the pass destroys and makes again, of the same kind
+  // and scope (the allocator may hand it the old node's address), is a new node:
+  // the old one is folded into it.
+  Parse(R"IR(
+graph(%x : Tensor):
+  %c : Long(requires_grad=0, device=cpu) = onnx::Constant[value={2}]()
+  %y : Tensor = onnx::Mul(%x, %c)
+  return (%y)
+)IR");
+  SetScope("c", to_last_);
+  SetScope("y", head_);
+  Node* old_constant = NodeOf("c");
+  Node* y = NodeOf("y");
+  Value* x = vmap_.at("x");
+
+  RunPass([&] {
+    y->replaceInput(1, x);
+    old_constant->destroy();
+    Node* remade = graph_->create(kConstant, 1);
+    remade->t_(c10::Symbol::attr("value"), at::full({}, 2.0));
+    remade->setScope(to_last_);
+    remade->insertBefore(y);
+    y->replaceInput(1, remade->output());
+  });
+
+  const BorrowedScopes::Loan* loan = borrowed_.Find(Only(kConstant)->scope());
+  ASSERT_NE(loan, nullptr);
+  EXPECT_EQ(loan->recorded, to_last_);
+  EXPECT_EQ(loan->folded_from, (std::vector<ScopePtr>{to_last_}));
+  EXPECT_TRUE(log_.records.empty());
+}
+
 // %a (to_last) and %b (to_first) compute the same value; each feeds its own consumer.
 constexpr const char* kTwoEqualNodes = R"IR(
 graph(%x : Tensor):
