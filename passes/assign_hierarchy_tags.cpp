@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <c10/util/flat_hash_map.h>
 
@@ -100,6 +101,7 @@ class Tagger {
     }
     SettleByRules();
     InheritCalls();
+    KeepReadingCallsOnly();
     if (calls_ != nullptr) {
       for (int tag = 0; tag < call_tags_.size(); ++tag) {
         if (!call_tags_.Ran(call_tags_.Module(tag))) result_.never_ran.insert(tag);
@@ -166,6 +168,55 @@ class Tagger {
     }
   }
 
+  // A constant (a node without inputs) is weights, nobody's data: each module
+  // call reading it copies it. CSE keeps one constant for equal ones of many
+  // calls, and the conversion to ONNX gives each reader a copy of it, each
+  // copy listing every call CSE merged (in a deep decoder each layer's
+  // constants listed every layer: a file growing with the square of the
+  // depth). So a constant stays shared only with the calls whose nodes read
+  // it (a weights-only module reading another call's constant, BEiT's
+  // relative position bias, keeps it).
+  void KeepReadingCallsOnly() {
+    for (TaggedNode& tagged : result_.nodes) {
+      if (tagged.shared_with().empty() || !tagged.node->inputs().empty()) continue;
+      std::unordered_set<int64_t> reading;  // a call some reader ran in (Key), or every call of a tag
+      std::unordered_set<int> reading_tags;
+      auto add = [&](const TagRef& ref) {
+        for (const TagRef& call : Chain(ref)) {
+          reading.insert(Key(call));
+          reading_tags.insert(call.tag);
+        }
+      };
+      for (const Value* output : tagged.node->outputs()) {
+        for (const torch::jit::Use& use : output->uses()) {
+          Node* reader = use.user;
+          if (reader->kind() == c10::prim::Return) reader = reader->owningBlock()->owningNode();
+          if (reader == nullptr) {
+            add({CallTags::kRoot, 0});  // a model output: read by the root's call 0
+            continue;
+          }
+          Settled settled = SettledOf(reader);
+          if (settled.tag < 0) continue;
+          add({settled.tag, settled.call});
+          auto shared = with_shared_with_.find(reader);
+          if (shared == with_shared_with_.end()) continue;
+          for (const TagRef& ref : result_.nodes[shared->second].shared_with()) add(ref);
+        }
+      }
+      std::vector<TagRef>& shared = tagged.records->shared_with;
+      shared.erase(std::remove_if(shared.begin(), shared.end(),
+                                  [&](const TagRef& ref) {
+                                    if (ref.call == TagRef::kEveryCall) return reading_tags.count(ref.tag) == 0;
+                                    return reading.count(Key(ref)) == 0 &&
+                                           reading.count(Key({ref.tag, TagRef::kEveryCall})) == 0;
+                                  }),
+                   shared.end());
+      if (tagged.records->empty()) tagged.records.reset();
+    }
+  }
+
+  static int64_t Key(const TagRef& ref) { return (static_cast<int64_t>(ref.tag) << 32) | (ref.call + 1); }
+
   // Collects the serialized nodes in pre-order and settles each one its
   // record tags, in one visit (a node's memory is read once).
   void CollectPreOrder(Block* block, Node* holder) {
@@ -178,6 +229,7 @@ class Tagger {
       // Looked up by node only when a later rule or a loan may still change it.
       if (result_.nodes[i].tag == kUnsettled) unsettled_.push_back(i);
       if (result_.nodes[i].tag == kUnsettled || !result_.nodes[i].spans().empty()) later_[node] = i;
+      if (!result_.nodes[i].shared_with().empty()) with_shared_with_[node] = i;
       if (node->hasAttributes()) {
         for (c10::Symbol name : node->attributeNames()) {
           if (node->kindOf(name) == torch::jit::AttributeKind::g) {
@@ -528,6 +580,7 @@ class Tagger {
   ska::flat_hash_map<const torch::jit::Scope*, int> call_ordinal_;  // call scope -> its tag's call
   HierarchyTagging result_;
   ska::flat_hash_map<const Node*, size_t> later_;  // nodes no record settles for good -> index
+  ska::flat_hash_map<const Node*, size_t> with_shared_with_;  // nodes shared with other calls -> index
   std::vector<size_t> unsettled_;  // nodes no record tags, in pre-order
   ska::flat_hash_map<const torch::jit::Scope*, Record> record_of_scope_;
   const torch::jit::Scope* last_scope_ = nullptr;

@@ -663,6 +663,50 @@ graph(%input : Tensor):
   EXPECT_TRUE(Tagged(tagging, "s").shared_with().empty());
 }
 
+TEST_F(AssignHierarchyTagsTest, SharedConstantListsOnlyTheCallsReadingIt) {
+  // Check that a constant CSE kept for both layers but read by layer 0 alone is shared with no other call.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %c : Long(requires_grad=0, device=cpu) = onnx::Constant[value={2}]()
+  %r0 : Tensor = onnx::Mul(%input, %c)
+  return (%r0)
+)IR");
+  SetScope("c", borrowed_.Lend({attn0_, attn0_, {attn1_, layer1_}, {}, {}, {}}));
+  SetScope("r0", attn0_);
+  HierarchyTagging tagging = Tag();
+  EXPECT_EQ(TagAndRule(tagging, "c"), "/Net/Layer.0/Attn (recorded)");
+  EXPECT_TRUE(Tagged(tagging, "c").shared_with().empty());
+  EXPECT_TRUE(Describe(tagging).nodes[0].shared_with.empty());
+}
+
+TEST_F(AssignHierarchyTagsTest, SharedConstantKeepsTheCallsReadingIt) {
+  // Check that a constant read by layer 1's attention (directly) and by a node
+  // shared with layer 1 stays shared with exactly those calls and their callers it lists.
+  Parse(R"IR(
+graph(%input : Tensor):
+  %c : Long(requires_grad=0, device=cpu) = onnx::Constant[value={2}]()
+  %d : Long(requires_grad=0, device=cpu) = onnx::Constant[value={3}]()
+  %r0 : Tensor = onnx::Mul(%input, %c)
+  %r1 : Tensor = onnx::Mul(%r0, %c)
+  %s : Tensor = onnx::Add(%input, %d)
+  %out : Tensor = onnx::Add(%r1, %s)
+  return (%out)
+)IR");
+  SetScope("c", borrowed_.Lend({attn0_, attn0_, {attn1_, layer1_}, {}, {}, {}}));
+  SetScope("d", borrowed_.Lend({layer0_, layer0_, {attn1_, layer1_}, {}, {}, {}}));
+  SetScope("r0", attn0_);
+  SetScope("r1", attn1_);
+  SetScope("s", borrowed_.Lend({layer0_, layer0_, {layer1_}, {}, {}, {}}));
+  SetScope("out", net_);
+  HierarchyTagging tagging = Tag();
+  // %c: read by layer 1's attention, which runs inside layer 1.
+  EXPECT_EQ(TagsOf(Tagged(tagging, "c").shared_with()), (std::vector<std::string>{"/Net/Layer.1", "/Net/Layer.1/Attn"}));
+  // %d: read by a node of layer 0 also shared with layer 1, not by layer 1's attention.
+  EXPECT_EQ(TagsOf(Tagged(tagging, "d").shared_with()), (std::vector<std::string>{"/Net/Layer.1"}));
+  // A node with inputs keeps every call it was merged for.
+  EXPECT_EQ(TagsOf(Tagged(tagging, "s").shared_with()), (std::vector<std::string>{"/Net/Layer.1"}));
+}
+
 TEST_F(AssignHierarchyTagsTest, BorrowedCallSiteScopeIsRecorded) {
   // Check that a node lent a call-site scope (inlined call) is tagged with the call site's module.
   Parse(R"IR(
