@@ -18,8 +18,17 @@ std::string FormatExportReport(const ExportReport& report) {
        << " aliases); rewrites: fused " << report.fused << ", merged " << report.merged << ", removed/folded "
        << report.removed_or_folded;
   line.precision(1);
-  line << std::fixed << "; hiertag work " << report.own_milliseconds << " ms, writing " << report.write_milliseconds
-       << " ms\n";
+  line << std::fixed << "; hiertag work " << report.own_milliseconds << " ms";
+  if (!report.own_parts.empty()) {
+    const char* separator = " (";
+    for (const auto& [part, milliseconds] : report.own_parts) {
+      line << separator << part << " " << milliseconds;
+      if (part == "passes") line << " in " << report.observed_passes;
+      separator = ", ";
+    }
+    line << ")";
+  }
+  line << ", writing " << report.write_milliseconds << " ms\n";
   return line.str();
 }
 

@@ -2,6 +2,7 @@
 #include "hiertag/plugin/export_session.h"
 
 #include <algorithm>
+#include <iterator>
 #include <stdexcept>
 
 #include "hiertag/core/call_tags.h"
@@ -56,7 +57,7 @@ void ExportSession::RunTorch(const std::function<void()>& run, std::chrono::stea
 
 void ExportSession::BeforeFunctionSubstitution(torch::jit::Graph& graph) {
   Expect({ExportStage::kTracing, ExportStage::kOptimizing}, "_jit_pass_onnx_function_substitution");
-  OwnWork own(*this);
+  OwnWork own(*this, Work::kInlining);
   std::vector<torch::jit::Node*> nodes;
   CollectNodesAndReturns(graph.block(), &nodes);
   for (torch::jit::Node* node : nodes) {
@@ -75,7 +76,7 @@ void ExportSession::AfterFunctionSubstitution(torch::jit::Graph& graph) {
   Expect({ExportStage::kTracing, ExportStage::kOptimizing}, "_jit_pass_onnx_function_substitution");
   stage_ = ExportStage::kOptimizing;
   MaybeFailAt("function-substitution");
-  OwnWork own(*this);
+  OwnWork own(*this, Work::kInlining);
   MarkInlinedCalls(graph, borrowed_);
   std::vector<torch::jit::Node*> nodes;
   CollectNodesAndReturns(graph.block(), &nodes);
@@ -99,7 +100,8 @@ void ExportSession::ObservePass(torch::jit::Graph& graph, const char* pass, cons
   std::chrono::steady_clock::duration torch_time{};
   auto start = std::chrono::steady_clock::now();
   RecordRewrites(graph, pass, borrowed_, rewrites_, [&] { RunTorch(run, &torch_time); });
-  own_time_ += std::chrono::steady_clock::now() - start - torch_time;
+  own_time_[static_cast<int>(Work::kPasses)] += std::chrono::steady_clock::now() - start - torch_time;
+  ++observed_passes_;
 }
 
 void ExportSession::ObserveCse(torch::jit::Graph& graph, const std::function<void()>& run) {
@@ -109,7 +111,7 @@ void ExportSession::ObserveCse(torch::jit::Graph& graph, const std::function<voi
   std::chrono::steady_clock::duration torch_time{};
   auto start = std::chrono::steady_clock::now();
   RecordCseSharing(graph, borrowed_, [&] { RunTorch(run, &torch_time); });
-  own_time_ += std::chrono::steady_clock::now() - start - torch_time;
+  own_time_[static_cast<int>(Work::kCse)] += std::chrono::steady_clock::now() - start - torch_time;
 }
 
 void ExportSession::NoteInitializers(const torch::jit::Graph& graph, size_t initializer_count) {
@@ -124,14 +126,14 @@ void ExportSession::TagFinalGraph(torch::jit::Graph& graph, const std::function<
   CallTags call_tags(modules_);
   HierarchyTagging tagging;
   {
-    OwnWork own(*this);
+    OwnWork own(*this, Work::kTagging);
     tagging = AssignHierarchyTags(graph, modules_, call_tags, borrowed_, member_names_, user_input_count_, &calls_,
                                   &rewrites_);
     borrowed_.Restore(graph.block());
     RestoreTorchScopes(graph.block());
   }
   name_nodes();
-  OwnWork own(*this);
+  OwnWork own(*this, Work::kEntries);
   TaggedModelEntries entries = DescribeTaggedModel(tagging, call_tags, modules_, graph);
   node_tags_ = std::move(entries.nodes);
   model_entries_ = std::move(entries.model);
@@ -155,7 +157,7 @@ void ExportSession::TagFinalGraph(torch::jit::Graph& graph, const std::function<
 void ExportSession::PlanFile(std::string_view serialized) {
   Expect({ExportStage::kTagged, ExportStage::kPlanned}, "Graph._export_onnx");
   MaybeFailAt("plan");
-  OwnWork own(*this);
+  OwnWork own(*this, Work::kPlan);
   std::string error;
   if (!PlanTaggedModel(serialized, node_tags_, model_entries_, &plan_, &error)) {
     throw std::runtime_error("hiertag: cannot tag the exported model (" + error + "); nothing written");
@@ -176,7 +178,14 @@ std::string ExportSession::ReportLine() const {
   if (stage_ != ExportStage::kWritten) return "";
   using Milliseconds = std::chrono::duration<double, std::milli>;
   ExportReport report = report_;
-  report.own_milliseconds = Milliseconds(own_time_).count();
+  static constexpr const char* kWorkNames[] = {"set-up", "inlining", "passes", "cse", "tagging", "entries", "plan"};
+  static_assert(std::size(kWorkNames) == static_cast<size_t>(Work::kCount));
+  for (int work = 0; work < static_cast<int>(Work::kCount); ++work) {
+    double milliseconds = Milliseconds(own_time_[work]).count();
+    report.own_milliseconds += milliseconds;
+    report.own_parts.emplace_back(kWorkNames[work], milliseconds);
+  }
+  report.observed_passes = observed_passes_;
   report.write_milliseconds = Milliseconds(write_time_).count();
   return FormatExportReport(report);
 }

@@ -27,6 +27,18 @@ TEST(ExportReportTest, LineListsRulesOpsCallsRewritesAndTimes) {
             "hiertag work 1.2 ms, writing 0.0 ms\n");
 }
 
+TEST(ExportReportTest, OwnWorkIsBrokenDownByPart) {
+  // Check that the parts of hiertag's own work follow its total, the passes with how many were observed.
+  ExportReport report;
+  report.own_milliseconds = 3.0;
+  report.own_parts = {{"set-up", 0.5}, {"passes", 2.0}, {"plan", 0.5}};
+  report.observed_passes = 14;
+  std::string line = FormatExportReport(report);
+  EXPECT_NE(line.find("; hiertag work 3.0 ms (set-up 0.5, passes 2.0 in 14, plan 0.5), writing 0.0 ms\n"),
+            std::string::npos)
+      << line;
+}
+
 TEST(ExportReportTest, NothingUnrecordedLeavesThatPartOut) {
   // Check that with every node recorded there is no "not recorded" part.
   ExportReport report;

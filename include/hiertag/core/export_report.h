@@ -2,8 +2,9 @@
 //
 //   hiertag: 185 nodes: recorded 160 parameter-owner 4 ... root 0; not recorded:
 //   Constant=19 Identity=6; unresolved scope levels 0; module calls 18 (0 direct,
-//   0 aliases); rewrites: fused 0, merged 3, removed/folded 1; hiertag work 3.1 ms,
-//   writing 0.4 ms
+//   0 aliases); rewrites: fused 0, merged 3, removed/folded 1; hiertag work 3.1 ms
+//   (set-up 0.2, inlining 0.1, passes 1.9 in 14, cse 0.3, tagging 0.3, entries 0.2,
+//   plan 0.1), writing 0.4 ms
 //
 // One line, printed to stderr once the file is written. No torch.
 #pragma once
@@ -28,6 +29,9 @@ struct ExportReport {
   int merged = 0;
   size_t removed_or_folded = 0;
   double own_milliseconds = 0;    // hiertag's own work, torch's excluded
+  // Its parts (set-up, inlining, passes, cse, tagging, entries, plan), in milliseconds.
+  std::vector<std::pair<std::string, double>> own_parts;
+  int observed_passes = 0;  // torch passes RecordRewrites observed
   double write_milliseconds = 0;  // writing the file (hiertag replaces torch's write)
 };
 

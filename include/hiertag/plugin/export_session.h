@@ -25,6 +25,7 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -89,17 +90,22 @@ class ExportSession {
   // Raises the injected failure (HIERTAG_INJECT_FAILURE) when `step` is it.
   void MaybeFailAt(std::string_view step) const;
 
-  // Counts `time` as hiertag's own work (the session's set-up, timed by its maker).
-  void AddOwnWork(std::chrono::steady_clock::duration time) { own_time_ += time; }
+  // Where hiertag's own work goes, as the report line breaks it down.
+  enum class Work { kSetUp, kInlining, kPasses, kCse, kTagging, kEntries, kPlan, kCount };
 
-  // Adds the time until it goes out of scope to hiertag's own work.
+  // Counts `time` as hiertag's own work (the session's set-up, timed by its maker).
+  void AddOwnWork(std::chrono::steady_clock::duration time) { own_time_[static_cast<int>(Work::kSetUp)] += time; }
+
+  // Adds the time until it goes out of scope to hiertag's own work of kind `work`.
   class OwnWork {
    public:
-    explicit OwnWork(ExportSession& session) : session_(session), start_(std::chrono::steady_clock::now()) {}
-    ~OwnWork() { session_.own_time_ += std::chrono::steady_clock::now() - start_; }
+    OwnWork(ExportSession& session, Work work)
+        : session_(session), work_(work), start_(std::chrono::steady_clock::now()) {}
+    ~OwnWork() { session_.own_time_[static_cast<int>(work_)] += std::chrono::steady_clock::now() - start_; }
 
    private:
     ExportSession& session_;
+    Work work_;
     std::chrono::steady_clock::time_point start_;
   };
 
@@ -128,7 +134,8 @@ class ExportSession {
   std::vector<ModelMetadataEntry> model_entries_;
   TaggedModelPlan plan_;
   ExportReport report_;  // filled when tagged (the times when written)
-  std::chrono::steady_clock::duration own_time_{};
+  std::array<std::chrono::steady_clock::duration, static_cast<int>(Work::kCount)> own_time_{};
+  int observed_passes_ = 0;
   std::chrono::steady_clock::duration write_time_{};
 };
 
