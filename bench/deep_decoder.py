@@ -195,6 +195,10 @@ def summarize(runs):
         works = [r["hiertag_work_ms"] for r in records if r["hiertag_work_ms"] is not None]
         if works:
             summary[method]["hiertag_work_ms"] = _spread(works)
+        parts = [r.get("hiertag_work_parts") for r in records if r.get("hiertag_work_parts")]
+        if parts:
+            summary[method]["hiertag_work_parts_ms"] = {part: statistics.median(p.get(part, 0.0) for p in parts)
+                                                        for part in parts[0]}
     if all(m in summary for m in METHODS):
         # per pair: tagged / plain of the same pair, then the median of those
         pairs = {}
@@ -292,6 +296,17 @@ def render(results, out):
             lines.append(f"| {d['layers']} | {nodes:,} | {nodes / d['layers']:.1f} | {seconds:.1f} | "
                          f"{seconds * 1e6 / nodes:.0f} | {exponent} | {per_node} | {growth} | {sizes} |")
             previous = (nodes, seconds)
+    parted = [d for d in depths if d["summary"].get("hiertag", {}).get("hiertag_work_parts_ms")]
+    if parted:
+        names = list(parted[0]["summary"]["hiertag"]["hiertag_work_parts_ms"])
+        lines += ["", "Where hiertag's own work goes (`HIERTAG_REPORT`'s parts, median ms; *passes*: observing "
+                      "torch's graph passes, RecordRewrites):", "",
+                  "| layers | nodes | " + " | ".join(names) + " | passes µs per node |",
+                  "|---:|---:|" + "---:|" * (len(names) + 1)]
+        for d in parted:
+            parts, nodes = d["summary"]["hiertag"]["hiertag_work_parts_ms"], d["scores"]["hiertag"]["nodes"]
+            lines.append(f"| {d['layers']} | {nodes:,} | " + " | ".join(f"{parts.get(n, 0.0):,.0f}" for n in names)
+                         + f" | {parts.get('passes', 0.0) * 1e3 / nodes:.1f} |")
     plugins = {}
     for d in depths:
         for r in d["runs"].get("hiertag", []):

@@ -10,6 +10,7 @@ JSON object on stdout:
   peak_rss_bytes     the process's peak resident set during the export
                      (Linux: the peak is reset just before it, /proc/self/clear_refs)
   hiertag_work_ms    hiertag's own work in the export (HIERTAG_REPORT), hiertag only
+  hiertag_work_parts its parts as the report line breaks it down: {part: ms}
   root_fallback      nodes that only a fallback put on the root module
                      (hiertag: its "root" rule; legacy: its fallback tag)
 
@@ -41,7 +42,8 @@ import hiertag  # noqa: E402
 from hiertag import OPSET  # noqa: E402
 
 METHODS = ("plain", "hiertag", "legacy")
-_REPORT = re.compile(r"root (\d+);.*hiertag work ([0-9.]+) ms")
+_REPORT = re.compile(r"root (\d+);.*hiertag work ([0-9.]+) ms(?: \(([^)]*)\))?")
+_PART = re.compile(r"(?:^|, )([a-z-]+) ([0-9.]+)")
 
 
 def _status_bytes(field):
@@ -110,6 +112,8 @@ def measure_built(method, model_name, build, path):
             raise RuntimeError("the hiertag export printed no HIERTAG_REPORT line: was the plugin loaded?")
         measured["root_fallback"] = int(found.group(1))
         measured["hiertag_work_ms"] = float(found.group(2))
+        # Its parts (set-up, inlining, passes, cse, tagging, entries, plan), in ms.
+        measured["hiertag_work_parts"] = {part: float(ms) for part, ms in _PART.findall(found.group(3) or "")}
     elif method == "legacy":
         measured["root_fallback"] = result["root_fallback"]
     return measured

@@ -41,7 +41,7 @@ def build_bert():
     return model, (ids, {"attention_mask": torch.ones_like(ids)})
 
 
-HIERTAG_WORK = re.compile(r"hiertag work ([0-9.]+) ms, writing ([0-9.]+) ms")
+HIERTAG_WORK = re.compile(r"hiertag work ([0-9.]+) ms(?: \([^)]*\))?, writing ([0-9.]+) ms")
 
 
 def export_seconds(model, args, flag, path, work=None):
