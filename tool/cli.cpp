@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <optional>
 #include <ostream>
+#include <sstream>
+#include <string>
 
 #include "hiertag/core/printable.h"
 #include "hiertag/tool/tool_commands.h"
@@ -83,10 +85,39 @@ int UsageError(const std::string& message, std::ostream& err) {
   return 2;
 }
 
+int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 }  // namespace
 
+// Every line a command writes on err says which command: "hiertag COMMAND: ...",
+// as the Python verbs' do (a line that already says so is left as it is).
 int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   if (args.empty()) return UsageError("no command given", err);
+  const std::string& command = args[0];
+  if (command != "validate" && command != "tree" && command != "extract") return RunCommand(args, out, err);
+  std::ostringstream said;
+  int status = RunCommand(args, out, said);
+  const std::string prefix = "hiertag " + command + ": ";
+  const std::string general = "hiertag: ";
+  const std::string help = "(see 'hiertag --help')";
+  std::istringstream lines(said.str());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(prefix, 0) == 0) {
+      err << line << "\n";
+      continue;
+    }
+    if (line.rfind(general, 0) == 0) line = line.substr(general.size());  // a usage error
+    if (size_t at = line.rfind(help); at != std::string::npos && at + help.size() == line.size()) {
+      line.replace(at, help.size(), "(see 'hiertag " + command + " --help')");
+    }
+    err << prefix << line << "\n";
+  }
+  return status;
+}
+
+namespace {
+
+int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string& command = args[0];
   bool help = false;
   for (const std::string& arg : args) help |= arg == "--help" || arg == "-h";
@@ -147,22 +178,24 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       if (i + 1 >= args.size()) return UsageError(arg + " needs a value", err);
       (arg == "-o" ? extract.out_path : arg == "--module" ? module : extract.value_types_path) = args[++i];
     } else if (!arg.empty() && arg[0] == '-') {
-      return UsageError("unknown option '" + arg + "' for " + command, err);
+      return UsageError("unknown option '" + arg + "'", err);
     } else if (model.empty()) {
       model = arg;
     } else {
       return UsageError("more than one model given ('" + model + "', '" + arg + "')", err);
     }
   }
-  if (model.empty()) return UsageError(command + " needs MODEL.onnx", err);
+  if (model.empty()) return UsageError("needs MODEL.onnx", err);
   if (command == "validate") return RunValidate(model, json, out, err);
   if (command == "tree") {
     if (json && csv) return UsageError("tree takes --json or --csv, not both", err);
     return RunTree(model, csv ? TreeFormat::kCsv : json ? TreeFormat::kJson : TreeFormat::kText, depth, out, err);
   }
-  if (module.empty()) return UsageError("extract needs --module TAG", err);
+  if (module.empty()) return UsageError("needs --module TAG", err);
   extract.json = json;
   return RunExtract(model, module, extract, out, err);
 }
+
+}  // namespace
 
 }  // namespace hiertag

@@ -749,7 +749,7 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
         except json.JSONDecodeError:
             validation = {}
         if validated.returncode != 0 or not validation.get("valid"):
-            problems = validation.get("problems") or [validated.stderr.strip() or validated.stdout.strip()]
+            problems = validation.get("problems") or [native.error_line(validated.stderr) or validated.stdout.strip()]
             fail(f"the tagged file is not valid: {str(problems[0]).replace(str(staged), str(output))}")
         for extra in staging.iterdir():  # external data first, the model last
             if extra != staged:
@@ -761,7 +761,7 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
         print(f"hiertag export: {_plugin_line(note, torch_modules is not None)}", file=sys.stderr)
     tree = _tool("tree", output, "--depth", "2", "--json")
     if tree.returncode != 0:
-        fail(f"hiertag tree failed on {output}: {tree.stderr.strip()}")
+        fail(f"hiertag tree failed on {output}: {native.error_line(tree.stderr)}")
     return {"model": str(model_spec), "output": str(output), "nodes": validation["nodes"],
             "modules": validation["modules"], "inputs": graph_inputs, "opset": opset,
             "tree": json.loads(tree.stdout)}

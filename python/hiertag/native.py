@@ -5,6 +5,7 @@ types this way. Imports neither torch nor onnxruntime."""
 
 import contextlib
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -58,3 +59,10 @@ def run_tool(arguments, **run_options):
         return subprocess.run([tool, *arguments], **run_options)
     with value_types_file(model) as types:
         return subprocess.run([tool, *arguments, "--value-types", str(types)], **run_options)
+
+
+def error_line(stderr):
+    """The native tool's error (its first line on stderr) without its
+    "hiertag COMMAND: " prefix, for a verb that says its own name."""
+    lines = stderr.strip().splitlines()
+    return re.sub(r"^hiertag [a-z-]+: ", "", lines[0]) if lines else ""

@@ -227,7 +227,7 @@ def native_json(*arguments):
     try:
         return json.loads(result.stdout)
     except json.JSONDecodeError:
-        fail(first_line(result.stderr) if result.stderr.strip() else f"hiertag {arguments[0]} printed no JSON")
+        fail(native.error_line(result.stderr) if result.stderr.strip() else f"hiertag {arguments[0]} printed no JSON")
 
 
 def same_file(a, b):

@@ -21,6 +21,9 @@ class CliTest : public ToolTest {
     ASSERT_EQ(Lines(result.err).size(), 1u) << result.err;
     EXPECT_EQ(result.err.back(), '\n');
     EXPECT_NE(result.err.find(message_part), std::string::npos) << result.err;
+    // A command's line names it, as the Python verbs' do; one unknown says "hiertag:".
+    bool known = args.size() > 0 && (args[0] == "validate" || args[0] == "tree" || args[0] == "extract");
+    EXPECT_EQ(result.err.rfind(known ? "hiertag " + args[0] + ": " : std::string("hiertag: "), 0), 0u) << result.err;
   }
 
   // Runs the tool with `args` and checks that it printed usage starting with `first_line` on out.
@@ -152,6 +155,8 @@ TEST_F(CliTest, BadInputThroughCommandLine) {
     EXPECT_EQ(result.code, 2) << command;
     EXPECT_EQ(result.out, "") << command;
     EXPECT_EQ(Lines(result.err).size(), 1u) << command << ": " << result.err;
+    EXPECT_EQ(result.err, "hiertag " + std::string(command) + ": " + missing +
+                              ": cannot open the file (missing or unreadable)\n");
   }
 }
 

@@ -760,7 +760,7 @@ TEST_F(ExtractTest, UnreadableTypesFileIsRefused) {
   EXPECT_EQ(result.code, 2);
   EXPECT_EQ(result.out, "");
   EXPECT_EQ(Lines(result.err).size(), 1u) << result.err;
-  EXPECT_EQ(result.err.rfind(types + ": ", 0), 0u) << result.err;
+  EXPECT_EQ(result.err.rfind("hiertag extract: " + types + ": ", 0), 0u) << result.err;
   EXPECT_EQ(Files(), (std::set<std::string>{"model.onnx", "types.onnx"}));
 }
 
@@ -815,7 +815,7 @@ TEST_F(ExtractTest, CommandLineWithoutModuleIsUsageError) {
   RunResult result = Tool({"extract", path});
   EXPECT_EQ(result.code, 2);
   EXPECT_EQ(result.out, "");
-  EXPECT_EQ(result.err, "hiertag: extract needs --module TAG (see 'hiertag --help')\n");
+  EXPECT_EQ(result.err, "hiertag extract: needs --module TAG (see 'hiertag extract --help')\n");
   EXPECT_EQ(Files(), std::set<std::string>{"model.onnx"});
 }
 
@@ -1235,11 +1235,11 @@ TEST_F(ExtractTest, CommandLinePassesCall) {
   for (const char* bad : {"-1", "one", "1x", ""}) {
     RunResult result = Tool({"extract", path, "--module", "/Net/Block", "--call", bad});
     EXPECT_EQ(result.code, 2) << bad;
-    EXPECT_EQ(result.err, "hiertag: --call takes a whole number >= 0, not '" + std::string(bad) +
-                              "' (see 'hiertag --help')\n");
+    EXPECT_EQ(result.err, "hiertag extract: --call takes a whole number >= 0, not '" + std::string(bad) +
+                              "' (see 'hiertag extract --help')\n");
   }
   RunResult missing = Tool({"extract", path, "--module", "/Net/Block", "--call"});
-  EXPECT_EQ(missing.err, "hiertag: --call needs a number (see 'hiertag --help')\n");
+  EXPECT_EQ(missing.err, "hiertag extract: --call needs a number (see 'hiertag extract --help')\n");
 }
 
 // The chain model with Layer.1's weight w1 (FLOAT [2,3]: 24 bytes) kept in
