@@ -212,6 +212,15 @@ std::unique_ptr<SyntheticModel> BuildModel(int64_t nodes) {
   return model;
 }
 
+// The counters every benchmark over a graph of `nodes` nodes reports: items
+// processed, the node count, and the time per node (per_node).
+void ReportPerNode(benchmark::State& state, size_t nodes) {
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(nodes));
+  state.counters["nodes"] = static_cast<double>(nodes);
+  state.counters["per_node"] = benchmark::Counter(
+      static_cast<double>(nodes), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
 void BM_AssignHierarchyTags(benchmark::State& state) {
   std::unique_ptr<SyntheticModel> model = heap::Uncounted([&] { return BuildModel(state.range(0)); });
   BorrowedScopes borrowed;
@@ -223,10 +232,7 @@ void BM_AssignHierarchyTags(benchmark::State& state) {
     nodes = tagging.nodes.size();
     benchmark::DoNotOptimize(tagging);
   }
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(nodes));
-  state.counters["nodes"] = static_cast<double>(nodes);
-  state.counters["per_node"] = benchmark::Counter(
-      static_cast<double>(nodes), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  ReportPerNode(state, nodes);
 }
 
 // The floor any pass over torch's graph pays: visit every node, its scope and
@@ -246,10 +252,7 @@ void BM_VisitGraph(benchmark::State& state) {
     benchmark::DoNotOptimize(uses);
     nodes = visited;
   }
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(nodes));
-  state.counters["nodes"] = static_cast<double>(nodes);
-  state.counters["per_node"] = benchmark::Counter(
-      static_cast<double>(nodes), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  ReportPerNode(state, nodes);
 }
 
 void BM_PlanTaggedModel(benchmark::State& state) {
@@ -304,17 +307,23 @@ void BM_RecordCseSharing(benchmark::State& state) {
     model.reset();
     heap::Resume(state, counting);
   }
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(nodes));
-  state.counters["nodes"] = static_cast<double>(nodes);
-  state.counters["per_node"] = benchmark::Counter(
-      static_cast<double>(nodes), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  ReportPerNode(state, nodes);
 }
 
 // RecordRewrites around a pass that changes nothing (most of the export's
 // observed passes, most of the time) and around one that cancels a Transpose
 // per layer (the ONNX peephole's daily work): the observer's own cost, the
 // pass itself being a lambda.
-void RecordRewritesAround(benchmark::State& state, bool cancel_transposes) {
+void BM_RecordRewritesUnchanged(benchmark::State& state) {
+  std::unique_ptr<SyntheticModel> model = heap::Uncounted([&] { return BuildModel(state.range(0)); });
+  BorrowedScopes borrowed;
+  RewriteLog log;
+  size_t nodes = std::distance(model->graph->nodes().begin(), model->graph->nodes().end());
+  for (auto _ : state) RecordRewrites(*model->graph, "_jit_pass_bench", borrowed, log, [] {});
+  ReportPerNode(state, nodes);
+}
+
+void BM_RecordRewritesChanged(benchmark::State& state) {
   size_t nodes = 0;
   for (auto _ : state) {
     bool counting = heap::counting;
@@ -329,7 +338,6 @@ void RecordRewritesAround(benchmark::State& state, bool cancel_transposes) {
     }
     heap::Resume(state, counting);
     RecordRewrites(*model->graph, "_jit_pass_bench", borrowed, log, [&] {
-      if (!cancel_transposes) return;
       for (Node* transpose : transposes) {
         transpose->output()->replaceAllUsesWith(transpose->input(0));
         transpose->destroy();
@@ -339,24 +347,8 @@ void RecordRewritesAround(benchmark::State& state, bool cancel_transposes) {
     model.reset();
     heap::Resume(state, counting);
   }
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(nodes));
-  state.counters["nodes"] = static_cast<double>(nodes);
-  state.counters["per_node"] = benchmark::Counter(
-      static_cast<double>(nodes), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  ReportPerNode(state, nodes);
 }
-
-void BM_RecordRewritesUnchanged(benchmark::State& state) {
-  std::unique_ptr<SyntheticModel> model = heap::Uncounted([&] { return BuildModel(state.range(0)); });
-  BorrowedScopes borrowed;
-  RewriteLog log;
-  size_t nodes = std::distance(model->graph->nodes().begin(), model->graph->nodes().end());
-  for (auto _ : state) RecordRewrites(*model->graph, "_jit_pass_bench", borrowed, log, [] {});
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(nodes));
-  state.counters["nodes"] = static_cast<double>(nodes);
-  state.counters["per_node"] = benchmark::Counter(
-      static_cast<double>(nodes), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
-}
-void BM_RecordRewritesChanged(benchmark::State& state) { RecordRewritesAround(state, true); }
 
 BENCHMARK(BM_AssignHierarchyTags)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_VisitGraph)->RangeMultiplier(10)->Range(1000, 1000000)->Unit(benchmark::kMillisecond);
