@@ -80,8 +80,11 @@ constexpr const char* kExtractUsage =
     "range, a module whose boundary an export pass rewrote away, or a module that is not a convex\n"
     "region of the graph (nothing is written).\n";
 
-int UsageError(const std::string& message, std::ostream& err) {
-  err << "hiertag: " << Printable(message) << " (see 'hiertag --help')\n";
+// One line on err: "hiertag: MESSAGE (see 'hiertag --help')", or, for a
+// command, "hiertag COMMAND: MESSAGE (see 'hiertag COMMAND --help')".
+int UsageError(const std::string& message, std::ostream& err, const std::string& command = "") {
+  const std::string name = command.empty() ? "hiertag" : "hiertag " + command;
+  err << name << ": " << Printable(message) << " (see '" << name << " --help')\n";
   return 2;
 }
 
@@ -98,20 +101,8 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   std::ostringstream said;
   int status = RunCommand(args, out, said);
   const std::string prefix = "hiertag " + command + ": ";
-  const std::string general = "hiertag: ";
-  const std::string help = "(see 'hiertag --help')";
   std::istringstream lines(said.str());
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(prefix, 0) == 0) {
-      err << line << "\n";
-      continue;
-    }
-    if (line.rfind(general, 0) == 0) line = line.substr(general.size());  // a usage error
-    if (size_t at = line.rfind(help); at != std::string::npos && at + help.size() == line.size()) {
-      line.replace(at, help.size(), "(see 'hiertag " + command + " --help')");
-    }
-    err << prefix << line << "\n";
-  }
+  for (std::string line; std::getline(lines, line);) err << (line.rfind(prefix, 0) == 0 ? "" : prefix) << line << "\n";
   return status;
 }
 
@@ -145,14 +136,14 @@ int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     } else if (arg == "--csv" && command == "tree") {
       csv = true;
     } else if (arg == "--depth" && command == "tree") {
-      if (i + 1 >= args.size()) return UsageError("--depth needs a number", err);
+      if (i + 1 >= args.size()) return UsageError("--depth needs a number", err, command);
       const std::string& value = args[++i];
       auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), depth);
       if (error != std::errc() || end != value.data() + value.size() || depth < 0) {
-        return UsageError("--depth takes a whole number >= 0, not '" + value + "'", err);
+        return UsageError("--depth takes a whole number >= 0, not '" + value + "'", err, command);
       }
     } else if (arg == "--external-data" && command == "extract") {
-      if (i + 1 >= args.size()) return UsageError("--external-data needs a mode", err);
+      if (i + 1 >= args.size()) return UsageError("--external-data needs a mode", err, command);
       const std::string& value = args[++i];
       if (value == "auto") {
         extract.external_data = ExternalDataMode::kAuto;
@@ -163,35 +154,35 @@ int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       } else if (value == "reference") {
         extract.external_data = ExternalDataMode::kReference;
       } else {
-        return UsageError("--external-data takes auto, inline, copy or reference, not '" + value + "'", err);
+        return UsageError("--external-data takes auto, inline, copy or reference, not '" + value + "'", err, command);
       }
     } else if (arg == "--call" && command == "extract") {
-      if (i + 1 >= args.size()) return UsageError("--call needs a number", err);
+      if (i + 1 >= args.size()) return UsageError("--call needs a number", err, command);
       const std::string& value = args[++i];
       int64_t ordinal = -1;
       auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), ordinal);
       if (error != std::errc() || end != value.data() + value.size() || ordinal < 0) {
-        return UsageError("--call takes a whole number >= 0, not '" + value + "'", err);
+        return UsageError("--call takes a whole number >= 0, not '" + value + "'", err, command);
       }
       extract.call = ordinal;
     } else if ((arg == "--module" || arg == "-o" || arg == "--value-types") && command == "extract") {
-      if (i + 1 >= args.size()) return UsageError(arg + " needs a value", err);
+      if (i + 1 >= args.size()) return UsageError(arg + " needs a value", err, command);
       (arg == "-o" ? extract.out_path : arg == "--module" ? module : extract.value_types_path) = args[++i];
     } else if (!arg.empty() && arg[0] == '-') {
-      return UsageError("unknown option '" + arg + "'", err);
+      return UsageError("unknown option '" + arg + "'", err, command);
     } else if (model.empty()) {
       model = arg;
     } else {
-      return UsageError("more than one model given ('" + model + "', '" + arg + "')", err);
+      return UsageError("more than one model given ('" + model + "', '" + arg + "')", err, command);
     }
   }
-  if (model.empty()) return UsageError("needs MODEL.onnx", err);
+  if (model.empty()) return UsageError("needs MODEL.onnx", err, command);
   if (command == "validate") return RunValidate(model, json, out, err);
   if (command == "tree") {
-    if (json && csv) return UsageError("tree takes --json or --csv, not both", err);
+    if (json && csv) return UsageError("tree takes --json or --csv, not both", err, command);
     return RunTree(model, csv ? TreeFormat::kCsv : json ? TreeFormat::kJson : TreeFormat::kText, depth, out, err);
   }
-  if (module.empty()) return UsageError("needs --module TAG", err);
+  if (module.empty()) return UsageError("needs --module TAG", err, command);
   extract.json = json;
   return RunExtract(model, module, extract, out, err);
 }
