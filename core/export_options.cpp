@@ -21,9 +21,11 @@ bool IsIdentifier(const std::string& name) {
   return true;
 }
 
-std::optional<TorchModuleSegments> ReadTorchModuleSegments(const char* value, std::string* error) {
+}  // namespace
+
+std::optional<TorchModuleSegments> ParseTorchModuleSegments(std::string_view value, std::string* error) {
   TorchModuleSegments segments;
-  std::string text = value == nullptr ? "" : value;
+  std::string text(value);
   if (text.empty() || text == "0") return segments;
   if (text == "1") {
     segments.all = true;
@@ -34,16 +36,13 @@ std::optional<TorchModuleSegments> ReadTorchModuleSegments(const char* value, st
   while (std::getline(stream, item, ',')) {
     std::string name = Trimmed(item);
     if (!IsIdentifier(name)) {
-      *error = "hiertag: HIERTAG_TORCH_MODULES='" + text +
-               "' is not valid: use 0, 1 or a comma list of class names (LayerNorm,Embedding)";
+      *error = "'" + text + "' is not valid: use 0, 1 or a comma list of class names (LayerNorm,Embedding)";
       return std::nullopt;
     }
     segments.classes.insert(name);
   }
   return segments;
 }
-
-}  // namespace
 
 bool TorchModuleSegments::KeepsSegment(std::string_view qualified, std::string_view short_name) const {
   return !IsTorchModuleClass(qualified) || all || classes.count(short_name) > 0;
@@ -79,8 +78,14 @@ std::optional<ExportOptions> ReadExportOptions(const EnvironmentLookup& lookup, 
     return std::nullopt;
   }
   options.tag = true;
-  std::optional<TorchModuleSegments> segments = ReadTorchModuleSegments(lookup("HIERTAG_TORCH_MODULES"), error);
-  if (!segments) return std::nullopt;
+  const char* torch_modules = lookup("HIERTAG_TORCH_MODULES");
+  std::string reason;
+  std::optional<TorchModuleSegments> segments =
+      ParseTorchModuleSegments(torch_modules == nullptr ? "" : torch_modules, &reason);
+  if (!segments) {
+    *error = "hiertag: HIERTAG_TORCH_MODULES=" + reason;
+    return std::nullopt;
+  }
   options.torch_modules = std::move(*segments);
   const char* report = lookup("HIERTAG_REPORT");
   options.report = report != nullptr && std::string(report) == "1";

@@ -162,7 +162,7 @@ def dynamo_side(build, work, optimize, hiertag_table):
     except Exception as error:
         return {"export": first_line(error)}
     imported = work / "imported.onnx"
-    summary = dynamo.import_file(exported, imported, dynamo.read_torch_modules("0"))
+    summary = dynamo.import_file(exported, imported)
     validate = subprocess.run([hiertag.tool_path(), "validate", str(imported)], capture_output=True, text=True)
     table = checks.module_table(onnx.load(imported))
     rows, failures = verify.verify_file(imported, *build(), work)

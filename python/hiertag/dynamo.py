@@ -45,15 +45,13 @@ from pathlib import Path
 
 import onnx
 
-from hiertag import checks, verbs
+from hiertag import checks, core, verbs
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"
 STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
 SOURCE_KEY = "hiertag.source"
 SOURCE = "dynamo"
-FORMAT_VERSION_KEY = "hiertag.format_version"
-FORMAT_VERSION = "3"
 
 # How each node got its tag: from its own metadata, or by one of hiertag's rules.
 RULES = ("metadata", "enclosing", "consumers", "neighbours", "root")
@@ -65,214 +63,6 @@ class DynamoImportError(verbs.UsageError):
 
 def fail(message):
     raise DynamoImportError(message)
-
-
-# ---- Tag grammar (core/tag_format.cpp) ----
-
-_RESERVED_IN_QUALIFIER = "/[]%#"
-_RESERVED_IN_CLASS = _RESERVED_IN_QUALIFIER + "."
-
-
-def _utf8_bytes(c):
-    """A lone surrogate stands for bytes that were not UTF-8: the byte
-    os.fsdecode decoded it from (U+DC80-U+DCFF), else its own encoding; both
-    are ill-formed UTF-8, which the C++ writer escapes byte by byte too."""
-    try:
-        return c.encode("utf-8")
-    except UnicodeEncodeError:
-        return c.encode("utf-8", "surrogateescape" if 0xDC80 <= ord(c) <= 0xDCFF else "surrogatepass")
-
-
-def _percent_escaped(raw, reserved):
-    """Reserved characters, control characters (C0, DEL, C1) and lone
-    surrogates as %HH of their UTF-8 bytes, as core/tag_format.cpp escapes them."""
-    def escaped(c):
-        code = ord(c)
-        if c in reserved or code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xDFFF:
-            return "".join(f"%{byte:02X}" for byte in _utf8_bytes(c))
-        return c
-    return "".join(escaped(c) for c in raw)
-
-
-def escape_class_name(raw):
-    return _percent_escaped(raw, _RESERVED_IN_CLASS)
-
-
-def escape_qualifier(raw):
-    """Also "~", which at a qualifier's start marks it absolute."""
-    return _percent_escaped(raw, _RESERVED_IN_QUALIFIER + "~")
-
-
-def _relative_path(path, ancestor_path):
-    return path if not ancestor_path else path[len(ancestor_path) + 1:]
-
-
-# ---- torch.nn filtering (core/export_options.cpp) ----
-
-def read_torch_modules(text):
-    """HIERTAG_TORCH_MODULES' values: "0"/"" -> no torch.nn segments (frozenset()),
-    "1" -> all (True), "A,B" -> those classes; anything else -> ValueError."""
-    text = (text or "").strip()
-    if text in ("", "0"):
-        return frozenset()
-    if text == "1":
-        return True
-    names = [name.strip() for name in text.split(",")]
-    if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) for name in names):
-        raise ValueError(f"'{text}' is not valid: use 0, 1 or a comma list of class names (LayerNorm,Embedding)")
-    return frozenset(names)
-
-
-def keeps_segment(qualified, short_name, torch_modules):
-    """Whether a module of this class gets a tag segment of its own."""
-    is_torch = qualified.startswith(("torch.nn.", "torch.ao."))
-    return not is_torch or torch_modules is True or short_name in torch_modules
-
-
-# ---- The module table and call tags: Python twins of core/module_table.cpp and
-# core/call_tags.cpp. Same rules, over the modules the metadata names. ----
-
-class ModuleTable:
-    """The known module instances: root (path "") first, parents before children.
-    `modules` is [(path, qualified class, short class, has segment)]. Tags follow
-    ModuleTable::Finalize: parent_tag/segment, segment Class or Class.N (list
-    index), and Class[relative.path] for every sibling whose plain segment
-    another sibling's equals."""
-
-    def __init__(self, modules):
-        self.path, self.qualified, self.short, self.has_segment = (list(column) for column in zip(*modules))
-        self.has_segment[0] = True
-        self.index = {path: i for i, path in enumerate(self.path)}
-        self.parent = [-1] + [self._nearest_ancestor(path) for path in self.path[1:]]
-        self.tag_owner, self.tag_depth = [], []
-        for i, parent in enumerate(self.parent):
-            if parent < 0:
-                owner, depth = i, 0
-            elif self.has_segment[i]:
-                owner, depth = i, self.tag_depth[self.tag_owner[parent]] + 1
-            else:
-                owner, depth = self.tag_owner[parent], self.tag_depth[parent]
-            self.tag_owner.append(owner)
-            self.tag_depth.append(depth)
-        siblings = {}
-        for i in range(1, len(self.path)):
-            if self.has_segment[i]:
-                siblings.setdefault((self.tag_parent(i), self.plain_segment(i)), []).append(i)
-        self.tag = [""] * len(self.path)
-        self.tag[0] = "/" + escape_class_name(self.short[0])
-        for i in range(1, len(self.path)):
-            if not self.has_segment[i]:
-                continue
-            parent_tagged = self.tag_parent(i)
-            segment = self.plain_segment(i)
-            if len(siblings[(parent_tagged, segment)]) > 1:
-                relative = _relative_path(self.path[i], self.path[parent_tagged])
-                segment = f"{escape_class_name(self.short[i])}[{escape_qualifier(relative)}]"
-            self.tag[i] = self.tag[parent_tagged] + "/" + segment
-
-    def _nearest_ancestor(self, path):
-        while "." in path:
-            path = path.rsplit(".", 1)[0]
-            if path in self.index:
-                return self.index[path]
-        return 0
-
-    def tag_parent(self, tagged):
-        parent = self.parent[tagged]
-        return -1 if parent < 0 else self.tag_owner[parent]
-
-    def plain_segment(self, i):
-        atom = self.path[i].rsplit(".", 1)[-1]
-        index = f".{int(atom)}" if i > 0 and atom.isdigit() and atom.isascii() and len(atom) <= 18 else ""
-        return escape_class_name(self.short[i]) + index
-
-    def own_segment(self, tagged):
-        return self.tag[tagged].rsplit("/", 1)[1]
-
-    def is_ancestor_or_self(self, ancestor, i):
-        while i >= 0:
-            if i == ancestor:
-                return True
-            i = self.parent[i]
-        return False
-
-
-class CallTags:
-    """The call tree (CallTags of core/call_tags.cpp): entry 0 is the root call;
-    a callee keeps its ModuleTable segment under the module whose tag-tree child
-    it is; any other callee takes its plain segment unless a sibling's or one of
-    the caller's own children's equals it, then Class[relative.path] (inside the
-    caller) or Class[~full.path] (outside it). Every module the metadata names
-    ran, so no container that never ran is put in between."""
-
-    ROOT = 0
-
-    def __init__(self, modules):
-        self.modules = modules
-        self.module, self.parent, self.depth, self.children = [0], [-1], [0], [[]]
-        self._interned = {}
-        self._tags = None
-
-    def call(self, caller, module):
-        if module == 0 and caller == self.ROOT:
-            return self.ROOT
-        if not self.modules.has_segment[module]:
-            return caller
-        key = (caller, module)
-        if key not in self._interned:
-            assert self._tags is None, "a call added after the tags were settled"
-            self._interned[key] = len(self.module)
-            self.module.append(module)
-            self.parent.append(caller)
-            self.depth.append(self.depth[caller] + 1)
-            self.children.append([])
-            self.children[caller].append(self._interned[key])
-        return self._interned[key]
-
-    def common_ancestor(self, a, b):
-        while self.depth[a] > self.depth[b]:
-            a = self.parent[a]
-        while self.depth[b] > self.depth[a]:
-            b = self.parent[b]
-        while a != b:
-            a, b = self.parent[a], self.parent[b]
-        return a
-
-    def tag(self, entry):
-        if self._tags is None:
-            self._tags = self._settle()
-        return self._tags[entry]
-
-    def _settle(self):
-        modules = self.modules
-        tags = [""] * len(self.module)
-        tags[self.ROOT] = modules.tag[0]
-        # The plain segments a callee must not take: those of the caller's own
-        # tag-tree children (so owned calls keep their ModuleTable tags).
-        taken_under = {}
-        for index in range(1, len(modules.path)):
-            if modules.has_segment[index]:
-                taken_under.setdefault(modules.tag_parent(index), set()).update(
-                    (modules.plain_segment(index), modules.own_segment(index)))
-        for entry in range(len(self.module)):
-            caller_module = self.module[entry]
-            taken = taken_under.get(caller_module, set())
-            owned = [c for c in self.children[entry] if modules.tag_parent(self.module[c]) == caller_module]
-            others = [c for c in self.children[entry] if c not in owned]
-            for child in owned:
-                tags[child] = tags[entry] + "/" + modules.own_segment(self.module[child])
-            plain_of_others = [modules.plain_segment(self.module[c]) for c in others]
-            for child in others:
-                module = self.module[child]
-                segment = modules.plain_segment(module)
-                if segment in taken or plain_of_others.count(segment) > 1:
-                    caller_path = modules.path[caller_module]
-                    qualifier = (escape_qualifier(_relative_path(modules.path[module], caller_path))
-                                 if modules.is_ancestor_or_self(caller_module, module)
-                                 else "~" + escape_qualifier(modules.path[module]))
-                    segment = f"{escape_class_name(modules.short[module])}[{qualifier}]"
-                tags[child] = tags[entry] + "/" + segment
-        return tags
 
 
 # ---- Reading the metadata ----
@@ -349,13 +139,16 @@ def _pre_order(graph, holder=None):
             yield from _pre_order(sub, node)
 
 
-def tag_dynamo_model(model, torch_modules=frozenset()):
+def tag_dynamo_model(model, torch_modules=None):
     """Tags `model` (a ModelProto of torch's dynamo exporter) in place, as a
     HIERTAG=1 TorchScript export would be: every node of the graphs gets
     hierarchy_tag (and hiertag.call on tags called more than once), the model gets
     hiertag.modules, hiertag.format_version and hiertag.source. Returns a summary:
     nodes, modules, how many nodes each rule tagged, function nodes left untagged.
-    DynamoImportError on a file this cannot apply to."""
+    DynamoImportError on a file this cannot apply to. `torch_modules`: a
+    core.TorchModuleSegments (None: no torch.nn / torch.ao class keeps a segment)."""
+    if torch_modules is None:
+        torch_modules = core.TorchModuleSegments.parse("0")
     props = checks.model_props(model)
     if checks.TABLE_KEY in props:
         fail(f"already tagged by hiertag ({checks.TABLE_KEY} in the model's metadata_props): nothing to import")
@@ -376,9 +169,9 @@ def tag_dynamo_model(model, torch_modules=frozenset()):
     records = []
     for path in paths:
         short = short_class_name(classes[path], source_modules)
-        records.append((path, classes[path], short, keeps_segment(classes[path], short, torch_modules)))
-    modules = ModuleTable(records)
-    call_tags = CallTags(modules)
+        records.append((path, classes[path], short, torch_modules.keeps_segment(classes[path], short)))
+    modules = core.ModuleTable(records)
+    call_tags = core.CallTags(modules)
 
     # Call-tree entries along each chain, root first, filtered modules collapsed.
     entry_paths = []
@@ -386,9 +179,9 @@ def tag_dynamo_model(model, torch_modules=frozenset()):
         if chain is None:
             entry_paths.append(None)
             continue
-        entries = [CallTags.ROOT]
+        entries = [core.CallTags.ROOT]
         for path, _ in chain[1:]:
-            entry = call_tags.call(entries[-1], modules.index[path])
+            entry = call_tags.call(entries[-1], modules.find(path))
             if entry != entries[-1]:
                 entries.append(entry)
         entry_paths.append(entries)
@@ -402,24 +195,24 @@ def tag_dynamo_model(model, torch_modules=frozenset()):
     table = {}
     for entry in sorted(set(tags)):
         while entry >= 0 and call_tags.tag(entry) not in table:
-            module = call_tags.module[entry]
-            row = {"path": modules.path[module], "class": modules.qualified[module]}
+            module = call_tags.module(entry)
+            row = {"path": modules.path(module), "class": modules.qualified_class(module)}
             instance_calls, parent_calls = calls.get(entry, ([0], [0]))
             if instance_calls != [0]:
                 row["calls"] = instance_calls
             if any(parent_calls):
                 row["parent_calls"] = parent_calls
             table[call_tags.tag(entry)] = row
-            entry = call_tags.parent[entry]
+            entry = call_tags.parent(entry)
 
     for (node, _), entry, call in zip(visits, tags, node_calls):
         node.metadata_props.add(key=checks.TAG_KEY, value=call_tags.tag(entry))
         if len(calls.get(entry, ([0], [0]))[0]) > 1:
             node.metadata_props.add(key=checks.CALL_KEY, value=str(call))
     for key, value in ((checks.TABLE_KEY, json.dumps(dict(sorted(table.items())))),
-                       (FORMAT_VERSION_KEY, FORMAT_VERSION), (SOURCE_KEY, SOURCE)):
+                       (core.FORMAT_VERSION_KEY, core.FORMAT_VERSION), (SOURCE_KEY, SOURCE)):
         model.metadata_props.add(key=key, value=value)
-    return {"nodes": len(visits), "modules": len(table), "root": modules.short[0],
+    return {"nodes": len(visits), "modules": len(table), "root": modules.short_class(0),
             "tagged_by": {rule: rules.count(rule) for rule in RULES},
             "tags_with_several_calls": sum(len(c[0]) > 1 for c in calls.values()),
             "function_nodes_untagged": sum(len(function.node) for function in model.functions)}
@@ -434,18 +227,18 @@ def _number_calls(entry_paths, call_tags):
     calls = {}
     instance_counts = {}
     node_calls = [0] * len(entry_paths)
-    open_calls = [(CallTags.ROOT, 0)]  # [(entry, its call)] of the previous node with a chain
+    open_calls = [(core.CallTags.ROOT, 0)]  # [(entry, its call)] of the previous node with a chain
     for i, entries in enumerate(entry_paths):
         if entries is None:
             continue
-        current = [(CallTags.ROOT, 0)]
+        current = [(core.CallTags.ROOT, 0)]
         for level, entry in enumerate(entries[1:], start=1):
             continuing = level < len(open_calls) and open_calls[level - 1] == current[-1]
             if continuing and open_calls[level][0] == entry:
                 current.append(open_calls[level])
                 continue
             instance_calls, parent_calls = calls.setdefault(entry, ([], []))
-            module = call_tags.module[entry]
+            module = call_tags.module(entry)
             instance_calls.append(instance_counts.get(module, 0))
             instance_counts[module] = instance_calls[-1] + 1
             parent_calls.append(current[-1][1])
@@ -478,7 +271,7 @@ def _settle_by_rules(graph, visits, tags, rules, call_tags):
 
     def producer_tag(name):
         if name in user_inputs:
-            return CallTags.ROOT
+            return core.CallTags.ROOT
         return tags[producer[name]] if name in producer else not_counted
 
     def try_rules(i, settle_partial):
@@ -490,7 +283,7 @@ def _settle_by_rules(graph, visits, tags, rules, call_tags):
             tags[i], rules[i] = enclosing, "enclosing"
             return True
         neighbours = [tags[reader] for name in node.output for reader in readers.get(name, [])]
-        neighbours += [CallTags.ROOT for name in node.output if name in graph_outputs]
+        neighbours += [core.CallTags.ROOT for name in node.output if name in graph_outputs]
         rule = "consumers"
         if any(node.input):
             rule = "neighbours"
@@ -516,7 +309,7 @@ def _settle_by_rules(graph, visits, tags, rules, call_tags):
             break
         waiting.remove(settled)
     for i in waiting:
-        tags[i], rules[i] = CallTags.ROOT, "root"
+        tags[i], rules[i] = core.CallTags.ROOT, "root"
 
 
 def _inherit_calls(visits, tags, rules, node_calls, calls):
@@ -606,7 +399,7 @@ def save(model, output, sources=()):
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def import_file(source, output, torch_modules):
+def import_file(source, output, torch_modules=None):
     """Reads SOURCE, tags it (tag_dynamo_model) and writes OUTPUT; the summary."""
     verbs.refuse_overwriting([output], models=[source])
     model = load(source)
@@ -639,7 +432,7 @@ def run(options):
     if given is None:
         given, source = os.environ.get("HIERTAG_TORCH_MODULES", ""), "HIERTAG_TORCH_MODULES"
     try:
-        torch_modules = read_torch_modules(given)
+        torch_modules = core.TorchModuleSegments.parse(given.strip())
     except ValueError as error:
         fail(f"{source} {error}")
     summary = import_file(options.input, options.output, torch_modules)

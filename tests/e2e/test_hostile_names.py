@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from hiertag import OPSET, checks, dynamo, native
+from hiertag import OPSET, checks, core, native
 from hiertag.zoo import corner_cases
 from tests.e2e.exportable import zoo_model
 
@@ -177,17 +177,17 @@ def test_unknown_module_error_stays_one_line_with_escapes(exported):
     assert "unknown module '/HostileNames/Expert[esc\\x1b[2Jnew\\nline]'; closest: " in text
 
 
-def test_the_python_grammar_writer_spells_tags_as_the_plugin_does(exported):
-    # hiertag import-dynamo formats tags in Python (hiertag/dynamo.py).
+def test_the_cores_escaping_spells_segments_as_the_plugin_wrote_them(exported):
+    # The Python verbs (import-dynamo) escape through the core's extension (hiertag.core).
     model, _, _, proto = exported
     modules = tagged_modules(model)
     for tag, entry in checks.module_table(proto).items():
         segment = tag.rsplit("/", 1)[1]
         short = type(modules[entry["path"]]).__name__
         if segment.endswith("]"):
-            assert segment == f"{dynamo.escape_class_name(short)}[{dynamo.escape_qualifier(entry['path'])}]"
+            assert segment == f"{core.escape_class_name(short)}[{core.escape_qualifier(entry['path'])}]"
         else:
-            assert segment.split(".")[0] == dynamo.escape_class_name(short)
+            assert segment.split(".")[0] == core.escape_class_name(short)
 
 
 class _Net(nn.Module):

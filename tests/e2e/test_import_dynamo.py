@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, dynamo, native, verify, zoo
+from hiertag import OPSET, checks, core, dynamo, native, verify, zoo
 from tests.e2e.exportable import skip_unless_dynamo_export, zoo_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ def test_dynamo_export_converts_and_validates(files, name):
     assert summary["nodes"] == len(nodes) and summary["modules"] == len(table)
     assert all(checks.node_props(node)[checks.TAG_KEY] in table for node in nodes)
     assert checks.model_props(imported)[dynamo.SOURCE_KEY] == "dynamo"
-    assert checks.model_props(imported)[dynamo.FORMAT_VERSION_KEY] == "3"
+    assert checks.model_props(imported)[core.FORMAT_VERSION_KEY] == "3"
     validate = run_tool("validate", files[name]["imported"])
     assert validate.returncode == 0, validate.stdout + validate.stderr
     assert f"valid: {len(nodes)} nodes tagged, {len(table)} modules" in validate.stdout
@@ -129,7 +129,7 @@ def test_model_too_big_for_one_file_keeps_its_weights_beside_it(files, tmp_path,
     written as OUT + OUT.data, the data file with the model file's mode."""
     monkeypatch.setattr(dynamo, "INLINE_LIMIT", 1000)
     out = tmp_path / "big.onnx"
-    dynamo.import_file(files["bert"]["dynamo"], out, frozenset())
+    dynamo.import_file(files["bert"]["dynamo"], out)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data"]
     assert Path(f"{out}.data").stat().st_mode == out.stat().st_mode
     assert out.stat().st_size < 1_000_000 < Path(f"{out}.data").stat().st_size
@@ -215,7 +215,7 @@ def test_nodes_the_optimizer_made_take_their_neighbours_common_ancestor(tmp_path
     metadata) are tagged by the neighbours rule with the attention they sit in."""
     exported, imported = tmp_path / "gpt2.dynamo.onnx", tmp_path / "gpt2.onnx"
     dynamo_export("gpt2", exported)
-    summary = dynamo.import_file(exported, imported, frozenset())
+    summary = dynamo.import_file(exported, imported)
     model = onnx.load(imported)
     splits = [node for node in model.graph.node if dynamo.NAME_SCOPES_KEY not in checks.node_props(node)]
     assert [node.op_type for node in splits] == ["Split", "Split"]
@@ -273,7 +273,7 @@ def test_nodes_in_if_bodies_take_the_tag_of_the_node_holding_them(tmp_path):
     exported, imported = tmp_path / "gate.dynamo.onnx", tmp_path / "gate.onnx"
     with contextlib.redirect_stdout(io.StringIO()):
         torch.onnx.export(Gate().eval(), (torch.randn(4, 8),), str(exported), dynamo=True)
-    summary = dynamo.import_file(exported, imported, frozenset())
+    summary = dynamo.import_file(exported, imported)
     model = onnx.load(imported)
     branch = next(node for node in model.graph.node if node.op_type == "If")
     body = [node for graph in dynamo._subgraphs(branch) for node in checks.walk_nodes(graph)]

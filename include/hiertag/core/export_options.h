@@ -43,6 +43,12 @@ struct ExportOptions {
   std::string inject_failure_at;  // one of kInjectableSteps, or empty
 };
 
+// HIERTAG_TORCH_MODULES' value read: "", "0" (no torch class), "1" (all) or a
+// comma list of class names; std::nullopt with the reason ("'TEXT' is not
+// valid: use ...") when it is none of those. `hiertag import-dynamo
+// --torch-modules` reads its option with it too.
+std::optional<TorchModuleSegments> ParseTorchModuleSegments(std::string_view value, std::string* error);
+
 // Looks a variable up: its value, or nullptr when unset (std::getenv's contract).
 using EnvironmentLookup = std::function<const char*(const char*)>;
 

@@ -1,0 +1,138 @@
+// hiertag._core: the torch-free core (include/hiertag/core) for the Python
+// package, so its verbs spell the format with the plugin's and the tool's own
+// code instead of a copy of it. Links the core alone: no torch, no
+// onnxruntime, no protobuf; importing it imports nothing but itself.
+//
+//   keys and version   TAG_KEY, CALL_KEY, SHARED_KEY, SPANS_KEY, REWRITE_KEY,
+//                      TABLE_KEY, REWRITES_KEY, FORMAT_VERSION_KEY, FORMAT_VERSION
+//   grammar            escape_class_name, escape_qualifier, canonical_tag,
+//                      parse_call_ref, format_call_ref, is_tag_ancestor_or_self, parent_tag
+//   options            TorchModuleSegments.parse (HIERTAG_TORCH_MODULES' values)
+//   tags               ModuleTable (module_table.h) and CallTags (call_tags.h)
+//
+// A malformed argument raises ValueError with the core's one-line reason.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <stdexcept>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "hiertag/core/call_tags.h"
+#include "hiertag/core/export_options.h"
+#include "hiertag/core/module_table.h"
+#include "hiertag/core/tag_format.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace hiertag {
+namespace {
+
+// (path, qualified class, short class, has segment), root first, parents before children.
+using ModuleRow = std::tuple<std::string, std::string, std::string, bool>;
+
+// A finalized ModuleTable built from rows; ValueError for rows Add refuses.
+ModuleTable TableOf(const std::vector<ModuleRow>& rows) {
+  ModuleTable table;
+  try {
+    for (const auto& [path, qualified, short_class, has_segment] : rows) {
+      table.Add(path, qualified, short_class, has_segment);
+    }
+    if (table.size() == 0) throw std::invalid_argument("a module table needs the root module");
+    table.Finalize();
+  } catch (const std::invalid_argument& error) {
+    throw nb::value_error(error.what());
+  }
+  return table;
+}
+
+}  // namespace
+}  // namespace hiertag
+
+NB_MODULE(_core, m) {
+  using namespace hiertag;
+  m.doc() = "hiertag's torch-free core: the format's keys, the tag grammar, the module table and call tags";
+
+  m.attr("TAG_KEY") = std::string(kHierarchyTagKey);
+  m.attr("CALL_KEY") = std::string(kCallKey);
+  m.attr("SHARED_KEY") = std::string(kSharedWithKey);
+  m.attr("SPANS_KEY") = std::string(kSpansKey);
+  m.attr("REWRITE_KEY") = std::string(kRewriteKey);
+  m.attr("TABLE_KEY") = std::string(kModuleTableKey);
+  m.attr("REWRITES_KEY") = std::string(kRewritesKey);
+  m.attr("FORMAT_VERSION_KEY") = std::string(kFormatVersionKey);
+  m.attr("FORMAT_VERSION") = std::string(kFormatVersion);
+
+  m.def("escape_class_name", &EscapeClassName, "raw"_a, "A class name as a tag segment spells it (%-escaped).");
+  m.def("escape_qualifier", &EscapeQualifier, "raw"_a, "A module path as a segment's [qualifier] spells it.");
+  m.def("canonical_tag", &CanonicalTag, "tag"_a, "The tag as this writer spells it; None when it does not parse.");
+  m.def(
+      "parse_call_ref",
+      [](std::string_view text) -> std::tuple<std::string, std::optional<int64_t>> {
+        std::optional<CallRef> ref = ParseCallRef(text);
+        if (!ref) throw nb::value_error(("not a call reference: '" + std::string(text) + "'").c_str());
+        return {ref->tag, ref->call};
+      },
+      "text"_a, "'TAG' -> (TAG, None); 'TAG#K' -> (TAG, K).");
+  m.def("format_call_ref", &FormatCallRef, "tag"_a, "call"_a.none(), "(TAG, None) -> 'TAG'; (TAG, K) -> 'TAG#K'.");
+  m.def("is_tag_ancestor_or_self", &IsTagAncestorOrSelf, "ancestor"_a, "tag"_a);
+  m.def(
+      "parent_tag", [](std::string_view tag) { return std::string(ParentTag(tag)); }, "tag"_a,
+      "The tag of the parent module; '' for a root tag.");
+
+  nb::class_<TorchModuleSegments>(m, "TorchModuleSegments",
+                                  "Which torch.nn / torch.ao classes keep a tag segment (HIERTAG_TORCH_MODULES).")
+      .def_static(
+          "parse",
+          [](std::string_view text) {
+            std::string error;
+            std::optional<TorchModuleSegments> segments = ParseTorchModuleSegments(text, &error);
+            if (!segments) throw nb::value_error(error.c_str());
+            return *segments;
+          },
+          "text"_a, "'0' or '': none; '1': all; 'A,B': those classes. ValueError with the reason otherwise.")
+      .def("keeps_segment", &TorchModuleSegments::KeepsSegment, "qualified"_a, "short_name"_a);
+
+  // An index out of range raises IndexError (the core's .at()), a call added
+  // after the tags were settled RuntimeError.
+  nb::class_<ModuleTable>(m, "ModuleTable", "The module instances and their tags (core/module_table.h).")
+      .def(
+          "__init__",
+          [](ModuleTable* self, const std::vector<ModuleRow>& rows) { new (self) ModuleTable(TableOf(rows)); },
+          "rows"_a,
+          "rows: (path, qualified class, short class, has segment), the root (path '') first, "
+          "parents before children. ValueError for a row the table refuses.")
+      .def("__len__", &ModuleTable::size)
+      .def("find", &ModuleTable::FindByPath, "path"_a, "The index of the module with this path, or -1.")
+      .def("path", [](const ModuleTable& t, int i) { return t.at(i).path; }, "index"_a)
+      .def("qualified_class", [](const ModuleTable& t, int i) { return t.at(i).class_name; }, "index"_a)
+      .def("short_class", [](const ModuleTable& t, int i) { return t.at(i).short_class; }, "index"_a)
+      .def("tag", &ModuleTable::TagOf, "index"_a,
+           "The tag of the module's nodes (its nearest ancestor-or-self with a segment).");
+
+  nb::class_<CallTags>(m, "CallTags",
+                       "The call tree (core/call_tags.h): entry 0 is the root call. Every module of the table "
+                       "counts as having run, so no container is put between a caller and its callee.")
+      .def(
+          "__init__",
+          [](CallTags* self, const ModuleTable& modules) {
+            new (self) CallTags(modules);
+            for (int i = 0; i < modules.size(); ++i) self->MarkRan(i);
+          },
+          "modules"_a, nb::keep_alive<1, 2>())
+      .def_ro_static("ROOT", &CallTags::kRoot)
+      .def("__len__", &CallTags::size)
+      .def("call", &CallTags::Call, "caller"_a, "module"_a,
+           "The entry of `module` called from entry `caller`; `caller` itself for a module without a segment.")
+      .def("module", &CallTags::Module, "id"_a)
+      .def("parent", &CallTags::Parent, "id"_a)
+      .def("common_ancestor", &CallTags::CommonAncestor, "a"_a, "b"_a)
+      .def("tag", &CallTags::Tag, "id"_a, "The entry's tag; settles every segment on first use, so add every call first.");
+}

@@ -1,0 +1,61 @@
+"""hiertag's torch-free C++ core for the Python verbs (bindings/core_module.cpp):
+the format's metadata keys and version, the tag grammar (escaping, call
+references), HIERTAG_TORCH_MODULES' values, the module table and call tags.
+The plugin and the native tool run the same code, so a verb cannot spell the
+format differently. Imports neither torch nor onnxruntime.
+
+    from hiertag import core
+    core.TAG_KEY                               # "hierarchy_tag"
+    core.parse_call_ref("/Net/Block#2")        # ("/Net/Block", 2)
+    table = core.ModuleTable([("", "m.Net", "Net", True), ("a", "m.L", "L", True)])
+    table.tag(1)                               # "/Net/L"
+
+The extension, _core, lies with the other native files (hiertag._native_dirs:
+the package's _native/ when installed, build/ in a checkout)."""
+
+import importlib.machinery
+import importlib.util
+import sys
+
+import hiertag
+
+
+def _load():
+    directories = hiertag._native_dirs()
+    for directory in directories:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = directory / f"_core{suffix}"
+            if path.exists():
+                spec = importlib.util.spec_from_file_location("hiertag._core", path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                sys.modules["hiertag._core"] = module
+                return module
+    raise ImportError(f"hiertag: the core extension (_core{importlib.machinery.EXTENSION_SUFFIXES[0]}) is not in "
+                      f"{' or '.join(str(d) for d in directories)} (install the package with pip, or build the "
+                      "checkout: scripts/build.sh)")
+
+
+_core = _load()
+
+TAG_KEY = _core.TAG_KEY
+CALL_KEY = _core.CALL_KEY
+SHARED_KEY = _core.SHARED_KEY
+SPANS_KEY = _core.SPANS_KEY
+REWRITE_KEY = _core.REWRITE_KEY
+TABLE_KEY = _core.TABLE_KEY
+REWRITES_KEY = _core.REWRITES_KEY
+FORMAT_VERSION_KEY = _core.FORMAT_VERSION_KEY
+FORMAT_VERSION = _core.FORMAT_VERSION
+
+escape_class_name = _core.escape_class_name
+escape_qualifier = _core.escape_qualifier
+canonical_tag = _core.canonical_tag
+parse_call_ref = _core.parse_call_ref
+format_call_ref = _core.format_call_ref
+is_tag_ancestor_or_self = _core.is_tag_ancestor_or_self
+parent_tag = _core.parent_tag
+
+TorchModuleSegments = _core.TorchModuleSegments
+ModuleTable = _core.ModuleTable
+CallTags = _core.CallTags
