@@ -4,11 +4,14 @@
 // onnxruntime, no protobuf; importing it imports nothing but itself.
 //
 //   keys and version   TAG_KEY, CALL_KEY, SHARED_KEY, SPANS_KEY, REWRITE_KEY,
-//                      TABLE_KEY, REWRITES_KEY, FORMAT_VERSION_KEY, FORMAT_VERSION
+//                      TABLE_KEY, REWRITES_KEY, FORMAT_VERSION_KEY, FORMAT_VERSION,
+//                      KEY_PREFIX, SOURCE_KEY, CARRY_KEY
 //   grammar            escape_class_name, escape_qualifier, canonical_tag,
 //                      parse_call_ref, format_call_ref, is_tag_ancestor_or_self, parent_tag
 //   options            TorchModuleSegments.parse (HIERTAG_TORCH_MODULES' values)
 //   tags               ModuleTable (module_table.h) and CallTags (call_tags.h)
+//   boundaries         module_boundaries: the module-boundary rule `hiertag
+//                      extract` cuts by (tool/module_boundaries.h), for every call
 //
 // A malformed argument raises ValueError with the core's one-line reason.
 #include <nanobind/nanobind.h>
@@ -28,6 +31,8 @@
 #include "hiertag/core/export_options.h"
 #include "hiertag/core/module_table.h"
 #include "hiertag/core/tag_format.h"
+#include "hiertag/tool/module_boundaries.h"
+#include "hiertag/tool/tagged_file.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -53,6 +58,31 @@ ModuleTable TableOf(const std::vector<ModuleRow>& rows) {
   return table;
 }
 
+// (tag, call, inputs, outputs, nodes) for every call of every module of a
+// serialized tagged model; nodes (ModuleBoundary::nodes) are positions in the
+// main graph's node list.
+using BoundaryRow = std::tuple<std::string, int64_t, std::vector<std::string>, std::vector<std::string>, std::vector<int>>;
+
+std::vector<BoundaryRow> ModuleBoundariesOf(nb::bytes model) {
+  std::string error;
+  std::optional<TaggedFile> file = ParseTaggedFile(std::string(model.c_str(), model.size()), "model", &error);
+  if (!file) throw nb::value_error(error.c_str());
+  std::optional<std::vector<CallBoundary>> all = AllModuleBoundaries(*file, &error);
+  if (!all) throw nb::value_error(error.c_str());
+  std::vector<int> position(file->model.nodes.size(), -1);
+  const std::vector<int>& main = file->model.graphs.at(0).nodes;
+  for (size_t i = 0; i < main.size(); ++i) position[main[i]] = static_cast<int>(i);
+  std::vector<BoundaryRow> rows;
+  rows.reserve(all->size());
+  for (CallBoundary& call : *all) {
+    std::vector<int> nodes;
+    for (int index : call.boundary.nodes) nodes.push_back(position[index]);
+    rows.emplace_back(std::move(call.tag), call.call, std::move(call.boundary.inputs),
+                      std::move(call.boundary.outputs), std::move(nodes));
+  }
+  return rows;
+}
+
 }  // namespace
 }  // namespace hiertag
 
@@ -69,6 +99,9 @@ NB_MODULE(_core, m) {
   m.attr("REWRITES_KEY") = std::string(kRewritesKey);
   m.attr("FORMAT_VERSION_KEY") = std::string(kFormatVersionKey);
   m.attr("FORMAT_VERSION") = std::string(kFormatVersion);
+  m.attr("KEY_PREFIX") = std::string(kKeyPrefix);
+  m.attr("SOURCE_KEY") = std::string(kSourceKey);
+  m.attr("CARRY_KEY") = std::string(kCarryKey);
 
   m.def("escape_class_name", &EscapeClassName, "raw"_a, "A class name as a tag segment spells it (%-escaped).");
   m.def("escape_qualifier", &EscapeQualifier, "raw"_a, "A module path as a segment's [qualifier] spells it.");
@@ -86,6 +119,12 @@ NB_MODULE(_core, m) {
   m.def(
       "parent_tag", [](std::string_view tag) { return std::string(ParentTag(tag)); }, "tag"_a,
       "The tag of the parent module; '' for a root tag.");
+
+  m.def("module_boundaries", &ModuleBoundariesOf, "model"_a,
+        "For a serialized tagged model (bytes): (tag, call, inputs, outputs, nodes) for every call of every "
+        "module of its table, by the rule `hiertag extract` cuts by. Nodes (weights too) are positions in the "
+        "main graph's node list; inputs and outputs in node order. ValueError with the reason for a file that is not tagged "
+        "or has malformed references.");
 
   nb::class_<TorchModuleSegments>(m, "TorchModuleSegments",
                                   "Which torch.nn / torch.ao classes keep a tag segment (HIERTAG_TORCH_MODULES).")

@@ -1,20 +1,16 @@
 // hiertag extract: one module's nodes as a standalone ONNX model.
 //
-// Selection: the main graph's nodes whose tag, or one of whose
-// hiertag.shared_with tags, lies within the module (a node's If/Loop bodies come
-// with it), weights aside; plus every weight node the selection reads. Weight
-// nodes are Constants and nodes that compute from weights alone (the Identity
-// torch writes for a deduplicated parameter): the same for every module and
-// call that reads them, data of none, so they are copied, never cut. A use of
-// a shared node by another module it was kept for is that module's own copy of
-// the computation: it neither makes an output nor breaks convexity.
-// Inputs: the values the selection reads and does not make, initializers aside
-// (copied). Outputs: the values it makes that a node outside reads, or that are
-// model outputs. Node order, opsets and IR version are the source's. A module
-// whose nodes are not a convex region (a path leaves it and re-enters) is refused.
-// A module whose own nodes are all weight nodes (a position table computed from
-// buffers) is a constant module: those nodes are selected, and the model has
-// outputs and no inputs.
+// Selection: the call's members by the module-boundary rule
+// (module_boundaries.h: the one implementation, which the Python verifier asks
+// too), a node's If/Loop bodies with it, plus every weight node the selection
+// reads (Constants and nodes computing from weights alone: the same for every
+// module and call that reads them, data of none, so copied, never cut).
+// Inputs and outputs: the boundary's; initializers the selection reads are
+// copied. Node order, opsets and IR version are the source's. A module whose
+// nodes are not a convex region (a path leaves it and re-enters) is refused; a
+// use of a shared node by another module it was kept for is that module's own
+// copy of the computation and breaks no convexity. A constant module's model
+// has outputs and no inputs.
 //
 // Format 2 adds two reasons to refuse and one way to cut finer:
 //   rewrites  a rewrite (hiertag.rewrites, or a node's hiertag.spans) listing a
@@ -38,7 +34,7 @@
 #include "hiertag/core/printable.h"
 #include "hiertag/core/proto_wire.h"
 #include "hiertag/core/tag_format.h"
-#include "hiertag/tool/module_calls_in_file.h"
+#include "hiertag/tool/module_boundaries.h"
 #include "hiertag/tool/tool_commands.h"
 #include "hiertag/tool/value_types.h"
 #include "hiertag/tool/tagged_file.h"
@@ -90,12 +86,8 @@ class Extractor {
         call_(call),
         target_{tag_, call_},
         entry_(*file.FindModule(tag_)),
-        calls_(file),
-        types_(file.model, std::move(supplied_types)) {
-    for (const ModuleEntry& module : file.modules) {
-      if (ParentTag(module.tag).empty()) root_ = {module.tag, 0};
-    }
-  }
+        index_(file),
+        types_(file.model, std::move(supplied_types)) {}
 
   // Builds the extracted model into *bytes; false with a one-line reason.
   bool Run(std::string* bytes, std::string* error) {
@@ -105,41 +97,13 @@ class Extractor {
       return false;
     }
     if (!CheckRewrites(error)) return false;
-    const OnnxGraph& main = file_.model.graphs.at(0);
-    for (const OnnxInitializer& initializer : main.initializers) initializers_[initializer.name] = &initializer;
-    for (int index : main.nodes) {
-      reads_[index] = CollectReads(index);
-      const OnnxNode& node = file_.model.nodes[index];
-      std::optional<std::vector<CallRef>> refs = calls_.NodeRefs(node, error);
-      if (!refs) {
-        const std::string* tag = NodeTag(node);
-        if (tag != nullptr && IsTagAncestorOrSelf(tag_, *tag)) return false;
-        refs = std::vector<CallRef>{{*tag, 0}};
-      }
-      refs_[index] = std::move(*refs);
-      for (const std::string& output : file_.model.nodes[index].outputs) producer_[output] = index;
-      for (const std::string& input : reads_[index]) consumers_[input].push_back(index);
+    std::optional<ModuleBoundary> boundary = index_.BoundaryOf(target_, error);
+    if (!boundary) return false;
+    boundary_ = std::move(*boundary);
+    selected_ = boundary_.members;
+    for (const OnnxInitializer& initializer : file_.model.graphs.at(0).initializers) {
+      initializers_[initializer.name] = &initializer;
     }
-    for (int index : main.nodes) {
-      const std::vector<std::string>& reads = reads_.at(index);
-      bool weight = (file_.model.nodes[index].op_type == "Constant" && reads.empty()) ||
-                    (!reads.empty() && std::all_of(reads.begin(), reads.end(), [&](const std::string& name) {
-                      auto producer = producer_.find(name);
-                      return initializers_.count(name) ||
-                             (producer != producer_.end() && weight_nodes_.count(producer->second));
-                    }));
-      if (weight) weight_nodes_.insert(index);
-    }
-    for (int index : main.nodes) {
-      if (weight_nodes_.count(index)) continue;  // copied in where needed
-      const std::vector<CallRef>& refs = refs_.at(index);
-      if (std::any_of(refs.begin(), refs.end(), [&](const CallRef& ref) {
-            return calls_.Place(ref, target_) != CallsInFile::Placement::kOutside;
-          })) {
-        selected_.insert(index);
-      }
-    }
-    if (selected_.empty()) SelectConstantModule();
     if (selected_.empty()) {
       *error = Described() + " has no nodes in the main graph";
       return false;
@@ -150,8 +114,8 @@ class Extractor {
   }
 
   size_t node_count() const { return selected_.size(); }
-  const std::vector<std::string>& inputs() const { return inputs_; }
-  const std::vector<std::string>& outputs() const { return outputs_; }
+  const std::vector<std::string>& inputs() const { return boundary_.inputs; }
+  const std::vector<std::string>& outputs() const { return boundary_.outputs; }
   size_t initializer_count() const { return needed_initializers_.size(); }
   // The ranges of the source's external data files to copy, in order, into the
   // data file beside the output (--external-data copy); empty when none.
@@ -159,18 +123,6 @@ class Extractor {
   std::string data_file_name() const { return std::filesystem::path(output_path_).filename().string() + ".data"; }
 
  private:
-  // A module whose own nodes all compute from weights (a position table the
-  // exporter left as nodes): those nodes are its computation, the same for
-  // every call. The extracted model has no inputs.
-  void SelectConstantModule() {
-    for (int index : file_.model.graphs.at(0).nodes) {
-      const std::vector<CallRef>& refs = refs_.at(index);
-      if (weight_nodes_.count(index) && !refs.empty() && IsTagAncestorOrSelf(tag_, refs.front().tag)) {
-        selected_.insert(index);
-      }
-    }
-  }
-
   // "module 'T'", or "call K of module 'T'".
   std::string Described() const {
     return (call_ ? "call " + std::to_string(*call_) + " of " : std::string()) + "module '" + DisplayTag(tag_) + "'";
@@ -187,7 +139,7 @@ class Extractor {
       for (const std::string& text : rewrite.modules) {
         std::optional<CallRef> ref = ParseCallRef(text);
         if (!ref) continue;  // validate reports it
-        CallsInFile::Placement placement = calls_.Place(*ref, target_);
+        CallsInFile::Placement placement = index_.calls().Place(*ref, target_);
         lists_target |= ref->tag == tag_ && (!call_ || !ref->call || *ref->call == *call_);
         if (placement != CallsInFile::Placement::kOutside) lists_inside = true;
         if (placement != CallsInFile::Placement::kInside &&
@@ -229,73 +181,6 @@ class Extractor {
     return "'" + name + "'";
   }
 
-  // Values a main-graph node reads (collected once in Run).
-  const std::vector<std::string>& Reads(int index) const { return reads_.at(index); }
-
-  // Values a node reads, its graphs' references to outer values included.
-  std::vector<std::string> CollectReads(int index) const {
-    const OnnxNode& node = file_.model.nodes[index];
-    std::vector<std::string> reads;
-    for (const std::string& input : node.inputs) {
-      if (!input.empty()) reads.push_back(input);
-    }
-    std::vector<const std::set<std::string>*> scopes;
-    for (int graph : node.subgraphs) OuterReads(graph, &scopes, &reads);
-    return reads;
-  }
-
-  // `scopes`: the values each enclosing graph defines, innermost last. Each
-  // graph's own set is built once and not copied into its nested graphs (a
-  // copy per nested graph is quadratic in a wide body of Loops and Ifs).
-  void OuterReads(int graph_index, std::vector<const std::set<std::string>*>* scopes,
-                  std::vector<std::string>* reads) const {
-    const OnnxGraph& graph = file_.model.graphs[graph_index];
-    std::set<std::string> defined;
-    for (const OnnxValue& input : graph.inputs) defined.insert(input.name);
-    for (const OnnxInitializer& initializer : graph.initializers) defined.insert(initializer.name);
-    for (int index : graph.nodes) {
-      for (const std::string& output : file_.model.nodes[index].outputs) defined.insert(output);
-    }
-    scopes->push_back(&defined);
-    auto is_defined = [&](const std::string& name) {
-      return std::any_of(scopes->begin(), scopes->end(), [&](const auto* scope) { return scope->count(name) > 0; });
-    };
-    for (int index : graph.nodes) {
-      const OnnxNode& node = file_.model.nodes[index];
-      for (const std::string& input : node.inputs) {
-        if (!input.empty() && !is_defined(input)) reads->push_back(input);
-      }
-      for (int nested : node.subgraphs) OuterReads(nested, scopes, reads);
-    }
-    scopes->pop_back();
-  }
-
-  // True when `user` reads `producer`'s output as another module the producer
-  // was kept for (hiertag.shared_with), outside the extracted module: that
-  // module's own copy of the computation, not a value leaving the extracted
-  // module. This holds for an ancestor that computed the same value itself too
-  // (measured on SAM: a two-way attention block's Add merged with an identical
-  // Add of the transformer holding it, which the block never returned).
-  bool IsOtherSharersUse(int producer, int user) const {
-    const std::vector<CallRef>& user_refs = refs_.at(user);
-    return !user_refs.empty() && IsOtherSharersRead(producer, user_refs.front());
-  }
-
-  // Whether a reader with reference `reader` belongs to one of `producer`'s
-  // references that lies outside the extracted call.
-  bool IsOtherSharersRead(int producer, const CallRef& reader) const {
-    const std::vector<CallRef>& refs = refs_.at(producer);
-    if (refs.size() < 2) return false;
-    return std::any_of(refs.begin(), refs.end(), [&](const CallRef& sharer) {
-      return calls_.Place(sharer, target_) == CallsInFile::Placement::kOutside && calls_.Belongs(reader, sharer);
-    });
-  }
-
-  // An edge from the selection to a node outside it that leaves the module.
-  bool Leaves(int producer, int user) const {
-    return !selected_.count(user) && !(selected_.count(producer) && IsOtherSharersUse(producer, user));
-  }
-
   // No node outside the selection may both depend on it and feed it.
   bool CheckConvex(std::string* error) const {
     std::set<int> downstream;  // outside nodes reachable from the selection
@@ -304,10 +189,10 @@ class Extractor {
       int index = work.back();
       work.pop_back();
       for (const std::string& output : file_.model.nodes[index].outputs) {
-        auto users = consumers_.find(output);
-        if (users == consumers_.end()) continue;
-        for (int user : users->second) {
-          if (Leaves(index, user) && downstream.insert(user).second) work.push_back(user);
+        for (int user : index_.Consumers(output)) {
+          if (index_.Leaves(index, user, selected_, target_) && downstream.insert(user).second) {
+            work.push_back(user);
+          }
         }
       }
     }
@@ -316,34 +201,32 @@ class Extractor {
     while (!work.empty()) {
       int index = work.back();
       work.pop_back();
-      for (const std::string& input : Reads(index)) {
-        auto producer = producer_.find(input);
-        if (producer == producer_.end() || selected_.count(producer->second)) continue;
-        if (downstream.count(producer->second)) {
+      for (const std::string& input : index_.Reads(index)) {
+        int producer = index_.Producer(input);
+        if (producer < 0 || selected_.count(producer)) continue;
+        if (downstream.count(producer)) {
           if (!entry_.ran) {
             // No boundary was ever claimed for it: its caller reached past it
             // to its children, and ran code of its own between them.
             *error = Described() + " never ran (its caller reached past it to its children) and its children's "
                      "nodes are interleaved with its caller's: node " +
-                     DescribeNode(file_.model.nodes[producer->second]) + " lies between them";
+                     DescribeNode(file_.model.nodes[producer]) + " lies between them";
             return false;
           }
           *error = Described() + " is not a convex region of the graph: node " +
-                   DescribeNode(file_.model.nodes[producer->second]) +
+                   DescribeNode(file_.model.nodes[producer]) +
                    " takes values from the module and gives values back to it";
           if (!call_ && entry_.call_count() > 1) {
             *error += "; extract one call with --call K (K < " + std::to_string(entry_.call_count()) + ")";
           }
           return false;
         }
-        if (upstream.insert(producer->second).second) work.push_back(producer->second);
+        if (upstream.insert(producer).second) work.push_back(producer);
       }
     }
     return true;
   }
 
-  // Copies in the Constant nodes outside that the selection reads: weights it
-  // needs, not values it makes (they give no outputs).
   // Copies in the weight nodes the selection reads (Constants, and nodes that
   // compute from weights alone: the Identity of a deduplicated parameter), with
   // the weight nodes they read: weights the module needs, not values it makes.
@@ -352,52 +235,27 @@ class Extractor {
     while (!work.empty()) {
       int index = work.back();
       work.pop_back();
-      for (const std::string& input : Reads(index)) {
-        auto producer = producer_.find(input);
-        if (producer == producer_.end() || selected_.count(producer->second) ||
-            !weight_nodes_.count(producer->second)) {
-          continue;
-        }
-        selected_.insert(producer->second);
-        copied_constants_.insert(producer->second);
-        work.push_back(producer->second);
+      for (const std::string& input : index_.Reads(index)) {
+        int producer = index_.Producer(input);
+        if (producer < 0 || selected_.count(producer) || !index_.IsWeight(producer)) continue;
+        selected_.insert(producer);
+        work.push_back(producer);
       }
     }
   }
 
+  // The model: the selection's nodes, the initializers they read, and the
+  // boundary's inputs and outputs with their types.
   bool Assemble(std::string* bytes, std::string* error) {
-    std::set<std::string> made;
-    for (int index : selected_) {
-      for (const std::string& output : file_.model.nodes[index].outputs) made.insert(output);
+    if (boundary_.outputs.empty()) {
+      *error = Described() + " produces nothing used outside it";
+      return false;
     }
     std::set<std::string> seen;
     for (int index : selected_) {
-      for (const std::string& input : Reads(index)) {
-        if (made.count(input) || !seen.insert(input).second) continue;
-        if (initializers_.count(input)) {
-          needed_initializers_.push_back(input);
-        } else {
-          inputs_.push_back(input);
-        }
+      for (const std::string& input : index_.Reads(index)) {
+        if (index_.IsInitializer(input) && seen.insert(input).second) needed_initializers_.push_back(input);
       }
-    }
-    std::set<std::string> model_outputs;
-    for (const OnnxValue& output : file_.model.graphs[0].outputs) model_outputs.insert(output.name);
-    for (int index : selected_) {
-      if (copied_constants_.count(index)) continue;
-      for (const std::string& output : file_.model.nodes[index].outputs) {
-        auto users = consumers_.find(output);
-        bool used_outside = users != consumers_.end() &&
-                            std::any_of(users->second.begin(), users->second.end(),
-                                        [&](int user) { return Leaves(index, user); });
-        // A model output is read by the root's call 0.
-        bool model_output = model_outputs.count(output) && !IsOtherSharersRead(index, root_);
-        if (used_outside || model_output) outputs_.push_back(output);
-      }
-    }
-    if (outputs_.empty()) {
-      *error = Described() + " produces nothing used outside it";
-      return false;
     }
     std::string graph;
     for (int index : selected_) wire::AppendLengthDelimited(&graph, kGraphNode, file_.model.nodes[index].raw);
@@ -420,7 +278,8 @@ class Extractor {
       if (!tensor) return false;
       wire::AppendLengthDelimited(&graph, kGraphInitializer, *tensor);
     }
-    for (const auto& [field, names] : {std::pair{kGraphInput, &inputs_}, std::pair{kGraphOutput, &outputs_}}) {
+    for (const auto& [field, names] :
+         {std::pair{kGraphInput, &boundary_.inputs}, std::pair{kGraphOutput, &boundary_.outputs}}) {
       for (const std::string& name : *names) {
         std::optional<std::string_view> type = types_.Find(name);
         if (!type) {
@@ -573,19 +432,11 @@ class Extractor {
   std::optional<int64_t> call_;
   ModuleCall target_;
   const ModuleEntry& entry_;
-  CallsInFile calls_;
-  CallRef root_;
+  MainGraphIndex index_;
   ValueTypes types_;
   std::map<std::string, const OnnxInitializer*> initializers_;
-  std::map<int, std::vector<std::string>> reads_;  // per main-graph node
-  std::map<int, std::vector<CallRef>> refs_;       // its own reference, then its shared_with ones
-  std::map<std::string, int> producer_;
-  std::map<std::string, std::vector<int>> consumers_;
   std::set<int> selected_;  // ordered: node indices are the source's order
-  std::set<int> copied_constants_;
-  std::set<int> weight_nodes_;  // Constants and nodes computing from weights alone
-  std::vector<std::string> inputs_;
-  std::vector<std::string> outputs_;
+  ModuleBoundary boundary_;
   std::vector<std::string> needed_initializers_;
 };
 

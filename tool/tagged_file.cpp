@@ -57,22 +57,25 @@ std::string DisplayTag(std::string_view tag) {
   return canonical ? *canonical : std::string(tag);
 }
 
-std::optional<TaggedFile> LoadTaggedFile(const std::string& path, std::string* error) {
-  std::string reason;
-  std::optional<OnnxModel> model = OnnxModel::Load(path, &reason);
+namespace {
+
+// The tagged file of a read model; `name` starts its errors (the path).
+std::optional<TaggedFile> TaggedFileOf(std::optional<OnnxModel> model, const std::string& name,
+                                       const std::string& reason, std::string* error) {
   if (!model) {
-    *error = path + ": " + reason;
+    *error = name + ": " + reason;
     return std::nullopt;
   }
   auto table_text = model->metadata.find(std::string(kModuleTableKey));
   if (table_text == model->metadata.end()) {
-    *error = path + ": not tagged by hiertag (no " + std::string(kModuleTableKey) +
+    *error = name + ": not tagged by hiertag (no " + std::string(kModuleTableKey) +
              " in the model's metadata_props)";
     return std::nullopt;
   }
-  std::optional<ParsedJson> table = ParseJsonDocument(table_text->second, &reason);
+  std::string table_error;
+  std::optional<ParsedJson> table = ParseJsonDocument(table_text->second, &table_error);
   if (!table || !table->value.is_object()) {
-    *error = path + ": the module table is not a JSON object" + (table ? "" : " (" + reason + ")");
+    *error = name + ": the module table is not a JSON object" + (table ? "" : " (" + table_error + ")");
     return std::nullopt;
   }
   TaggedFile file{std::move(*model), std::move(table->value), std::move(table->repeated_top_level_keys), {}, {}, {}};
@@ -84,6 +87,20 @@ std::optional<TaggedFile> LoadTaggedFile(const std::string& path, std::string* e
   }
   ReadRewrites(&file);
   return file;
+}
+
+}  // namespace
+
+std::optional<TaggedFile> LoadTaggedFile(const std::string& path, std::string* error) {
+  std::string reason;
+  std::optional<OnnxModel> model = OnnxModel::Load(path, &reason);
+  return TaggedFileOf(std::move(model), path, reason, error);
+}
+
+std::optional<TaggedFile> ParseTaggedFile(std::string bytes, const std::string& name, std::string* error) {
+  std::string reason;
+  std::optional<OnnxModel> model = OnnxModel::Parse(std::move(bytes), &reason);
+  return TaggedFileOf(std::move(model), name, reason, error);
 }
 
 const std::string* NodeTag(const OnnxNode& node) {

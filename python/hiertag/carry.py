@@ -83,10 +83,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from hiertag import carry_check, checks, verbs
+from hiertag import carry_check, checks, core, verbs
 
-CARRY_KEY = "hiertag.carry"
-FORMAT_KEY = "hiertag.format_version"
 
 EXACT, SHARED, SPAN, RULE = "exact", "shared", "span", "rule"
 CONVERSION, WEIGHTS, ENCLOSING, NEIGHBOURS, ROOT = "conversion", "weights", "enclosing", "neighbours", "root"
@@ -831,7 +829,7 @@ def carry(original, transformed, by=None, feeds=None):
             count(inner, inner_placement)
 
     records = _kept_records(original, carrier, model) + records
-    _set_props(model, {checks.TABLE_KEY: _table_for(model, props[checks.TABLE_KEY]), FORMAT_KEY: "3"})
+    _set_props(model, {checks.TABLE_KEY: _table_for(model, props[checks.TABLE_KEY]), core.FORMAT_VERSION_KEY: core.FORMAT_VERSION})
     # The check reads each call's boundary from the file with its fusions recorded.
     _set_props(model, {checks.REWRITES_KEY: json.dumps(records, separators=(",", ":"))} if records else {})
     if feeds is None:
@@ -865,7 +863,7 @@ def carry(original, transformed, by=None, feeds=None):
                      if r.status == carry_check.DECLARED],
         "results": [{"call": r.key, "status": r.status, "cause": r.cause, "reason": r.reason} for r in proof.results],
     }
-    _set_props(model, {CARRY_KEY: json.dumps({key: summary[key] for key in
+    _set_props(model, {core.CARRY_KEY: json.dumps({key: summary[key] for key in
                                               ("by", "nodes", "exact", "shared", "span", "rule", "rules", "calls")},
                                              separators=(",", ":"))})
     return model, summary

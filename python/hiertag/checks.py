@@ -13,13 +13,8 @@ import sys
 import numpy as np
 import onnx
 
-TAG_KEY = "hierarchy_tag"
-SHARED_KEY = "hiertag.shared_with"
-CALL_KEY = "hiertag.call"
-SPANS_KEY = "hiertag.spans"
-REWRITE_KEY = "hiertag.rewrite"
-TABLE_KEY = "hiertag.modules"
-REWRITES_KEY = "hiertag.rewrites"
+from hiertag import core
+from hiertag.core import CALL_KEY, REWRITE_KEY, REWRITES_KEY, SHARED_KEY, SPANS_KEY, TABLE_KEY, TAG_KEY
 
 
 def torchscript_exporter():
@@ -61,11 +56,12 @@ def module_table(model):
 
 
 def is_within(tag, ancestor):
-    return tag == ancestor or tag.startswith(ancestor + "/")
+    """Whether `tag` is `ancestor` or lies below it (segment-wise)."""
+    return core.is_tag_ancestor_or_self(ancestor, tag)
 
 
-def parent_tag(tag):
-    return tag.rsplit("/", 1)[0]
+# The tag of the parent module; "" for a root tag.
+parent_tag = core.parent_tag
 
 
 def call_count(table, tag):
@@ -81,16 +77,14 @@ def call_at(table, tag, call, ancestor):
     return call
 
 
-# Module calls in a tagged file, and the module-boundary rule: README "Module
-# boundaries", stated once more in include/hiertag/tool/module_calls_in_file.h
-# for `hiertag extract`. A reference is (tag, call): call None means every call.
+# Module calls in a tagged file: which calls a reference names, and where it
+# lies. A reference is (tag, call): call None means every call. The same
+# questions as include/hiertag/tool/module_calls_in_file.h, over the table as
+# JSON, for rewritten_boundaries and carry; the boundary rule itself is the
+# core's (module_boundaries).
 
-def parse_ref(text):
-    """'TAG' -> (TAG, None); 'TAG#K' -> (TAG, K)."""
-    tag, hash_mark, call = text.rpartition("#")
-    if hash_mark and call.isdigit():
-        return tag, int(call)
-    return text, None
+# 'TAG' -> (TAG, None); 'TAG#K' -> (TAG, K); ValueError when something else follows the last '#'.
+parse_ref = core.parse_call_ref
 
 
 def node_refs(node):
@@ -181,10 +175,10 @@ def strip_tags(model):
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     for node in walk_nodes(copy.graph):
-        keep = [p for p in node.metadata_props if p.key != TAG_KEY and not p.key.startswith("hiertag.")]
+        keep = [p for p in node.metadata_props if p.key != TAG_KEY and not p.key.startswith(core.KEY_PREFIX)]
         del node.metadata_props[:]
         node.metadata_props.extend(keep)
-    keep = [p for p in copy.metadata_props if not p.key.startswith("hiertag.")]
+    keep = [p for p in copy.metadata_props if not p.key.startswith(core.KEY_PREFIX)]
     del copy.metadata_props[:]
     copy.metadata_props.extend(keep)
     return copy
@@ -330,60 +324,16 @@ def weights(graph):
 
 def module_boundaries(model, members=None):
     """{(tag, call): (values consumed from outside, values produced for outside)}
-    over the main graph, for every call of every tag in the table (the rule of
-    README "Module boundaries"). `members`, a dict, receives {(tag, call):
-    indices of the main-graph nodes belonging to that call}.
-
-    A node belongs to call k of module M when one of its references (its own:
-    tag and hiertag.call; hiertag.shared_with's) lies within M and names a call
-    that ran in M's call k. A value a member makes leaves M when a node outside
-    reads it, or it is a model output (read by the root's call 0), unless that
-    reader belongs to another reference of the maker lying outside M: that
-    module's own copy of a shared computation (CSE), or the caller whose
-    variable a tracer alias is. Weights (`weights`) are not data a module
-    receives or returns, except for a constant module, whose nodes all compute
-    from weights: the values it makes for outside are its results."""
-    members_out = members
-    graph = model.graph
-    table = module_table(model)
-    constants = weights(graph)
-    graph_outputs = {o.name for o in graph.output}
-    root = next(tag for tag in table if parent_tag(tag) == "")
-    nodes = list(graph.node)  # one wrapper per node: identities below are stable
-    refs = {id(node): node_refs(node) for node in nodes}
-    index_of = {id(node): index for index, node in enumerate(nodes)}
-    consumers = {}
-    for node in nodes:
-        for name in _implicit_inputs(node):
-            consumers.setdefault(name, []).append(node)
+    over the main graph, for every call of every tag in the table, sorted: the
+    rule of README "Module boundaries" as the core states it once
+    (tool/module_boundaries.h, which `hiertag extract` cuts by; core.module_boundaries).
+    `members`, a dict, receives {(tag, call): indices of the main-graph nodes
+    the file gives that call, weight nodes too}."""
     boundaries = {}
-    for tag in table:
-        for call in range(call_count(table, tag)):
-            target = None if call_count(table, tag) == 1 else call
-            members = [node for node in nodes
-                       if any(place(table, ref, tag, target) != OUTSIDE for ref in refs[id(node)])]
-            if members_out is not None:
-                members_out[(tag, call)] = [index_of[id(node)] for node in members]
-            constant_module = bool(members) and all(o in constants for n in members for o in n.output)
-            ids = {id(n) for n in members}
-            produced = {o for n in members for o in n.output}
-            inputs = {name for n in members for name in _implicit_inputs(n)
-                      if name not in produced and name not in constants}
-            outputs = set()
-            for node in members:
-                others = [ref for ref in refs[id(node)] if place(table, ref, tag, target) == OUTSIDE]
-
-                def read_by_another(reader, others=others):
-                    return any(belongs(table, reader, ref) for ref in others)
-
-                for name in node.output:
-                    if name in constants and not constant_module:
-                        continue
-                    outside = [c for c in consumers.get(name, []) if id(c) not in ids and
-                               not (refs[id(c)] and read_by_another(refs[id(c)][0]))]
-                    if outside or (name in graph_outputs and not read_by_another((root, 0))):
-                        outputs.add(name)
-            boundaries[(tag, call)] = (sorted(inputs), sorted(outputs))
+    for key, (inputs, outputs, nodes) in core.module_boundaries(model).items():
+        boundaries[key] = (sorted(inputs), sorted(outputs))
+        if members is not None:
+            members[key] = nodes
     return boundaries
 
 

@@ -47,6 +47,9 @@ TABLE_KEY = _core.TABLE_KEY
 REWRITES_KEY = _core.REWRITES_KEY
 FORMAT_VERSION_KEY = _core.FORMAT_VERSION_KEY
 FORMAT_VERSION = _core.FORMAT_VERSION
+KEY_PREFIX = _core.KEY_PREFIX
+SOURCE_KEY = _core.SOURCE_KEY
+CARRY_KEY = _core.CARRY_KEY
 
 escape_class_name = _core.escape_class_name
 escape_qualifier = _core.escape_qualifier
@@ -59,3 +62,16 @@ parent_tag = _core.parent_tag
 TorchModuleSegments = _core.TorchModuleSegments
 ModuleTable = _core.ModuleTable
 CallTags = _core.CallTags
+
+
+def module_boundaries(model):
+    """{(tag, call): (inputs, outputs, nodes)} for every call of every module
+    of the tagged model `model` (its serialized bytes, or a ModelProto), by the
+    module-boundary rule `hiertag extract` cuts by (tool/module_boundaries.h):
+    the values the call's nodes read from outside and hand out, in node order,
+    and the positions in the main graph of the nodes the file gives the call
+    (weight nodes too). ValueError for a model that is
+    not tagged or has malformed references."""
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    return {(tag, call): (inputs, outputs, nodes)
+            for tag, call, inputs, outputs, nodes in _core.module_boundaries(data)}

@@ -50,7 +50,6 @@ from hiertag import checks, core, verbs
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"
 STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
-SOURCE_KEY = "hiertag.source"
 SOURCE = "dynamo"
 
 # How each node got its tag: from its own metadata, or by one of hiertag's rules.
@@ -210,7 +209,7 @@ def tag_dynamo_model(model, torch_modules=None):
         if len(calls.get(entry, ([0], [0]))[0]) > 1:
             node.metadata_props.add(key=checks.CALL_KEY, value=str(call))
     for key, value in ((checks.TABLE_KEY, json.dumps(dict(sorted(table.items())))),
-                       (core.FORMAT_VERSION_KEY, core.FORMAT_VERSION), (SOURCE_KEY, SOURCE)):
+                       (core.FORMAT_VERSION_KEY, core.FORMAT_VERSION), (core.SOURCE_KEY, SOURCE)):
         model.metadata_props.add(key=key, value=value)
     return {"nodes": len(visits), "modules": len(table), "root": modules.short_class(0),
             "tagged_by": {rule: rules.count(rule) for rule in RULES},

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import onnx
 
-from hiertag import checks
+from hiertag import checks, core
 from hiertag.verbs import Parser, fail, load_tagged, native_json, refuse_overwriting, run_verb, write_atomically
 
 ELEMENT_TYPES = {value: name.lower() for name, value in onnx.TensorProto.DataType.items()}
@@ -78,7 +78,7 @@ def facts(path, verify_json=None):
         "bytes": Path(path).stat().st_size,
         "producer": f"{model.producer_name} {model.producer_version}".strip(),
         "opsets": {o.domain or "ai.onnx": o.version for o in model.opset_import},
-        "format_version": checks.model_props(model).get("hiertag.format_version", "?"),
+        "format_version": checks.model_props(model).get(core.FORMAT_VERSION_KEY, "?"),
         "nodes": len(nodes),
         "nested_nodes": nested,
         "tagged_nodes": sum(1 for p in props if checks.TAG_KEY in p),

@@ -163,6 +163,38 @@ def test_every_module_passes_the_boundary_check(exported):
         assert set(skipped) == not_checked.get(name, set())
 
 
+# What `hiertag extract` refuses to cut, each a reason the file itself gives.
+EXTRACT_REFUSALS = ("cannot be extracted: ", "is not a convex region of the graph", "never ran (its caller reached",
+                    "has no nodes in the main graph", "produces nothing used outside it")
+
+
+def test_extract_cuts_each_call_where_the_boundary_check_draws_its_boundary(exported, tmp_path):
+    """Check that the boundary the verifier checks is the one `hiertag extract`
+    cuts: for every call of every module, the extracted model's inputs and
+    outputs are the values checks.module_boundaries gives (one rule,
+    tool/module_boundaries.h, reached by two paths), or extract refuses the
+    call for a reason the file records."""
+    name, _, _, tagged, _ = exported
+    path = tmp_path / "model.onnx"
+    path.write_bytes(tagged)
+    model = onnx.load_from_string(tagged)
+    table = checks.module_table(model)
+    cut = []
+    with native.value_types_file(path) as types:
+        for (tag, call), (inputs, outputs) in sorted(checks.module_boundaries(model).items()):
+            command = ["extract", path, "--module", tag, "-o", tmp_path / "call.onnx", "--json", "--value-types", types]
+            if checks.call_count(table, tag) > 1:
+                command += ["--call", str(call)]
+            done = native.run_tool(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                assert done.returncode == 2 and any(reason in done.stderr for reason in EXTRACT_REFUSALS), \
+                    f"{name}: {tag}#{call}: {done.stderr}"
+                continue
+            result = json.loads(done.stdout)
+            assert (sorted(result["inputs"]), sorted(result["outputs"])) == (inputs, outputs), f"{name}: {tag}#{call}"
+            cut.append((tag, call))
+    assert cut, f"{name}: extract cut no call"
+
 def run_tool(*args):
     return native.run_tool(args, capture_output=True, text=True)
 

@@ -76,7 +76,7 @@ def test_dynamo_export_converts_and_validates(files, name):
     nodes = list(checks.walk_nodes(imported.graph))
     assert summary["nodes"] == len(nodes) and summary["modules"] == len(table)
     assert all(checks.node_props(node)[checks.TAG_KEY] in table for node in nodes)
-    assert checks.model_props(imported)[dynamo.SOURCE_KEY] == "dynamo"
+    assert checks.model_props(imported)[core.SOURCE_KEY] == "dynamo"
     assert checks.model_props(imported)[core.FORMAT_VERSION_KEY] == "3"
     validate = run_tool("validate", files[name]["imported"])
     assert validate.returncode == 0, validate.stdout + validate.stderr

@@ -93,6 +93,17 @@ inline constexpr std::string_view kRewritesKey = "hiertag.rewrites";
 inline constexpr std::string_view kFormatVersionKey = "hiertag.format_version";
 inline constexpr std::string_view kFormatVersion = "3";
 
+// Every key hiertag writes into metadata_props but the node's tag
+// (kHierarchyTagKey) starts with this prefix: removing them all removes hiertag's entries.
+inline constexpr std::string_view kKeyPrefix = "hiertag.";
+// ModelProto.metadata_props key naming where the tags came from when hiertag's
+// plugin did not make them: "dynamo" (hiertag import-dynamo). Absent: the plugin.
+inline constexpr std::string_view kSourceKey = "hiertag.source";
+// ModelProto.metadata_props key of a file `hiertag carry` tagged from its
+// tagged original: a JSON object of its counts (nodes by how they were tagged,
+// module calls by how they were established) and "by" (--by).
+inline constexpr std::string_view kCarryKey = "hiertag.carry";
+
 struct TagSegment {
   std::string class_name;
   std::optional<long long> index;        // ".N"

@@ -46,6 +46,9 @@ std::string DisplayTag(std::string_view tag);
 
 // Loads `path`. On failure writes one line `<path>: <reason>` to *error.
 std::optional<TaggedFile> LoadTaggedFile(const std::string& path, std::string* error);
+// The same from a serialized ModelProto (no external data read); `name` starts
+// its errors as the path does LoadTaggedFile's.
+std::optional<TaggedFile> ParseTaggedFile(std::string bytes, const std::string& name, std::string* error);
 
 // The node's hierarchy_tag, or nullptr.
 const std::string* NodeTag(const OnnxNode& node);

@@ -1,0 +1,107 @@
+// Module boundaries: the module-boundary rule (module_calls_in_file.h, README
+// "Module boundaries") applied to a tagged file's main graph. The one
+// implementation: `hiertag extract` cuts by it, and the Python package's
+// verifier, carry, compare and tests ask it through hiertag._core.
+//
+//   members  the main graph's nodes a reference of which lies within the call
+//            (CallsInFile::Place not kOutside), weight nodes aside; a module
+//            none of whose nodes is more than a weight node (a position table
+//            computed from buffers) is a constant module: its members are its
+//            weight nodes, and its boundary has outputs and no inputs.
+//   inputs   the values the members read (their If/Loop bodies' outer reads
+//            included) that no member makes and that are no weights
+//            (initializers, and outputs of weight nodes), in node order.
+//   outputs  the values members make that leave the call (Leaves), or that are
+//            model outputs not read by another of the maker's references, in
+//            node order; a weight's value only for a constant module.
+//
+// Weight nodes: Constants without inputs and nodes that read weights alone (the
+// Identity torch writes for a deduplicated parameter): data of no call.
+//
+// Example (a two-layer MLP's second Linear, x -> fc1 -> relu -> fc2 -> y):
+//   members {MatMul_3, Add_4}   inputs {relu_out}   outputs {y}
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "hiertag/tool/module_calls_in_file.h"
+#include "hiertag/tool/tagged_file.h"
+
+namespace hiertag {
+
+struct ModuleBoundary {
+  std::set<int> members;  // indices into the model's nodes (main graph), in order
+  // Every main-graph node a reference of which lies within the call, weight
+  // nodes too: the nodes the file gives the call (a call has none when
+  // it left no node).
+  std::set<int> nodes;
+  bool constant_module = false;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+};
+
+// The main graph indexed once (reads, references, producers, consumers,
+// weights) for any number of boundary questions. Holds a reference to `file`.
+class MainGraphIndex {
+ public:
+  explicit MainGraphIndex(const TaggedFile& file);
+
+  // The boundary of `target`; std::nullopt with a one-line reason when a node
+  // whose tag lies within the target has malformed references (hiertag.call,
+  // hiertag.shared_with).
+  std::optional<ModuleBoundary> BoundaryOf(const ModuleCall& target, std::string* error) const;
+
+  // Whether the edge from `producer` (in `selection`, the target's nodes) to
+  // `user` leaves the target: `user` is outside the selection and does not read
+  // the value as another module the producer was kept for (hiertag.shared_with):
+  // that module's own copy of the computation.
+  bool Leaves(int producer, int user, const std::set<int>& selection, const ModuleCall& target) const;
+
+  // Whether the reader with reference `reader` belongs to one of `producer`'s
+  // references that lies outside `target`.
+  bool IsOtherSharersRead(int producer, const CallRef& reader, const ModuleCall& target) const;
+
+  const CallsInFile& calls() const { return calls_; }
+  const std::vector<std::string>& Reads(int node) const { return reads_.at(node); }
+  const std::vector<CallRef>& Refs(int node) const { return refs_.at(node); }
+  bool IsWeight(int node) const { return weight_nodes_.count(node) > 0; }
+  bool IsInitializer(const std::string& name) const { return initializers_.count(name) > 0; }
+  // The main-graph node making `value`, or -1.
+  int Producer(const std::string& value) const;
+  // The main-graph nodes reading `value` (empty when none).
+  const std::vector<int>& Consumers(const std::string& value) const;
+  // The root's call 0: the reader of the model's outputs.
+  const CallRef& RootCall() const { return root_; }
+
+ private:
+  std::vector<std::string> CollectReads(int node) const;
+  void OuterReads(int graph, std::vector<const std::set<std::string>*>* scopes, std::vector<std::string>* reads) const;
+
+  const TaggedFile& file_;
+  CallsInFile calls_;
+  CallRef root_;
+  std::set<std::string> initializers_;
+  std::set<std::string> model_outputs_;
+  std::unordered_map<int, std::vector<std::string>> reads_;
+  std::unordered_map<int, std::vector<CallRef>> refs_;  // its own reference first, then hiertag.shared_with's
+  std::unordered_map<int, std::string> ref_errors_;      // nodes with malformed references: why
+  std::unordered_map<std::string, int> producer_;
+  std::unordered_map<std::string, std::vector<int>> consumers_;
+  std::set<int> weight_nodes_;
+};
+
+// Every call of every module of the table: ((tag, call ordinal), boundary),
+// in table order, calls in order; a module with one call is asked as a whole
+// (every call). std::nullopt with the reason as BoundaryOf gives it.
+struct CallBoundary {
+  std::string tag;
+  int64_t call = 0;
+  ModuleBoundary boundary;
+};
+std::optional<std::vector<CallBoundary>> AllModuleBoundaries(const TaggedFile& file, std::string* error);
+
+}  // namespace hiertag

@@ -1,0 +1,176 @@
+// Module boundaries: members, inputs and outputs of a module call (module_boundaries.h).
+#include "hiertag/tool/module_boundaries.h"
+
+#include <algorithm>
+
+namespace hiertag {
+
+MainGraphIndex::MainGraphIndex(const TaggedFile& file) : file_(file), calls_(file) {
+  for (const ModuleEntry& module : file.modules) {
+    if (ParentTag(module.tag).empty()) root_ = {module.tag, 0};
+  }
+  const OnnxGraph& main = file.model.graphs.at(0);
+  for (const OnnxInitializer& initializer : main.initializers) initializers_.insert(initializer.name);
+  for (const OnnxValue& output : main.outputs) model_outputs_.insert(output.name);
+  for (int index : main.nodes) {
+    reads_[index] = CollectReads(index);
+    const OnnxNode& node = file.model.nodes[index];
+    std::string error;
+    std::optional<std::vector<CallRef>> refs = calls_.NodeRefs(node, &error);
+    if (!refs) {
+      ref_errors_[index] = error;
+      refs = std::vector<CallRef>{{*NodeTag(node), 0}};
+    }
+    refs_[index] = std::move(*refs);
+    for (const std::string& output : node.outputs) producer_[output] = index;
+    for (const std::string& input : reads_[index]) consumers_[input].push_back(index);
+  }
+  for (int index : main.nodes) {
+    const std::vector<std::string>& reads = reads_.at(index);
+    bool weight = (file.model.nodes[index].op_type == "Constant" && reads.empty()) ||
+                  (!reads.empty() && std::all_of(reads.begin(), reads.end(), [&](const std::string& name) {
+                    auto producer = producer_.find(name);
+                    return initializers_.count(name) ||
+                           (producer != producer_.end() && weight_nodes_.count(producer->second));
+                  }));
+    if (weight) weight_nodes_.insert(index);
+  }
+}
+
+int MainGraphIndex::Producer(const std::string& value) const {
+  auto found = producer_.find(value);
+  return found == producer_.end() ? -1 : found->second;
+}
+
+const std::vector<int>& MainGraphIndex::Consumers(const std::string& value) const {
+  static const std::vector<int> kNone;
+  auto found = consumers_.find(value);
+  return found == consumers_.end() ? kNone : found->second;
+}
+
+std::vector<std::string> MainGraphIndex::CollectReads(int index) const {
+  const OnnxNode& node = file_.model.nodes[index];
+  std::vector<std::string> reads;
+  for (const std::string& input : node.inputs) {
+    if (!input.empty()) reads.push_back(input);
+  }
+  std::vector<const std::set<std::string>*> scopes;
+  for (int graph : node.subgraphs) OuterReads(graph, &scopes, &reads);
+  return reads;
+}
+
+// `scopes`: the values each enclosing graph defines, innermost last. Each
+// graph's own set is built once and not copied into its nested graphs (a copy
+// per nested graph is quadratic in a wide body of Loops and Ifs).
+void MainGraphIndex::OuterReads(int graph_index, std::vector<const std::set<std::string>*>* scopes,
+                                std::vector<std::string>* reads) const {
+  const OnnxGraph& graph = file_.model.graphs[graph_index];
+  std::set<std::string> defined;
+  for (const OnnxValue& input : graph.inputs) defined.insert(input.name);
+  for (const OnnxInitializer& initializer : graph.initializers) defined.insert(initializer.name);
+  for (int index : graph.nodes) {
+    for (const std::string& output : file_.model.nodes[index].outputs) defined.insert(output);
+  }
+  scopes->push_back(&defined);
+  auto is_defined = [&](const std::string& name) {
+    return std::any_of(scopes->begin(), scopes->end(), [&](const auto* scope) { return scope->count(name) > 0; });
+  };
+  for (int index : graph.nodes) {
+    const OnnxNode& node = file_.model.nodes[index];
+    for (const std::string& input : node.inputs) {
+      if (!input.empty() && !is_defined(input)) reads->push_back(input);
+    }
+    for (int nested : node.subgraphs) OuterReads(nested, scopes, reads);
+  }
+  scopes->pop_back();
+}
+
+bool MainGraphIndex::IsOtherSharersRead(int producer, const CallRef& reader, const ModuleCall& target) const {
+  const std::vector<CallRef>& refs = refs_.at(producer);
+  if (refs.size() < 2) return false;
+  return std::any_of(refs.begin(), refs.end(), [&](const CallRef& sharer) {
+    return calls_.Place(sharer, target) == CallsInFile::Placement::kOutside && calls_.Belongs(reader, sharer);
+  });
+}
+
+// A use of a shared node by another module it was kept for is that module's own
+// copy of the computation. This holds for an ancestor that computed the same
+// value itself too (measured on SAM: a two-way attention block's Add merged with
+// an identical Add of the transformer holding it, which the block never returned).
+bool MainGraphIndex::Leaves(int producer, int user, const std::set<int>& selection, const ModuleCall& target) const {
+  if (selection.count(user)) return false;
+  if (!selection.count(producer)) return true;
+  const std::vector<CallRef>& user_refs = refs_.at(user);
+  return user_refs.empty() || !IsOtherSharersRead(producer, user_refs.front(), target);
+}
+
+std::optional<ModuleBoundary> MainGraphIndex::BoundaryOf(const ModuleCall& target, std::string* error) const {
+  ModuleBoundary boundary;
+  const std::vector<int>& nodes = file_.model.graphs.at(0).nodes;
+  for (int index : nodes) {
+    auto malformed = ref_errors_.find(index);
+    if (malformed != ref_errors_.end() && IsTagAncestorOrSelf(target.tag, *NodeTag(file_.model.nodes[index]))) {
+      *error = malformed->second;
+      return std::nullopt;
+    }
+  }
+  for (int index : nodes) {
+    const std::vector<CallRef>& refs = refs_.at(index);
+    if (std::any_of(refs.begin(), refs.end(), [&](const CallRef& ref) {
+          return calls_.Place(ref, target) != CallsInFile::Placement::kOutside;
+        })) {
+      boundary.nodes.insert(index);
+      if (!weight_nodes_.count(index)) boundary.members.insert(index);  // weights: copied in where needed
+    }
+  }
+  if (boundary.members.empty()) {
+    for (int index : nodes) {
+      const std::vector<CallRef>& refs = refs_.at(index);
+      if (weight_nodes_.count(index) && !refs.empty() && IsTagAncestorOrSelf(target.tag, refs.front().tag)) {
+        boundary.members.insert(index);
+      }
+    }
+    boundary.constant_module = !boundary.members.empty();
+  }
+  std::set<std::string> made;
+  for (int index : boundary.members) {
+    for (const std::string& output : file_.model.nodes[index].outputs) made.insert(output);
+  }
+  std::set<std::string> seen;
+  for (int index : boundary.members) {
+    for (const std::string& input : reads_.at(index)) {
+      if (made.count(input) || initializers_.count(input) || !seen.insert(input).second) continue;
+      int producer = Producer(input);
+      if (producer >= 0 && weight_nodes_.count(producer)) continue;
+      boundary.inputs.push_back(input);
+    }
+  }
+  for (int index : boundary.members) {
+    for (const std::string& output : file_.model.nodes[index].outputs) {
+      const std::vector<int>& users = Consumers(output);
+      bool used_outside = std::any_of(users.begin(), users.end(),
+                                      [&](int user) { return Leaves(index, user, boundary.members, target); });
+      // A model output is read by the root's call 0.
+      bool model_output = model_outputs_.count(output) && !IsOtherSharersRead(index, root_, target);
+      if (used_outside || model_output) boundary.outputs.push_back(output);
+    }
+  }
+  return boundary;
+}
+
+std::optional<std::vector<CallBoundary>> AllModuleBoundaries(const TaggedFile& file, std::string* error) {
+  MainGraphIndex index(file);
+  std::vector<CallBoundary> all;
+  for (const ModuleEntry& module : file.modules) {
+    int64_t count = module.call_count();
+    for (int64_t call = 0; call < count; ++call) {
+      ModuleCall target{module.tag, count == 1 ? std::nullopt : std::optional<int64_t>(call)};
+      std::optional<ModuleBoundary> boundary = index.BoundaryOf(target, error);
+      if (!boundary) return std::nullopt;
+      all.push_back({module.tag, call, std::move(*boundary)});
+    }
+  }
+  return all;
+}
+
+}  // namespace hiertag
