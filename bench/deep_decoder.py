@@ -44,7 +44,7 @@ PYTHON = sys.executable
 MIB = 1024 * 1024
 METHODS = ("plain", "hiertag")
 NAME = "deep-decoder"
-TAG_KEY = "hierarchy_tag"  # the node tag (README, "What a tagged file holds"; hiertag.checks.TAG_KEY)
+TAG_KEY = "hierarchy_tag"  # the node tag (README, "What a tagged file holds"; hiertag.core.TAG_KEY)
 
 # Tiny dimensions, so that the graph, not the weights, is what grows with N:
 # grouped-query attention (2 query heads, 1 key/value head), RMSNorm, SwiGLU, rotary.

@@ -10,8 +10,10 @@
 //                      parse_call_ref, format_call_ref, is_tag_ancestor_or_self, parent_tag
 //   options            TorchModuleSegments.parse (HIERTAG_TORCH_MODULES' values)
 //   tags               ModuleTable (module_table.h) and CallTags (call_tags.h)
-//   boundaries         module_boundaries: the module-boundary rule `hiertag
-//                      extract` cuts by (tool/module_boundaries.h), for every call
+//   boundaries         rewrite_records, module_boundaries, rewritten_boundaries: the
+//                      rewrites the file records, the module-boundary
+//                      rule `hiertag extract` cuts by, and the calls whose boundary
+//                      a recorded rewrite removed (tool/module_boundaries.h)
 //
 // A malformed argument raises ValueError with the core's one-line reason.
 #include <nanobind/nanobind.h>
@@ -83,6 +85,32 @@ std::vector<BoundaryRow> ModuleBoundariesOf(nb::bytes model) {
   return rows;
 }
 
+std::vector<std::tuple<std::string, int64_t, std::string>> RewrittenBoundariesOf(nb::bytes model) {
+  std::string error;
+  std::optional<TaggedFile> file = ParseTaggedFile(std::string(model.c_str(), model.size()), "model", &error);
+  if (!file) throw nb::value_error(error.c_str());
+  std::vector<std::tuple<std::string, int64_t, std::string>> rows;
+  for (CutCall& cut : AllCutCalls(*file)) rows.emplace_back(std::move(cut.tag), cut.call, std::move(cut.why));
+  return rows;
+}
+
+nb::list RewriteRecordsOf(nb::bytes model) {
+  std::string error;
+  std::optional<TaggedFile> file = ParseTaggedFile(std::string(model.c_str(), model.size()), "model", &error);
+  if (!file) throw nb::value_error(error.c_str());
+  nb::list records;
+  for (const Rewrite& rewrite : file->rewrites) {
+    nb::dict record;
+    record["pass"] = rewrite.pass;
+    record["kind"] = rewrite.kind;
+    record["modules"] = rewrite.modules;
+    record["node"] = rewrite.node;
+    if (!rewrite.reason.empty()) record["reason"] = rewrite.reason;
+    records.append(record);
+  }
+  return records;
+}
+
 }  // namespace
 }  // namespace hiertag
 
@@ -125,6 +153,15 @@ NB_MODULE(_core, m) {
         "module of its table, by the rule `hiertag extract` cuts by. Nodes (weights too) are positions in the "
         "main graph's node list; inputs and outputs in node order. ValueError with the reason for a file that is not tagged "
         "or has malformed references.");
+
+  m.def("rewrite_records", &RewriteRecordsOf, "model"_a,
+        "For a serialized tagged model (bytes): its well-formed hiertag.rewrites records, then a 'fused' record "
+        "for every node with hiertag.spans that none names (tool/tagged_file.h TaggedFile::rewrites), as dicts: "
+        "pass, kind, modules, node, and reason when the writer gave one.");
+  m.def("rewritten_boundaries", &RewrittenBoundariesOf, "model"_a,
+        "For a serialized tagged model (bytes): (tag, call, why) for every call whose boundary the file records an "
+        "export pass (or hiertag carry) removed: the calls `hiertag extract` refuses and the verifier does not "
+        "check (tool/module_boundaries.h MainGraphIndex::CutBy).");
 
   nb::class_<TorchModuleSegments>(m, "TorchModuleSegments",
                                   "Which torch.nn / torch.ao classes keep a tag segment (HIERTAG_TORCH_MODULES).")

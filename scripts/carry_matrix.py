@@ -351,7 +351,7 @@ def plain_export_error(name, directory):
 
 def cell(name, tool, source, directory, eager):
     import onnx
-    from hiertag import carry, carry_check, checks
+    from hiertag import carry, carry_check, checks, core
     from hiertag.hf_export import quiet
     started = time.perf_counter()
     target = Path(directory) / f"{name}.{tool}.onnx"
@@ -386,9 +386,9 @@ def cell(name, tool, source, directory, eager):
     right, tried, problems = extraction_check(out, carried, statuses, assignments, tolerance, f"carry: {tool}")
     result = {
         "model": name, "tool": tool, "family": family(name), "nodes": len(nodes),
-        "tagged_by_tool": sum(checks.TAG_KEY in checks.node_props(node) for node in nodes),
+        "tagged_by_tool": sum(core.TAG_KEY in checks.node_props(node) for node in nodes),
         **{key: summary[key] for key in ("exact", "shared", "span", "rule", "rules", "unplaced")},
-        "tagged_after": sum(checks.TAG_KEY in checks.node_props(node) for node in checks.walk_nodes(carried.graph)),
+        "tagged_after": sum(core.TAG_KEY in checks.node_props(node) for node in checks.walk_nodes(carried.graph)),
         "validate": validate.returncode == 0, "validate_line": validate.stdout.strip().splitlines()[-1:],
         "tree": tree.returncode == 0 and tree.stdout.startswith(next(iter(checks.module_table(carried)))
                                                                .rsplit("/", 1)[-1]),

@@ -69,7 +69,7 @@ def worker(name, out_json, build_dir):
     import onnxruntime
     import torch
     import hiertag
-    from hiertag import checks
+    from hiertag import checks, core
     from hiertag import verify
 
     if build_dir:
@@ -113,10 +113,10 @@ def worker(name, out_json, build_dir):
         model = onnx.load(source)
         table = checks.module_table(model)
         nodes = list(checks.walk_nodes(model.graph))
-        tagged = [n for n in nodes if checks.TAG_KEY in checks.node_props(n)]
+        tagged = [n for n in nodes if core.TAG_KEY in checks.node_props(n)]
         result["nodes"], result["modules"] = len(nodes), len(table)
         result["tagged"] = len(tagged) == len(nodes) and all(
-            checks.node_props(n)[checks.TAG_KEY] in table for n in tagged)
+            checks.node_props(n)[core.TAG_KEY] in table for n in tagged)
         reference = dict(checks.eager_reference(torch_model).named_modules())
         result["table"] = all(entry["path"] in reference and
                               entry["class"] == torch.typename(type(reference[entry["path"]]))

@@ -69,12 +69,6 @@ std::string ClosestTags(const TaggedFile& file, const std::string& tag) {
   return list;
 }
 
-std::string QuotedList(const std::vector<std::string>& names) {
-  std::string text;
-  for (size_t i = 0; i < names.size(); ++i) text += (i ? ", '" : "'") + names[i] + "'";
-  return text;
-}
-
 class Extractor {
  public:
   Extractor(const TaggedFile& file, std::string tag, std::optional<int64_t> call, std::string target,
@@ -128,57 +122,11 @@ class Extractor {
     return (call_ ? "call " + std::to_string(*call_) + " of " : std::string()) + "module '" + DisplayTag(tag_) + "'";
   }
 
-  // No rewrite may list a call within the extracted one and one outside it
-  // (a call listed partly within counts as both); a "rewired" record refuses
-  // the calls it lists, whose nodes now read a value they never received.
+  // A rewrite that removed the call's boundary (MainGraphIndex::CutBy) refuses it.
   bool CheckRewrites(std::string* error) const {
-    for (const Rewrite& rewrite : file_.rewrites) {
-      std::vector<std::string> outside;
-      bool lists_inside = false;
-      bool lists_target = false;
-      for (const std::string& text : rewrite.modules) {
-        std::optional<CallRef> ref = ParseCallRef(text);
-        if (!ref) continue;  // validate reports it
-        CallsInFile::Placement placement = index_.calls().Place(*ref, target_);
-        lists_target |= ref->tag == tag_ && (!call_ || !ref->call || *ref->call == *call_);
-        if (placement != CallsInFile::Placement::kOutside) lists_inside = true;
-        if (placement != CallsInFile::Placement::kInside &&
-            std::find(outside.begin(), outside.end(), text) == outside.end()) {
-          outside.push_back(text);
-        }
-      }
-      if (rewrite.kind == "rewired") {
-        if (!lists_target) continue;
-        if (!rewrite.reason.empty()) {  // a declaration that names its cause (hiertag carry's)
-          *error = Described() + " cannot be extracted: " + rewrite.pass + ": " + rewrite.reason;
-          return false;
-        }
-        *error = Described() + " cannot be extracted: " + rewrite.pass + " rewired it" +
-                 (rewrite.node.empty() ? std::string() : ": node " + DescribeNamedNode(rewrite.node)) +
-                 " now reads a value it never received";
-        return false;
-      }
-      if (!lists_inside || outside.empty()) continue;
-      *error = Described() + " cannot be extracted: " + rewrite.pass;
-      if (rewrite.kind == "removed") {
-        *error += " removed its boundary with " + QuotedList(outside) + " (nodes of both removed together)";
-      } else if (rewrite.kind == "folded") {
-        *error += " folded its computation with " + QuotedList(outside) + " into initializers";
-      } else {
-        *error += " fused its computation with " + QuotedList(outside);
-        if (!rewrite.node.empty()) *error += " into node " + DescribeNamedNode(rewrite.node);
-      }
-      return false;
-    }
-    return true;
-  }
-
-  // "'<name>' (<op_type>)" of the first node so named, or "'<name>'" when none is.
-  std::string DescribeNamedNode(const std::string& name) const {
-    for (const OnnxNode& node : file_.model.nodes) {
-      if (node.name == name) return DescribeNode(node);
-    }
-    return "'" + name + "'";
+    std::optional<std::string> why = index_.CutBy(target_);
+    if (why) *error = Described() + " cannot be extracted: " + *why;
+    return !why;
   }
 
   // No node outside the selection may both depend on it and feed it.

@@ -4,6 +4,36 @@
 #include <algorithm>
 
 namespace hiertag {
+namespace {
+
+std::string QuotedList(const std::vector<std::string>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i ? ", '" : "'") + names[i] + "'";
+  return text;
+}
+
+// "'<name>' (<op_type>)" of the first node so named, or "'<name>'" when none is.
+std::string DescribeNamedNode(const TaggedFile& file, const std::string& name) {
+  for (const OnnxNode& node : file.model.nodes) {
+    if (node.name == name) return DescribeNode(node);
+  }
+  return "'" + name + "'";
+}
+
+// A module's calls, each asked alone; a module with one call as a whole.
+template <typename Visit>
+void ForEachCall(const TaggedFile& file, Visit visit) {
+  for (const ModuleEntry& module : file.modules) {
+    int64_t count = module.call_count();
+    for (int64_t call = 0; call < count; ++call) {
+      if (!visit(module.tag, call, ModuleCall{module.tag, count == 1 ? std::nullopt : std::optional<int64_t>(call)})) {
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace
 
 MainGraphIndex::MainGraphIndex(const TaggedFile& file) : file_(file), calls_(file) {
   for (const ModuleEntry& module : file.modules) {
@@ -158,19 +188,64 @@ std::optional<ModuleBoundary> MainGraphIndex::BoundaryOf(const ModuleCall& targe
   return boundary;
 }
 
+std::optional<std::string> MainGraphIndex::CutBy(const ModuleCall& target) const {
+  for (const Rewrite& rewrite : file_.rewrites) {
+    std::vector<std::string> outside;
+    bool lists_inside = false;
+    bool lists_target = false;
+    for (const std::string& text : rewrite.modules) {
+      std::optional<CallRef> ref = ParseCallRef(text);
+      if (!ref) continue;  // validate reports it
+      CallsInFile::Placement placement = calls_.Place(*ref, target);
+      lists_target |= ref->tag == target.tag && (!target.call || !ref->call || *ref->call == *target.call);
+      if (placement != CallsInFile::Placement::kOutside) lists_inside = true;
+      if (placement != CallsInFile::Placement::kInside &&
+          std::find(outside.begin(), outside.end(), text) == outside.end()) {
+        outside.push_back(text);
+      }
+    }
+    if (rewrite.kind == "rewired") {
+      if (!lists_target) continue;
+      if (!rewrite.reason.empty()) return rewrite.pass + ": " + rewrite.reason;
+      return rewrite.pass + " rewired it" +
+             (rewrite.node.empty() ? std::string() : ": node " + DescribeNamedNode(file_, rewrite.node)) +
+             " now reads a value it never received";
+    }
+    if (!lists_inside || outside.empty()) continue;
+    if (rewrite.kind == "removed") {
+      return rewrite.pass + " removed its boundary with " + QuotedList(outside) + " (nodes of both removed together)";
+    }
+    if (rewrite.kind == "folded") {
+      return rewrite.pass + " folded its computation with " + QuotedList(outside) + " into initializers";
+    }
+    return rewrite.pass + " fused its computation with " + QuotedList(outside) +
+           (rewrite.node.empty() ? std::string() : " into node " + DescribeNamedNode(file_, rewrite.node));
+  }
+  return std::nullopt;
+}
+
 std::optional<std::vector<CallBoundary>> AllModuleBoundaries(const TaggedFile& file, std::string* error) {
   MainGraphIndex index(file);
   std::vector<CallBoundary> all;
-  for (const ModuleEntry& module : file.modules) {
-    int64_t count = module.call_count();
-    for (int64_t call = 0; call < count; ++call) {
-      ModuleCall target{module.tag, count == 1 ? std::nullopt : std::optional<int64_t>(call)};
-      std::optional<ModuleBoundary> boundary = index.BoundaryOf(target, error);
-      if (!boundary) return std::nullopt;
-      all.push_back({module.tag, call, std::move(*boundary)});
-    }
-  }
+  bool failed = false;
+  ForEachCall(file, [&](const std::string& tag, int64_t call, const ModuleCall& target) {
+    std::optional<ModuleBoundary> boundary = index.BoundaryOf(target, error);
+    if (!boundary) return !(failed = true);
+    all.push_back({tag, call, std::move(*boundary)});
+    return true;
+  });
+  if (failed) return std::nullopt;
   return all;
+}
+
+std::vector<CutCall> AllCutCalls(const TaggedFile& file) {
+  MainGraphIndex index(file);
+  std::vector<CutCall> cut;
+  ForEachCall(file, [&](const std::string& tag, int64_t call, const ModuleCall& target) {
+    if (std::optional<std::string> why = index.CutBy(target)) cut.push_back({tag, call, std::move(*why)});
+    return true;
+  });
+  return cut;
 }
 
 }  // namespace hiertag

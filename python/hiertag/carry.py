@@ -110,14 +110,14 @@ class Placement:
         return self.tag, self.call or 0
 
     def props(self, table):
-        props = {checks.TAG_KEY: self.tag}
+        props = {core.TAG_KEY: self.tag}
         if self.call is not None and checks.call_count(table, self.tag) > 1:
-            props[checks.CALL_KEY] = str(self.call)
+            props[core.CALL_KEY] = str(self.call)
         if self.shared:
-            props[checks.SHARED_KEY] = json.dumps(list(self.shared), separators=(",", ":"))
+            props[core.SHARED_KEY] = json.dumps(list(self.shared), separators=(",", ":"))
         if self.spans:
-            props[checks.SPANS_KEY] = json.dumps(list(self.spans), separators=(",", ":"))
-            props[checks.REWRITE_KEY] = self.rewrite
+            props[core.SPANS_KEY] = json.dumps(list(self.spans), separators=(",", ":"))
+            props[core.REWRITE_KEY] = self.rewrite
         return props
 
 
@@ -146,9 +146,9 @@ def common_call(table, refs):
 
 def placement_of_original(props):
     """A placement copying an original node's entries."""
-    return Placement(props[checks.TAG_KEY], int(props[checks.CALL_KEY]) if checks.CALL_KEY in props else None,
-                     json.loads(props.get(checks.SHARED_KEY, "[]")), json.loads(props.get(checks.SPANS_KEY, "[]")),
-                     props.get(checks.REWRITE_KEY))
+    return Placement(props[core.TAG_KEY], int(props[core.CALL_KEY]) if core.CALL_KEY in props else None,
+                     json.loads(props.get(core.SHARED_KEY, "[]")), json.loads(props.get(core.SPANS_KEY, "[]")),
+                     props.get(core.REWRITE_KEY))
 
 
 class _Graph:
@@ -571,10 +571,10 @@ class Carrier:
         spans that call: the fused node does work of both."""
         nodes = sorted(region)
         props = [self.c.o_props[i] for i in nodes]
-        if any(checks.TAG_KEY not in p for p in props):
+        if any(core.TAG_KEY not in p for p in props):
             raise CarryError(f"node '{self.c.o.nodes[nodes[0]].name}' of the tagged model has no "
-                             f"{checks.TAG_KEY}: carry from a file hiertag validate accepts")
-        entries = {tuple(p.get(k) for k in (checks.TAG_KEY, checks.CALL_KEY, checks.SHARED_KEY, checks.SPANS_KEY))
+                             f"{core.TAG_KEY}: carry from a file hiertag validate accepts")
+        entries = {tuple(p.get(k) for k in (core.TAG_KEY, core.CALL_KEY, core.SHARED_KEY, core.SPANS_KEY))
                    for p in props}
         if len(entries) == 1:
             placement = placement_of_original(props[0])
@@ -584,7 +584,7 @@ class Carrier:
         for index, entries in zip(nodes, props):
             own, *others = checks.node_refs(self.c.o.nodes[index])
             makes = any(name in outs for name in self.c.o.nodes[index].output)
-            listed = [own] + [checks.parse_ref(text) for text in json.loads(entries.get(checks.SPANS_KEY, "[]"))]
+            listed = [own] + [checks.parse_ref(text) for text in json.loads(entries.get(core.SPANS_KEY, "[]"))]
             for ref in others:
                 if checks.belongs(self.table, own, ref):
                     if makes:
@@ -776,7 +776,7 @@ def carry(original, transformed, by=None, feeds=None):
     both run on to check every module call's boundary (hiertag.carry_check;
     default: generated). Raises CarryError for models that do not correspond."""
     props = checks.model_props(original)
-    if checks.TABLE_KEY not in props:
+    if core.TABLE_KEY not in props:
         raise CarryError("the tagged model is not tagged by hiertag (no hiertag.modules in its metadata_props)")
     by = by or describe_producer(original, transformed) or "the transformation"
     model = checks.strip_tags(transformed)
@@ -829,9 +829,9 @@ def carry(original, transformed, by=None, feeds=None):
             count(inner, inner_placement)
 
     records = _kept_records(original, carrier, model) + records
-    _set_props(model, {checks.TABLE_KEY: _table_for(model, props[checks.TABLE_KEY]), core.FORMAT_VERSION_KEY: core.FORMAT_VERSION})
+    _set_props(model, {core.TABLE_KEY: _table_for(model, props[core.TABLE_KEY]), core.FORMAT_VERSION_KEY: core.FORMAT_VERSION})
     # The check reads each call's boundary from the file with its fusions recorded.
-    _set_props(model, {checks.REWRITES_KEY: json.dumps(records, separators=(",", ":"))} if records else {})
+    _set_props(model, {core.REWRITES_KEY: json.dumps(records, separators=(",", ":"))} if records else {})
     if feeds is None:
         feeds, _ = carry_check.generated_inputs(original)
     try:
@@ -842,16 +842,16 @@ def carry(original, transformed, by=None, feeds=None):
     declared = proof.records(carrier.pass_name)
     if declared:
         records += declared
-        kept = [p for p in model.metadata_props if p.key != checks.REWRITES_KEY]
+        kept = [p for p in model.metadata_props if p.key != core.REWRITES_KEY]
         del model.metadata_props[:]
         model.metadata_props.extend(kept)
-        _set_props(model, {checks.REWRITES_KEY: json.dumps(records, separators=(",", ":"))})
+        _set_props(model, {core.REWRITES_KEY: json.dumps(records, separators=(",", ":"))})
 
     nodes = sum(counts.values())
     summary = {
         "nodes": nodes,
         "tagged_before": sum(1 for node in checks.walk_nodes(transformed.graph)
-                             if checks.TAG_KEY in checks.node_props(node)),
+                             if core.TAG_KEY in checks.node_props(node)),
         "exact": counts[EXACT], "shared": counts[SHARED], "span": counts[SPAN], "rule": counts[RULE],
         "rules": {rule: rules[rule] for rule in (CONVERSION, WEIGHTS, ENCLOSING, NEIGHBOURS, ROOT)},
         "unplaced": unplaced,
@@ -944,7 +944,7 @@ def describe_producer(original, transformed):
 def _kept_records(original, carrier, model):
     """The original's rewrite records: a boundary an export pass removed stays
     removed. Each names the node now standing for the one it named, or none."""
-    records = json.loads(checks.model_props(original).get(checks.REWRITES_KEY, "[]"))
+    records = json.loads(checks.model_props(original).get(core.REWRITES_KEY, "[]"))
     names = {node.name for node in model.graph.node}
     o_index = {node.name: index for index, node in enumerate(carrier.c.o.nodes)}
     for record in records:

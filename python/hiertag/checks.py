@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from hiertag import core
-from hiertag.core import CALL_KEY, REWRITE_KEY, REWRITES_KEY, SHARED_KEY, SPANS_KEY, TABLE_KEY, TAG_KEY
+from hiertag.core import CALL_KEY, SHARED_KEY, TABLE_KEY, TAG_KEY
 
 
 def torchscript_exporter():
@@ -80,8 +80,8 @@ def call_at(table, tag, call, ancestor):
 # Module calls in a tagged file: which calls a reference names, and where it
 # lies. A reference is (tag, call): call None means every call. The same
 # questions as include/hiertag/tool/module_calls_in_file.h, over the table as
-# JSON, for rewritten_boundaries and carry; the boundary rule itself is the
-# core's (module_boundaries).
+# JSON, for carry; the boundary rule and the rewrites that cut boundaries are
+# the core's (module_boundaries, rewritten_boundaries).
 
 # 'TAG' -> (TAG, None); 'TAG#K' -> (TAG, K); ValueError when something else follows the last '#'.
 parse_ref = core.parse_call_ref
@@ -105,21 +105,6 @@ def calls_at(table, ref, ancestor):
     return {call_at(table, tag, c, ancestor) for c in calls}
 
 
-INSIDE, PARTLY, OUTSIDE = "inside", "partly", "outside"
-
-
-def place(table, ref, tag, call):
-    """Whether `ref` lies inside module `tag` (its call `call`; None: all calls)."""
-    if not is_within(ref[0], tag):
-        return OUTSIDE
-    if call is None:
-        return INSIDE
-    calls = calls_at(table, ref, tag)
-    if call not in calls:
-        return OUTSIDE
-    return INSIDE if len(calls) == 1 else PARTLY
-
-
 def belongs(table, user, ref):
     """Whether a reader whose own reference is `user` belongs to the call(s) `ref` names."""
     if not is_within(user[0], ref[0]):
@@ -131,43 +116,12 @@ def model_props(model):
     return {p.key: p.value for p in model.metadata_props}
 
 
-def rewrite_records(model):
-    """hiertag.rewrites, and a fused record for every node with hiertag.spans."""
-    records = json.loads(model_props(model).get(REWRITES_KEY, "[]"))
-    for node in walk_nodes(model.graph):
-        props = node_props(node)
-        if SPANS_KEY in props:
-            records.append({"pass": props.get(REWRITE_KEY, ""), "kind": "fused",
-                            "modules": json.loads(props[SPANS_KEY]), "node": node.name})
-    return records
-
-
 def rewritten_boundaries(model):
-    """{boundary key: reason} for the module calls whose boundary an export pass
-    removed, as the file records it: a fused node (hiertag.spans) or a rewrite
-    record listing a call inside it and one outside it (a call partly inside
-    counts as both), or a "rewired" record listing it (its nodes now read a
-    value it never received; or, with a "reason", whatever that says: hiertag
-    carry's declarations)."""
+    """{boundary key: why} for the module calls whose boundary an export pass
+    (or hiertag carry) removed, as the file records it: the core's rule
+    (core.rewritten_boundaries), which `hiertag extract` refuses by."""
     table = module_table(model)
-    records = rewrite_records(model)
-    reasons = {}
-    for tag in table:
-        for call in range(call_count(table, tag)):
-            target = None if call_count(table, tag) == 1 else call
-            key = boundary_key(table, tag, call)
-            for record in records:
-                refs = [parse_ref(text) for text in record["modules"]]
-                if record["kind"] == "rewired":
-                    if any(ref[0] == tag and (ref[1] is None or target is None or ref[1] == target) for ref in refs):
-                        reasons.setdefault(key, f"{record['pass']}: {record.get('reason') or 'rewired'}")
-                    continue
-                placed = [place(table, ref, tag, target) for ref in refs]
-                outside = [text for text, where in zip(record["modules"], placed) if where != INSIDE]
-                if any(where != OUTSIDE for where in placed) and outside and key not in reasons:
-                    what = f"fused into node '{record['node']}'" if record["kind"] == "fused" else record["kind"]
-                    reasons[key] = f"{record['pass']}: {what} with {', '.join(outside)}"
-    return reasons
+    return {boundary_key(table, tag, call): why for (tag, call), why in core.rewritten_boundaries(model).items()}
 
 
 def strip_tags(model):

@@ -56,7 +56,7 @@ import numpy as np
 import onnx
 import onnx.helper
 
-from hiertag import checks
+from hiertag import checks, core
 from hiertag.verbs import Parser, fail, first_line, is_tagged, load_model, load_tagged, native_json, run_verb
 
 
@@ -68,7 +68,7 @@ def ops_by_module(model, table):
     """{tag: Counter of op types of the nodes tagged within it} (nested graphs included)."""
     ops = collections.defaultdict(collections.Counter)
     for node in checks.walk_nodes(model.graph):
-        tag = checks.node_props(node).get(checks.TAG_KEY)
+        tag = checks.node_props(node).get(core.TAG_KEY)
         while tag:
             if tag in table:
                 ops[tag][node.op_type] += 1
@@ -92,7 +92,7 @@ def module_counts(path_a, model_a, table_a, path_b, model_b):
     if is_tagged(model_b):
         tree_b = {m["tag"]: m for m in native_json("tree", path_b, "--json")["modules"]}
         ops_b = ops_by_module(model_b, checks.module_table(model_b))
-        untagged = sum(1 for node in checks.walk_nodes(model_b.graph) if checks.TAG_KEY not in checks.node_props(node))
+        untagged = sum(1 for node in checks.walk_nodes(model_b.graph) if core.TAG_KEY not in checks.node_props(node))
         if untagged:
             notes.append(f"B: {untagged} nodes carry no tag (added by a tool after the export): "
                          "they and the weights only they read count for no module")

@@ -75,3 +75,21 @@ def module_boundaries(model):
     data = model if isinstance(model, bytes) else model.SerializeToString()
     return {(tag, call): (inputs, outputs, nodes)
             for tag, call, inputs, outputs, nodes in _core.module_boundaries(data)}
+
+
+def rewritten_boundaries(model):
+    """{(tag, call): why} for every call of the tagged model `model` (bytes or
+    a ModelProto) whose boundary the file records an export pass (or hiertag
+    carry) removed: a rewrite listing a call within it and one outside it, or a
+    "rewired" record listing it (tool/module_boundaries.h MainGraphIndex::CutBy).
+    `hiertag extract` refuses these calls; the verifier does not check them."""
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    return {(tag, call): why for tag, call, why in _core.rewritten_boundaries(data)}
+
+
+def rewrite_records(model):
+    """The rewrites the tagged model `model` (bytes or a ModelProto) records
+    across module boundaries: its hiertag.rewrites records, then a "fused"
+    record for every node with hiertag.spans that none names, as dicts (pass,
+    kind, modules, node; reason when the writer gave one)."""
+    return _core.rewrite_records(model if isinstance(model, bytes) else model.SerializeToString())

@@ -149,8 +149,8 @@ def tag_dynamo_model(model, torch_modules=None):
     if torch_modules is None:
         torch_modules = core.TorchModuleSegments.parse("0")
     props = checks.model_props(model)
-    if checks.TABLE_KEY in props:
-        fail(f"already tagged by hiertag ({checks.TABLE_KEY} in the model's metadata_props): nothing to import")
+    if core.TABLE_KEY in props:
+        fail(f"already tagged by hiertag ({core.TABLE_KEY} in the model's metadata_props): nothing to import")
     visits = list(_pre_order(model.graph))
     chains = [module_chain(node) for node, _ in visits]
     if not any(chains):
@@ -205,10 +205,10 @@ def tag_dynamo_model(model, torch_modules=None):
             entry = call_tags.parent(entry)
 
     for (node, _), entry, call in zip(visits, tags, node_calls):
-        node.metadata_props.add(key=checks.TAG_KEY, value=call_tags.tag(entry))
+        node.metadata_props.add(key=core.TAG_KEY, value=call_tags.tag(entry))
         if len(calls.get(entry, ([0], [0]))[0]) > 1:
-            node.metadata_props.add(key=checks.CALL_KEY, value=str(call))
-    for key, value in ((checks.TABLE_KEY, json.dumps(dict(sorted(table.items())))),
+            node.metadata_props.add(key=core.CALL_KEY, value=str(call))
+    for key, value in ((core.TABLE_KEY, json.dumps(dict(sorted(table.items())))),
                        (core.FORMAT_VERSION_KEY, core.FORMAT_VERSION), (core.SOURCE_KEY, SOURCE)):
         model.metadata_props.add(key=key, value=value)
     return {"nodes": len(visits), "modules": len(table), "root": modules.short_class(0),

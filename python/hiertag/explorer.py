@@ -30,7 +30,7 @@ import sys
 
 import onnx
 
-from hiertag import checks
+from hiertag import checks, core
 from hiertag.verbs import Parser, load_tagged, refuse_overwriting, run_verb, write_atomically
 
 NAMESPACE_KEY = "namespace"
@@ -61,7 +61,7 @@ def write_namespaces(graph, holder_tag=None, counts=None):
     namespaces of the main graph's nodes and their prefixes)."""
     counts = counts if counts is not None else {"written": 0, "replaced": 0, "untagged": 0, "layers": set()}
     for node in graph.node:
-        tag = checks.node_props(node).get(checks.TAG_KEY)
+        tag = checks.node_props(node).get(core.TAG_KEY)
         if tag is None:
             counts["untagged"] += 1
         else:

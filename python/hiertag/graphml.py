@@ -26,7 +26,7 @@ import json
 import sys
 import xml.etree.ElementTree as ElementTree
 
-from hiertag import checks
+from hiertag import checks, core
 from hiertag.verbs import Parser, load_tagged, refuse_overwriting, run_verb, write_atomically
 
 GRAPHML_NS = "http://graphml.graphdrawing.org/xmlns"
@@ -85,8 +85,8 @@ class GraphmlWriter:
             tag = refs[0][0] if refs and refs[0][0] in self.groups else ""
             props = checks.node_props(node)
             extra = {"op_type": node.op_type}
-            if checks.SHARED_KEY in props:
-                extra["shared_with"] = props[checks.SHARED_KEY]
+            if core.SHARED_KEY in props:
+                extra["shared_with"] = props[core.SHARED_KEY]
             node_id = self._leaf(f"n{index}", tag, "node", node.name, node.op_type, extra, tag)
             node_ids.append(node_id)
             for output in node.output:

@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
-from hiertag import carry, carry_check, checks, hf_export, verbs
+from hiertag import carry, carry_check, checks, core, hf_export, verbs
 
 LEVELS = {
     "disabled": onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -114,7 +114,7 @@ def attribute(tagged, timings, statistic):
     the tags of the carried optimized model."""
     tag_of = defaultdict(set)
     for node in checks.walk_nodes(tagged.graph):
-        tag_of[node.name].add(checks.node_props(node)[checks.TAG_KEY])
+        tag_of[node.name].add(checks.node_props(node)[core.TAG_KEY])
     names = sorted({name for timing in timings for name in timing})
     summarize = np.median if statistic == "median" else np.mean
     per_node = {name: float(summarize([timing.get(name, 0.0) for timing in timings])) / 1000 for name in names}

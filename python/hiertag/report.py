@@ -60,9 +60,9 @@ def facts(path, verify_json=None):
     tree = native_json("tree", path, "--json")["modules"]
     validation = native_json("validate", path, "--json")
     initializers = {i.name for i in model.graph.initializer}
-    shared = [{"node": node.name, "op_type": node.op_type, "tag": p[checks.TAG_KEY],
-               "shared_with": json.loads(p[checks.SHARED_KEY])}
-              for node, p in zip(nodes, props) if checks.SHARED_KEY in p]
+    shared = [{"node": node.name, "op_type": node.op_type, "tag": p[core.TAG_KEY],
+               "shared_with": json.loads(p[core.SHARED_KEY])}
+              for node, p in zip(nodes, props) if core.SHARED_KEY in p]
     rewritten = checks.rewritten_boundaries(model)
     verify = None
     if verify_json is not None:
@@ -81,7 +81,7 @@ def facts(path, verify_json=None):
         "format_version": checks.model_props(model).get(core.FORMAT_VERSION_KEY, "?"),
         "nodes": len(nodes),
         "nested_nodes": nested,
-        "tagged_nodes": sum(1 for p in props if checks.TAG_KEY in p),
+        "tagged_nodes": sum(1 for p in props if core.TAG_KEY in p),
         "valid": validation.get("valid", False),
         "problems": [f"node '{p.get('node', '')}' ({p.get('op_type', '')}): {p.get('problem', '')}"
                      if isinstance(p, dict) else str(p) for p in validation.get("problems", [])],
@@ -90,17 +90,16 @@ def facts(path, verify_json=None):
         "modules": tree,
         "tagging": {
             "shared_nodes": len(shared),
-            "fused_nodes": sum(1 for p in props if checks.SPANS_KEY in p),
-            "call_numbered_nodes": sum(1 for p in props if checks.CALL_KEY in p),
+            "fused_nodes": sum(1 for p in props if core.SPANS_KEY in p),
+            "call_numbered_nodes": sum(1 for p in props if core.CALL_KEY in p),
             "nested_nodes": nested,
             "modules_without_nodes": sum(1 for m in tree if m["nodes_total"] == 0),
             "folded_modules": sum(1 for m in tree if m["folded_into"]),
             "never_ran": sum(1 for m in tree if not m["ran"]),
             "repeated_modules": sum(1 for m in tree if m["calls"] > 1),
         },
-        # A fused node is in hiertag.rewrites and has hiertag.spans: one rewrite.
-        "rewrites": list({(r.get("pass"), r.get("kind"), tuple(r.get("modules", [])), r.get("node")): r
-                          for r in checks.rewrite_records(model)}.values()),
+        # A fused node is in hiertag.rewrites and has hiertag.spans: one rewrite (the core counts it once).
+        "rewrites": core.rewrite_records(model),
         "without_boundary": [{"call": key, "reason": reason} for key, reason in rewritten.items()],
         "shared": shared,
         "verify": verify,

@@ -13,7 +13,7 @@ from pathlib import Path
 import onnx
 from onnx import external_data_helper
 
-from hiertag import checks, native
+from hiertag import checks, core, native
 
 
 class UsageError(Exception):
@@ -200,7 +200,7 @@ def external_data_files(path):
 
 
 def is_tagged(model):
-    return checks.TABLE_KEY in checks.model_props(model)
+    return core.TABLE_KEY in checks.model_props(model)
 
 
 def load_tagged(path):
@@ -208,7 +208,7 @@ def load_tagged(path):
     worded as the native tool words it."""
     model = load_model(path)
     if not is_tagged(model):
-        fail(f"{path}: not tagged by hiertag (no {checks.TABLE_KEY} in the model's metadata_props)")
+        fail(f"{path}: not tagged by hiertag (no {core.TABLE_KEY} in the model's metadata_props)")
     try:
         table = checks.module_table(model)
     except json.JSONDecodeError as error:

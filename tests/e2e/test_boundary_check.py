@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import hiertag
-from hiertag import OPSET, checks
+from hiertag import OPSET, checks, core
 from hiertag.hf_export import quiet
 
 
@@ -78,7 +78,7 @@ def test_check_that_two_boundary_values_cannot_both_be_one_received_tensor(expor
     first, second = _muls(copied)
     second.input[0] = "x_copy"
     identity = onnx.helper.make_node("Identity", [first.input[0]], ["x_copy"], name="/Identity")
-    identity.metadata_props.add(key=checks.TAG_KEY, value="/Net")
+    identity.metadata_props.add(key=core.TAG_KEY, value="/Net")
     copied.graph.node.insert(0, identity)
     assert failures(copied, torch_model, args) == [
         "/Net/Pair: consumes 'x_copy' (2, 4), the tensor it equals (received #0) is another boundary value's"]

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import pytest
 
-from hiertag import carry, carry_check, checks, zoo
+from hiertag import carry, carry_check, checks, core, zoo
 from hiertag.zoo import sweep_models
 from hiertag.hf_export import quiet
 from tests.e2e.exportable import skip_unless_torch_exports, torch_export_error, zoo_model
@@ -104,7 +104,7 @@ def test_a_precision_changing_tool_is_verified_by_correspondence_as_its_measured
 def test_values_converted_into_another_layout_are_declared_as_the_tools(cells, workdir):
     result = cells("resnet", "ort-all")
     assert result["declared_by_tool"] > 0 and result["declared_by_carry"] == 0
-    records = json.loads(checks.model_props(onnx.load(carried(workdir, "resnet", "ort-all")))[checks.REWRITES_KEY])
+    records = json.loads(checks.model_props(onnx.load(carried(workdir, "resnet", "ort-all")))[core.REWRITES_KEY])
     declared = {record["modules"][0]: record for record in records if record["kind"] == "rewired"}
     embeddings = declared["/ResNetModel/ResNetEmbeddings"]
     assert embeddings["cause"] == "tool" and embeddings["pass"] == "carry: ort-all"
@@ -119,7 +119,7 @@ def _moved(model, value, tag):
     copy.CopyFrom(model)
     node = next(n for n in copy.graph.node if value in n.output)
     for entry in node.metadata_props:
-        if entry.key == checks.TAG_KEY:
+        if entry.key == core.TAG_KEY:
             entry.value = tag
     return copy
 
@@ -159,7 +159,7 @@ def test_a_block_handing_out_its_layernorms_intermediate_is_declared_by_carry_no
     cells("gpt_style", tool)
     block, norm = "/GPTStyle/GPTBlock.1", "/GPTStyle/WrittenLayerNorm"
     model = onnx.load(carried(workdir, "gpt_style", tool))
-    assert checks.node_props(next(n for n in model.graph.node if n.name == "/ln_f/Add_1"))[checks.TAG_KEY] == norm
+    assert checks.node_props(next(n for n in model.graph.node if n.name == "/ln_f/Add_1"))[core.TAG_KEY] == norm
     results = _proof(workdir, "gpt_style", tool, "/ln_f/Add_1_output_0", block)
     assert results[norm].status == results[block].status == carry_check.DECLARED
     assert results[norm].cause == results[block].cause == carry_check.CARRY
@@ -198,7 +198,7 @@ def test_carrying_onto_the_untransformed_file_changes_no_entry_and_verifies_ever
     assert summary["exact"] == summary["nodes"] == len(list(checks.walk_nodes(original.graph)))
     assert [checks.node_props(n) for n in checks.walk_nodes(model.graph)] == \
         [checks.node_props(n) for n in checks.walk_nodes(original.graph)]
-    assert checks.model_props(model).get(checks.REWRITES_KEY) == checks.model_props(original).get(checks.REWRITES_KEY)
+    assert checks.model_props(model).get(core.REWRITES_KEY) == checks.model_props(original).get(core.REWRITES_KEY)
     calls = summary["calls"]
     assert calls["declared_by_tool"] == calls["declared_by_carry"] == 0 and calls["drift"] == 0
     assert calls["verified"] + calls["declared_at_export"] + calls["never_ran"] + calls["no_nodes"] == calls["calls"]

@@ -11,7 +11,7 @@ from onnxconverter_common import float16
 from onnxruntime.quantization import quantize_dynamic
 
 import hiertag
-from hiertag import OPSET, checks, compare, select
+from hiertag import OPSET, checks, compare, core, select
 from tests.e2e.exportable import zoo_model
 
 
@@ -71,7 +71,7 @@ def test_quantized_copy_drifts_from_the_first_quantized_module_on(files, capsys)
     first_quantized = next(node for node in model.graph.node if node.op_type in ("Gemm", "MatMul")
                            and node.name not in excluded and any(i in weights for i in node.input))
     values = result["values"]
-    assert values["first_above_tolerance"] == checks.node_props(first_quantized)[checks.TAG_KEY]
+    assert values["first_above_tolerance"] == checks.node_props(first_quantized)[core.TAG_KEY]
     rows = rows_by_module(values)
     # The excluded embeddings compute exactly what the float file does; the LM head only passes on drift.
     embeddings = [tag for tag, entry in table.items() if entry["class"].endswith(".Embedding")]
@@ -89,7 +89,7 @@ def test_quantized_copy_drifts_from_the_first_quantized_module_on(files, capsys)
                        for row in values["rows"])
     counts = {row["module"]: row for row in result["modules"]}
     assert counts[head]["nodes_a"] == counts[head]["nodes_b"] and counts[head]["bytes_a"] == counts[head]["bytes_b"]
-    quantized_tag = checks.node_props(first_quantized)[checks.TAG_KEY]
+    quantized_tag = checks.node_props(first_quantized)[core.TAG_KEY]
     assert f"{first_quantized.op_type} -1" in counts[quantized_tag]["ops_change"]
     assert any("carry no tag" in note for note in result["notes"])
 

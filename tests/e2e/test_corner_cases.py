@@ -6,7 +6,7 @@ import onnx
 import pytest
 import torch
 
-from hiertag import checks, zoo
+from hiertag import checks, core, zoo
 from tests.e2e.test_export import export, run_tool
 from tests.e2e.exportable import zoo_model
 
@@ -17,7 +17,7 @@ def tagged(name):
 
 
 def tags_of(model, op_type):
-    return [checks.node_props(n)[checks.TAG_KEY] for n in checks.walk_nodes(model.graph) if n.op_type == op_type]
+    return [checks.node_props(n)[core.TAG_KEY] for n in checks.walk_nodes(model.graph) if n.op_type == op_type]
 
 
 def test_containers_disambiguate_same_class_siblings_behind_filtered_containers():
@@ -31,7 +31,7 @@ def test_containers_disambiguate_same_class_siblings_behind_filtered_containers(
 
 
 def calls_of(model, op_type):
-    return [int(checks.node_props(n).get(checks.CALL_KEY, "0")) for n in checks.walk_nodes(model.graph) if n.op_type == op_type]
+    return [int(checks.node_props(n).get(core.CALL_KEY, "0")) for n in checks.walk_nodes(model.graph) if n.op_type == op_type]
 
 
 def test_module_called_twice_keeps_one_tag_and_numbers_its_calls():
@@ -40,7 +40,7 @@ def test_module_called_twice_keeps_one_tag_and_numbers_its_calls():
     assert calls_of(model, "Gemm") == [0, 1]
     assert checks.module_table(model)["/CalledTwice/Expert"]["calls"] == [0, 1]
     assert tags_of(model, "Softmax") == ["/CalledTwice"]
-    assert checks.CALL_KEY not in checks.node_props(next(n for n in model.graph.node if n.op_type == "Softmax"))
+    assert core.CALL_KEY not in checks.node_props(next(n for n in model.graph.node if n.op_type == "Softmax"))
 
 
 def test_layer_applied_three_times_has_three_calls_down_its_subtree():
@@ -65,7 +65,7 @@ def test_attention_entered_through_forward_owns_its_ops():
     # Its node names stay torch's (test_export compares the files byte for byte).
     model = tagged("direct_attention_call")
     attention = {n.op_type for n in model.graph.node
-                 if checks.node_props(n)[checks.TAG_KEY] == "/DirectAttentionCall/Attention"}
+                 if checks.node_props(n)[core.TAG_KEY] == "/DirectAttentionCall/Attention"}
     assert {"MatMul", "Softmax", "Div", "Add"} <= attention
 
 
@@ -75,18 +75,18 @@ def test_module_called_inside_a_siblings_forward_is_tagged_by_the_call_tree():
     attention = "/AnnotatedTransformer/EncoderLayer.0/SublayerConnection.0/Attention"
     assert table[attention]["path"] == "layers.0.self_attn"
     assert table["/AnnotatedTransformer/EncoderLayer.0/SublayerConnection.1/Expert"]["path"] == "layers.0.feed_forward"
-    assert "Softmax" in {n.op_type for n in model.graph.node if checks.node_props(n)[checks.TAG_KEY] == attention}
+    assert "Softmax" in {n.op_type for n in model.graph.node if checks.node_props(n)[core.TAG_KEY] == attention}
 
 
 def test_export_pass_rewrites_across_modules_are_recorded():
     model = tagged("cross_module_rewrites")
     conv = next(n for n in model.graph.node if n.op_type == "Conv")
     props = checks.node_props(conv)
-    assert props[checks.TAG_KEY] == "/CrossModuleRewrites/ConvBatchNorm"
-    assert json.loads(props[checks.SPANS_KEY]) == ["/CrossModuleRewrites/ConvBatchNorm",
+    assert props[core.TAG_KEY] == "/CrossModuleRewrites/ConvBatchNorm"
+    assert json.loads(props[core.SPANS_KEY]) == ["/CrossModuleRewrites/ConvBatchNorm",
                                                "/CrossModuleRewrites/ConvBatchNorm/CustomConv"]
-    assert props[checks.REWRITE_KEY] == "_jit_pass_onnx_eval_peephole"
-    records = json.loads(checks.model_props(model)[checks.REWRITES_KEY])
+    assert props[core.REWRITE_KEY] == "_jit_pass_onnx_eval_peephole"
+    records = json.loads(checks.model_props(model)[core.REWRITES_KEY])
     removed = [r for r in records if r["kind"] == "removed"]
     assert removed == [{"pass": "_jit_pass_onnx_peephole", "kind": "removed", "node": "",
                         "modules": ["/CrossModuleRewrites/ChannelsFirst", "/CrossModuleRewrites/ChannelsLast"]}]
@@ -99,10 +99,10 @@ def test_export_pass_rewrites_across_modules_are_recorded():
 
 def test_tracer_alias_is_shared_with_the_caller_whose_variable_it_became():
     model = tagged("tracer_alias")
-    casts = [n for n in model.graph.node if n.op_type == "Cast" and checks.SHARED_KEY in checks.node_props(n)]
-    assert [checks.node_props(n)[checks.TAG_KEY] for n in casts] == ["/TracerAlias/AliasingBlock.0/CastingNorm",
+    casts = [n for n in model.graph.node if n.op_type == "Cast" and core.SHARED_KEY in checks.node_props(n)]
+    assert [checks.node_props(n)[core.TAG_KEY] for n in casts] == ["/TracerAlias/AliasingBlock.0/CastingNorm",
                                                              "/TracerAlias/AliasingBlock.1/CastingNorm"]
-    assert "/TracerAlias/AliasingBlock.0" in json.loads(checks.node_props(casts[0])[checks.SHARED_KEY])
+    assert "/TracerAlias/AliasingBlock.0" in json.loads(checks.node_props(casts[0])[core.SHARED_KEY])
 
 
 def test_container_a_caller_reached_past_keeps_its_level_and_says_it_never_ran():
@@ -116,7 +116,7 @@ def test_module_folded_away_is_listed_with_what_it_became():
     model = tagged("folded_module")
     entry = checks.module_table(model)["/FoldedModule/SinusoidalPositions"]
     assert entry["path"] == "positions"
-    assert not [n for n in model.graph.node if checks.node_props(n)[checks.TAG_KEY] == "/FoldedModule/SinusoidalPositions"]
+    assert not [n for n in model.graph.node if checks.node_props(n)[core.TAG_KEY] == "/FoldedModule/SinusoidalPositions"]
     produced = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.initializer}
     assert entry["folded_into"] and set(entry["folded_into"]) <= produced
 
@@ -134,8 +134,8 @@ def test_autograd_function_symbolic_nodes_belong_to_their_module():
 
 def test_node_merged_by_cse_lists_the_other_layer():
     model = tagged("shared_subexpression")
-    shared = [(checks.node_props(n)[checks.TAG_KEY], json.loads(checks.node_props(n)[checks.SHARED_KEY]))
-              for n in model.graph.node if checks.SHARED_KEY in checks.node_props(n)]
+    shared = [(checks.node_props(n)[core.TAG_KEY], json.loads(checks.node_props(n)[core.SHARED_KEY]))
+              for n in model.graph.node if core.SHARED_KEY in checks.node_props(n)]
     assert shared
     assert all(tag == "/SharedSubexpression/PositionalLayer.0" and others == ["/SharedSubexpression/PositionalLayer.1"]
                for tag, others in shared)
@@ -181,7 +181,7 @@ def test_invalid_torch_modules_setting_is_an_error(monkeypatch):
 
 
 def shared_of(node):
-    return json.loads(checks.node_props(node).get(checks.SHARED_KEY, "[]"))
+    return json.loads(checks.node_props(node).get(core.SHARED_KEY, "[]"))
 
 
 def test_every_link_of_an_alias_chain_is_shared_with_the_caller():
@@ -189,13 +189,13 @@ def test_every_link_of_an_alias_chain_is_shared_with_the_caller():
     # input: the Flatten that survives carries the caller's sharing.
     model = tagged("alias_chains")
     (flatten,) = [n for n in model.graph.node if n.op_type == "Flatten"]
-    assert checks.node_props(flatten)[checks.TAG_KEY] == "/AliasChains/Head"
+    assert checks.node_props(flatten)[core.TAG_KEY] == "/AliasChains/Head"
     assert shared_of(flatten) == ["/AliasChains"]
 
 
 def test_a_module_returning_an_alias_of_its_input_keeps_it_as_its_result():
     model = tagged("alias_chains")
-    (cast,) = [n for n in model.graph.node if checks.node_props(n)[checks.TAG_KEY] == "/AliasChains/ToFloat"]
+    (cast,) = [n for n in model.graph.node if checks.node_props(n)[core.TAG_KEY] == "/AliasChains/ToFloat"]
     assert cast.op_type == "Cast"
     assert shared_of(cast) == []
     boundaries = checks.module_boundaries(model)
@@ -205,7 +205,7 @@ def test_a_module_returning_an_alias_of_its_input_keeps_it_as_its_result():
 def test_an_alias_returned_by_a_script_function_is_shared_through_the_inlining():
     model = tagged("alias_chains")
     (branch,) = [n for n in model.graph.node if n.op_type == "If"]
-    assert checks.node_props(branch)[checks.TAG_KEY] == "/AliasChains/ScriptedClamp"
+    assert checks.node_props(branch)[core.TAG_KEY] == "/AliasChains/ScriptedClamp"
     assert shared_of(branch) == ["/AliasChains"]
 
 
@@ -213,14 +213,14 @@ def test_work_cse_merged_across_two_calls_is_shared_with_the_other_call():
     model = tagged("calls_sharing_work")
     merged = [n for n in model.graph.node if shared_of(n)]
     assert merged and all(shared_of(n) == ["/CallsSharingWork/MaskedLayer#1"] for n in merged)
-    assert all(checks.node_props(n)[checks.CALL_KEY] == "0" for n in merged)
+    assert all(checks.node_props(n)[core.CALL_KEY] == "0" for n in merged)
     assert checks.module_boundaries(model)[("/CallsSharingWork/MaskedLayer", 1)][0] == \
         sorted({model.graph.input[1].name, next(n for n in model.graph.node if n.op_type == "Add").output[0]})
 
 
 def test_export_pass_rewrites_across_calls_of_one_module_name_the_calls():
     model = tagged("rewrites_across_calls")
-    records = json.loads(checks.model_props(model)[checks.REWRITES_KEY])
+    records = json.loads(checks.model_props(model)[core.REWRITES_KEY])
     assert {(r["kind"], tuple(r["modules"])) for r in records} == {
         ("fused", ("/RewritesAcrossCalls/BatchNormConv#0", "/RewritesAcrossCalls/BatchNormConv#1")),
         ("removed", ("/RewritesAcrossCalls/NHWCScale#0", "/RewritesAcrossCalls/NHWCScale#1")),
@@ -234,7 +234,7 @@ def test_a_module_rewired_to_read_what_it_never_received_is_recorded():
     # PermuteBack's permute cancels PermuteOut's, which stays for the caller:
     # PermuteBack's Add now reads PermuteOut's input.
     model = tagged("cancelled_pair_kept")
-    records = json.loads(checks.model_props(model)[checks.REWRITES_KEY])
+    records = json.loads(checks.model_props(model)[core.REWRITES_KEY])
     assert records == [{"pass": "_jit_pass_onnx_peephole", "kind": "rewired",
                         "modules": ["/CancelledPairKept/PermuteBack"], "node": ""}]
     assert set(checks.rewritten_boundaries(model)) == {"/CancelledPairKept/PermuteBack"}
@@ -277,14 +277,16 @@ def test_callers_transpose_fused_into_the_attentions_spans_both(layer, tmp_path)
     # from before its transpose (SplitHeads.1 keeps its own for the keys it hands out).
     model = tagged("transposes_fused_across_calls")
     caller = f"/TransposesFusedAcrossCalls/{layer}"
-    (fused,) = [n for n in model.graph.node if n.op_type == "Transpose" and checks.SPANS_KEY in checks.node_props(n)
-                and checks.node_props(n)[checks.TAG_KEY] == caller]
+    (fused,) = [n for n in model.graph.node if n.op_type == "Transpose" and core.SPANS_KEY in checks.node_props(n)
+                and checks.node_props(n)[core.TAG_KEY] == caller]
     props = checks.node_props(fused)
-    assert json.loads(props[checks.SPANS_KEY]) == [caller, f"{caller}/KeyScores"]
-    assert props[checks.REWRITE_KEY] == "_jit_pass_onnx_peephole"
+    assert json.loads(props[core.SPANS_KEY]) == [caller, f"{caller}/KeyScores"]
+    assert props[core.REWRITE_KEY] == "_jit_pass_onnx_peephole"
     assert [n.name for n in model.graph.node if fused.input[0] in n.output][0].endswith("/Reshape_1")
-    assert checks.rewritten_boundaries(model)[f"{caller}/KeyScores"].startswith("_jit_pass_onnx_peephole: fused")
-    assert "_jit_pass_onnx_peephole fused its computation with" in refusals(model, tmp_path)[f"{caller}/KeyScores"]
+    why = checks.rewritten_boundaries(model)[f"{caller}/KeyScores"]
+    assert why.startswith("_jit_pass_onnx_peephole fused its computation with")
+    # The verifier's reason is extract's: one rule (tool/module_boundaries.h).
+    assert refusals(model, tmp_path)[f"{caller}/KeyScores"].endswith(f"cannot be extracted: {why}")
 
 
 def test_only_the_attentions_a_fused_transpose_cuts_are_refused(tmp_path):
@@ -306,7 +308,7 @@ def test_pair_cancelled_between_a_nested_norm_and_the_encoder_names_every_call_b
     # its result to channels-first again: both go, and the norm, its output block
     # and the layer all hand out the value from before the norm's permute.
     model = tagged("permuted_encoder")
-    records = json.loads(checks.model_props(model)[checks.REWRITES_KEY])
+    records = json.loads(checks.model_props(model)[core.REWRITES_KEY])
     assert records == [{"pass": "_jit_pass_onnx_peephole", "kind": "removed", "node": "",
                         "modules": [ENCODER] + LAST_LAYER_CHAIN}]
     refused = refusals(model, tmp_path)
@@ -329,7 +331,7 @@ def test_squeezebert_records_every_call_its_cancelled_permutes_cut(tmp_path):
     layers = [tag for tag in checks.module_table(model) if tag.rpartition("/")[0] == encoder]
     last = max(layers, key=lambda tag: int(tag.rpartition(".")[2]))
     chain = [last, f"{last}/ConvDropoutLayerNorm[output]", f"{last}/ConvDropoutLayerNorm[output]/SqueezeBertLayerNorm"]
-    records = json.loads(checks.model_props(model)[checks.REWRITES_KEY])
+    records = json.loads(checks.model_props(model)[core.REWRITES_KEY])
     assert {"pass": "_jit_pass_onnx_peephole", "kind": "removed", "node": "", "modules": [encoder] + chain} in records
     assert set(refusals(model, tmp_path)) == set(chain)
     checked, skipped = boundaries_checked(model, lambda: (torch_model, args))

@@ -10,7 +10,7 @@ import torch
 from model_explorer_onnx.main import ONNXAdapter
 
 import hiertag
-from hiertag import OPSET, checks, explorer
+from hiertag import OPSET, checks, core, explorer
 from tests.e2e.exportable import zoo_model
 
 
@@ -50,7 +50,7 @@ def layers(namespaces):
 def test_adapter_layers_equal_the_module_tree(name, tmp_path):
     model, out = with_namespaces(name, tmp_path)
     namespaces, _ = adapter_nodes(out)
-    tags = {node.name: checks.node_props(node)[checks.TAG_KEY] for node in model.graph.node}
+    tags = {node.name: checks.node_props(node)[core.TAG_KEY] for node in model.graph.node}
     modules_with_nodes = {tag.strip("/") for tag in tags.values()}
     assert layers(namespaces.values()) == layers(modules_with_nodes)
     # Every node outside the adapter's own constant placement sits in its tag's layer.
@@ -65,7 +65,7 @@ def test_adapter_layers_equal_the_module_tree(name, tmp_path):
 def test_body_nodes_lie_under_the_node_holding_their_body(tmp_path):
     model, out = with_namespaces("alias_chains", tmp_path)
     holder = next(node for node in model.graph.node if node.op_type == "If")
-    holder_tag = checks.node_props(holder)[checks.TAG_KEY].strip("/")
+    holder_tag = checks.node_props(holder)[core.TAG_KEY].strip("/")
     written = onnx.load(out)
     branches = {a.name: a.g for a in next(n for n in written.graph.node if n.op_type == "If").attribute}
     body_nodes = [(branch, node) for branch, body in branches.items() for node in body.node]
@@ -91,7 +91,7 @@ def test_loop_bodies_become_graphs_without_repeated_layers(tmp_path):
 def test_only_the_namespace_entries_are_added(tmp_path):
     model, out = with_namespaces("bert", tmp_path)
     written = onnx.load(out)
-    assert all(checks.node_props(node)[explorer.NAMESPACE_KEY] == checks.node_props(node)[checks.TAG_KEY]
+    assert all(checks.node_props(node)[explorer.NAMESPACE_KEY] == checks.node_props(node)[core.TAG_KEY]
                for node in written.graph.node)
     for node in written.graph.node:
         kept = [p for p in node.metadata_props if p.key != explorer.NAMESPACE_KEY]
@@ -118,7 +118,7 @@ def test_replacing_a_namespace_and_never_the_input(tmp_path, capsys):
     assert summary["replaced"] == 1 and summary["nodes"] == len(model.graph.node)
     first = onnx.load(out).graph.node[0]
     assert [p.value for p in first.metadata_props if p.key == explorer.NAMESPACE_KEY] == \
-        [checks.node_props(first)[checks.TAG_KEY]]
+        [checks.node_props(first)[core.TAG_KEY]]
 
 
 @pytest.mark.parametrize("case", ["untagged", "missing", "empty"])

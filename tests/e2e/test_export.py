@@ -13,7 +13,7 @@ import pytest
 import torch
 import transformers
 
-from hiertag import checks
+from hiertag import checks, core
 from hiertag import OPSET, native, zoo
 from tests.e2e.exportable import PINNED_TRANSFORMERS, skip_unless_torch_exports
 
@@ -57,9 +57,9 @@ def test_every_node_has_a_tag_listed_in_the_module_table(exported):
     assert nodes
     for node in nodes:
         props = checks.node_props(node)
-        assert checks.TAG_KEY in props, f"{name}: node {node.name} ({node.op_type}) has no tag"
-        assert props[checks.TAG_KEY] in table, f"{name}: {props[checks.TAG_KEY]} not in the module table"
-        for shared in json.loads(props.get(checks.SHARED_KEY, "[]")):
+        assert core.TAG_KEY in props, f"{name}: node {node.name} ({node.op_type}) has no tag"
+        assert props[core.TAG_KEY] in table, f"{name}: {props[core.TAG_KEY]} not in the module table"
+        for shared in json.loads(props.get(core.SHARED_KEY, "[]")):
             tag, call = checks.parse_ref(shared)
             assert tag in table and (call is None or call < checks.call_count(table, tag)), shared
     for tag in table:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, graphml
+from hiertag import OPSET, checks, core, graphml
 from tests.e2e.exportable import zoo_model
 
 NS = {"g": graphml.GRAPHML_NS, "y": graphml.YFILES_NS}
@@ -50,7 +50,7 @@ def test_networkx_reads_every_node_and_value_edge(written):
     model, out = written
     graph = networkx.read_graphml(out)
     nodes = list(checks.walk_nodes(model.graph))
-    modules = {tag for node in nodes for tag in [checks.node_props(node)[checks.TAG_KEY]]}
+    modules = {tag for node in nodes for tag in [checks.node_props(node)[core.TAG_KEY]]}
     groups = {ancestor for tag in modules for ancestor in _ancestors(tag)}
     kinds = [data["kind"] for _, data in graph.nodes(data=True)]
     assert kinds.count("node") == len(nodes)
@@ -74,7 +74,7 @@ def _ancestors(tag):
 
 def test_each_node_lies_in_its_modules_nested_graph(written):
     model, out = written
-    tags = {node.name: checks.node_props(node)[checks.TAG_KEY] for node in checks.walk_nodes(model.graph)}
+    tags = {node.name: checks.node_props(node)[core.TAG_KEY] for node in checks.walk_nodes(model.graph)}
     root = ElementTree.parse(out).getroot()
     placed = 0
 

@@ -23,7 +23,7 @@ import torch
 from onnx import numpy_helper
 
 import hiertag
-from hiertag import checks, hf_export
+from hiertag import checks, core, hf_export
 from tests.e2e.exportable import hf_export_error
 
 BERT = {"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -173,7 +173,7 @@ def check_file(path, inputs, root_class):
     nodes = list(checks.walk_nodes(model.graph))
     assert nodes
     for node in nodes:
-        tag = checks.node_props(node).get(checks.TAG_KEY)
+        tag = checks.node_props(node).get(core.TAG_KEY)
         assert tag in table, (node.name, tag)
     root = next(iter(tag for tag in table if tag.count("/") == 1))
     assert root == f"/{root_class}"
@@ -332,7 +332,7 @@ def test_torch_modules_is_read_as_the_environment_variable_is(workdir, tmp_path,
         assert result.returncode == 2 and result.stdout == "" and list(tmp_path.iterdir()) == []
     else:
         assert result.returncode == 0, result.stderr
-        tags = {checks.node_props(node)[checks.TAG_KEY] for node in onnx.load(out).graph.node}
+        tags = {checks.node_props(node)[core.TAG_KEY] for node in onnx.load(out).graph.node}
         assert any(tag.endswith("/Linear") for tag in tags) == ("Linear" in value.split(","))
 
 

@@ -106,7 +106,7 @@ def test_every_qualifier_and_class_decodes_to_the_python_name(exported):
 def test_nodes_carry_the_tags_of_the_table(exported):
     proto = exported[3]
     table = checks.module_table(proto)
-    gemm_tags = [checks.node_props(n)[checks.TAG_KEY] for n in proto.graph.node if n.op_type == "Gemm"]
+    gemm_tags = [checks.node_props(n)[core.TAG_KEY] for n in proto.graph.node if n.op_type == "Gemm"]
     assert len(gemm_tags) == len(table) - 1 == len(set(gemm_tags))
     assert set(gemm_tags) == set(table) - {ROOT_TAG}
 

@@ -75,7 +75,7 @@ def test_dynamo_export_converts_and_validates(files, name):
     table = checks.module_table(imported)
     nodes = list(checks.walk_nodes(imported.graph))
     assert summary["nodes"] == len(nodes) and summary["modules"] == len(table)
-    assert all(checks.node_props(node)[checks.TAG_KEY] in table for node in nodes)
+    assert all(checks.node_props(node)[core.TAG_KEY] in table for node in nodes)
     assert checks.model_props(imported)[core.SOURCE_KEY] == "dynamo"
     assert checks.model_props(imported)[core.FORMAT_VERSION_KEY] == "3"
     validate = run_tool("validate", files[name]["imported"])
@@ -143,8 +143,8 @@ def test_calls_of_a_module_called_twice_are_numbered_and_extract_one_by_one(file
     after its caller's work, and that `extract --call 1` cuts that call out."""
     imported = onnx.load(files["called_twice"]["imported"])
     gemms = [checks.node_props(node) for node in imported.graph.node if node.op_type == "Gemm"]
-    assert [props[checks.TAG_KEY] for props in gemms] == ["/CalledTwice/Expert"] * 2
-    assert [props[checks.CALL_KEY] for props in gemms] == ["0", "1"]
+    assert [props[core.TAG_KEY] for props in gemms] == ["/CalledTwice/Expert"] * 2
+    assert [props[core.CALL_KEY] for props in gemms] == ["0", "1"]
     out = tmp_path / "call1.onnx"
     done = run_tool("extract", files["called_twice"]["imported"], "--module", "/CalledTwice/Expert",
                     "--call", "1", "-o", out, "--json")
@@ -206,7 +206,7 @@ def common_ancestor(tags):
 
 
 def tags_by_output(model):
-    return {name: checks.node_props(node)[checks.TAG_KEY] for node in checks.walk_nodes(model.graph)
+    return {name: checks.node_props(node)[core.TAG_KEY] for node in checks.walk_nodes(model.graph)
             for name in node.output}
 
 
@@ -220,14 +220,14 @@ def test_nodes_the_optimizer_made_take_their_neighbours_common_ancestor(tmp_path
     splits = [node for node in model.graph.node if dynamo.NAME_SCOPES_KEY not in checks.node_props(node)]
     assert [node.op_type for node in splits] == ["Split", "Split"]
     assert summary["tagged_by"]["neighbours"] == 2 and summary["tagged_by"]["metadata"] == summary["nodes"] - 2
-    assert [checks.node_props(node)[checks.TAG_KEY] for node in splits] == [
+    assert [checks.node_props(node)[core.TAG_KEY] for node in splits] == [
         f"/GPT2LMHeadModel/GPT2Model/GPT2Block.{layer}/GPT2Attention" for layer in (0, 1)]
     made = tags_by_output(model)
     for node in splits:
-        readers = [checks.node_props(reader)[checks.TAG_KEY] for reader in model.graph.node
+        readers = [checks.node_props(reader)[core.TAG_KEY] for reader in model.graph.node
                    if set(reader.input) & set(node.output)]
         neighbours = [made[name] for name in node.input if name in made] + readers
-        assert checks.node_props(node)[checks.TAG_KEY] == common_ancestor(neighbours)
+        assert checks.node_props(node)[core.TAG_KEY] == common_ancestor(neighbours)
 
 
 def test_constants_without_metadata_take_their_readers_common_ancestor(tmp_path):
@@ -247,9 +247,9 @@ def test_constants_without_metadata_take_their_readers_common_ancestor(tmp_path)
     summary = dynamo.tag_dynamo_model(model)
     assert summary["tagged_by"]["consumers"] == len(constants)
     for node in constants:
-        readers = [checks.node_props(reader)[checks.TAG_KEY] for reader in model.graph.node
+        readers = [checks.node_props(reader)[core.TAG_KEY] for reader in model.graph.node
                    if set(reader.input) & set(node.output)]
-        assert readers and checks.node_props(node)[checks.TAG_KEY] == common_ancestor(readers)
+        assert readers and checks.node_props(node)[core.TAG_KEY] == common_ancestor(readers)
 
 
 class Gate(torch.nn.Module):
@@ -278,8 +278,8 @@ def test_nodes_in_if_bodies_take_the_tag_of_the_node_holding_them(tmp_path):
     branch = next(node for node in model.graph.node if node.op_type == "If")
     body = [node for graph in dynamo._subgraphs(branch) for node in checks.walk_nodes(graph)]
     assert body and summary["tagged_by"]["enclosing"] == len(body)
-    assert {checks.node_props(node)[checks.TAG_KEY] for node in body} == {checks.node_props(branch)[checks.TAG_KEY]}
-    assert checks.node_props(branch)[checks.TAG_KEY] == "/Gate"
+    assert {checks.node_props(node)[core.TAG_KEY] for node in body} == {checks.node_props(branch)[core.TAG_KEY]}
+    assert checks.node_props(branch)[core.TAG_KEY] == "/Gate"
     assert run_tool("validate", imported).returncode == 0
 
 
@@ -356,8 +356,8 @@ def test_hiertag_1_tags_the_default_call_where_it_is_the_torchscript_exporter(tm
     out = tmp_path / "default.onnx"
     torch.onnx.export(model, args, str(out))
     written = onnx.load(out)
-    assert checks.TABLE_KEY in checks.model_props(written)
-    assert all(checks.TAG_KEY in checks.node_props(node) for node in checks.walk_nodes(written.graph))
+    assert core.TABLE_KEY in checks.model_props(written)
+    assert all(core.TAG_KEY in checks.node_props(node) for node in checks.walk_nodes(written.graph))
 
 
 def test_flag_off_dynamo_export_is_torchs_own(tmp_path, monkeypatch):
@@ -385,7 +385,7 @@ def test_flag_off_dynamo_export_is_torchs_own(tmp_path, monkeypatch):
         assert out.read_bytes() == never_loaded.read_bytes()
         assert Path(f"{out}.data").read_bytes() == Path(f"{never_loaded}.data").read_bytes()
     model = onnx.load(out)
-    assert not any(key == checks.TAG_KEY or key.startswith("hiertag.")
+    assert not any(key == core.TAG_KEY or key.startswith("hiertag.")
                    for node in checks.walk_nodes(model.graph) for key in checks.node_props(node))
     assert not any(key.startswith("hiertag.") for key in checks.model_props(model))
     assert all(dynamo.NAME_SCOPES_KEY in checks.node_props(node) for node in model.graph.node)

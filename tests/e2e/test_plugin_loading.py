@@ -8,7 +8,7 @@ import sys
 import onnx
 import torch
 
-from hiertag import checks
+from hiertag import checks, core
 from tests.conftest import plugin_path
 from tests.e2e.test_export import export
 from tests.e2e.exportable import zoo_model
@@ -17,7 +17,7 @@ from tests.e2e.exportable import zoo_model
 def assert_tagged_once(model_bytes):
     for node in checks.walk_nodes(onnx.load_from_string(model_bytes).graph):
         keys = [p.key for p in node.metadata_props]
-        assert keys.count(checks.TAG_KEY) == 1, f"{node.name}: {keys}"
+        assert keys.count(core.TAG_KEY) == 1, f"{node.name}: {keys}"
 
 
 def test_loading_the_same_library_again_changes_nothing():

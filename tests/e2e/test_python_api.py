@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import checks
+from hiertag import checks, core
 from tests.e2e.exportable import zoo_model
 
 
@@ -30,8 +30,8 @@ def test_tagging_tags_the_exports_inside_the_block_only(monkeypatch):
     with hiertag.tagging():
         inside = export()
     outside = export()
-    assert checks.TABLE_KEY in checks.model_props(inside)
-    assert checks.TABLE_KEY not in checks.model_props(outside)
+    assert core.TABLE_KEY in checks.model_props(inside)
+    assert core.TABLE_KEY not in checks.model_props(outside)
 
 
 def test_tagging_sets_the_flags_given_and_restores_all_of_them(monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, report, verify
+from hiertag import OPSET, checks, core, report, verify
 from tests.e2e.exportable import zoo_model
 
 
@@ -67,7 +67,7 @@ def test_module_tree_has_one_row_per_module_in_tree_order(exports, capsys):
 def test_shared_nodes_are_listed_with_their_other_modules(exports, capsys):
     out = run_report(capsys, exports["bert"])[1]
     model = onnx.load(exports["bert"])
-    shared = [node for node in model.graph.node if checks.SHARED_KEY in checks.node_props(node)]
+    shared = [node for node in model.graph.node if core.SHARED_KEY in checks.node_props(node)]
     assert shared
     rows = table_rows(section(out, "Shared nodes"))
     assert [row.split(" | ")[0].strip("| `") for row in rows] == [node.name for node in shared]
@@ -97,7 +97,7 @@ def test_calls_of_a_repeated_module_are_counted(exports, capsys):
     assert block.split(" | ")[7] == "3"
     tagging = "\n".join(section(out, "Tagging"))
     model = onnx.load(exports["shared_layer_stack"])
-    numbered = sum(1 for node in model.graph.node if checks.CALL_KEY in checks.node_props(node))
+    numbered = sum(1 for node in model.graph.node if core.CALL_KEY in checks.node_props(node))
     assert numbered and f"(`hiertag.call`) | {numbered} |" in tagging
     assert "None: every module call keeps its boundary." in out
 

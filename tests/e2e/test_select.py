@@ -12,7 +12,7 @@ import torch
 from onnxruntime.quantization import quantize_dynamic
 
 import hiertag
-from hiertag import OPSET, checks, select
+from hiertag import OPSET, checks, core, select
 from tests.e2e.exportable import zoo_model
 
 TORCH_MODULES = ["Embedding", "LayerNorm", "Linear"]
@@ -89,11 +89,11 @@ def test_several_patterns_give_the_union_in_graph_order(gpt2, capsys):
 def test_a_node_shared_with_a_matching_module_is_selected(bert, capsys):
     model = onnx.load(bert)
     shared = [node for node in model.graph.node
-              if "/BertModel/BertPooler" in json.loads(checks.node_props(node).get(checks.SHARED_KEY, "[]"))]
+              if "/BertModel/BertPooler" in json.loads(checks.node_props(node).get(core.SHARED_KEY, "[]"))]
     assert shared, "the BERT export keeps a node CSE shared with the pooler"
     listed = run_select(capsys, bert, "--module", "BertPooler")[1].splitlines()
     assert {node.name for node in shared} <= set(listed)
-    assert all(not checks.node_props(node)[checks.TAG_KEY].startswith("/BertModel/BertPooler") for node in shared)
+    assert all(not checks.node_props(node)[core.TAG_KEY].startswith("/BertModel/BertPooler") for node in shared)
 
 
 def test_nodes_of_loop_bodies_are_selected(tmp_path, capsys):
@@ -162,7 +162,7 @@ def test_untagged_nodes_are_said_not_selected(gpt2, tmp_path, capsys):
     quantized = tmp_path / "gpt2.int8.onnx"
     quantize_dynamic(str(gpt2), str(quantized))
     model = onnx.load(quantized)
-    untagged = [node.name for node in model.graph.node if checks.TAG_KEY not in checks.node_props(node)]
+    untagged = [node.name for node in model.graph.node if core.TAG_KEY not in checks.node_props(node)]
     assert untagged
     status, out, err = run_select(capsys, quantized, "--module", "*")
     assert status == 0

@@ -55,6 +55,19 @@ class MainGraphIndex {
   // hiertag.shared_with).
   std::optional<ModuleBoundary> BoundaryOf(const ModuleCall& target, std::string* error) const;
 
+  // Why the file says an export pass (or hiertag carry) removed the boundary of
+  // `target`: the first rewrite (TaggedFile::rewrites' order) listing a call
+  // within the target and one outside it (a call listed partly within counts
+  // as both), or a "rewired" record listing the target itself. One clause:
+  //   "PASS fused its computation with 'T1', 'T2' into node 'n' (Op)"
+  //   "PASS removed its boundary with 'T' (nodes of both removed together)"
+  //   "PASS folded its computation with 'T' into initializers"
+  //   "PASS rewired it: node 'n' (Op) now reads a value it never received"
+  //   "PASS: REASON" (a rewired record that names its cause: hiertag carry's)
+  // std::nullopt when no rewrite cuts it. `hiertag extract` refuses such a call;
+  // the verifier does not check it.
+  std::optional<std::string> CutBy(const ModuleCall& target) const;
+
   // Whether the edge from `producer` (in `selection`, the target's nodes) to
   // `user` leaves the target: `user` is outside the selection and does not read
   // the value as another module the producer was kept for (hiertag.shared_with):
@@ -103,5 +116,14 @@ struct CallBoundary {
   ModuleBoundary boundary;
 };
 std::optional<std::vector<CallBoundary>> AllModuleBoundaries(const TaggedFile& file, std::string* error);
+
+// Every call of every module whose boundary a rewrite removed (CutBy), in the
+// order of AllModuleBoundaries: ((tag, call ordinal), why).
+struct CutCall {
+  std::string tag;
+  int64_t call = 0;
+  std::string why;
+};
+std::vector<CutCall> AllCutCalls(const TaggedFile& file);
 
 }  // namespace hiertag
