@@ -6,6 +6,7 @@
 //   keys and version   TAG_KEY, CALL_KEY, SHARED_KEY, SPANS_KEY, REWRITE_KEY,
 //                      TABLE_KEY, REWRITES_KEY, FORMAT_VERSION_KEY, FORMAT_VERSION,
 //                      KEY_PREFIX, SOURCE_KEY, CARRY_KEY
+//   entries            write_module_table, write_rewrites, write_tag_list
 //   grammar            escape_class_name, escape_qualifier, canonical_tag,
 //                      parse_call_ref, format_call_ref, is_tag_ancestor_or_self, parent_tag
 //   options            TorchModuleSegments.parse (HIERTAG_TORCH_MODULES' values)
@@ -31,6 +32,8 @@
 
 #include "hiertag/core/call_tags.h"
 #include "hiertag/core/export_options.h"
+#include "hiertag/core/json.h"
+#include "hiertag/core/tagged_entries.h"
 #include "hiertag/core/module_table.h"
 #include "hiertag/core/tag_format.h"
 #include "hiertag/tool/module_boundaries.h"
@@ -105,10 +108,50 @@ nb::list RewriteRecordsOf(nb::bytes model) {
     record["kind"] = rewrite.kind;
     record["modules"] = rewrite.modules;
     record["node"] = rewrite.node;
+    if (!rewrite.cause.empty()) record["cause"] = rewrite.cause;
     if (!rewrite.reason.empty()) record["reason"] = rewrite.reason;
     records.append(record);
   }
   return records;
+}
+
+// A dict's optional member as T, or `fallback` when absent or None.
+template <typename T>
+T Member(const nb::dict& entry, const char* key, T fallback) {
+  if (!entry.contains(key) || entry[key].is_none()) return fallback;
+  return nb::cast<T>(entry[key]);
+}
+
+// hiertag.modules as the plugin writes it, from {tag: {"path", "class", and
+// optionally "calls", "parent_calls", "ran", "folded_into"}} in the order given.
+std::string WriteTable(const nb::dict& table) {
+  std::vector<TableEntry> entries;
+  for (auto [key, value] : table) {
+    nb::dict entry = nb::cast<nb::dict>(value);
+    TableEntry row;
+    row.tag = nb::cast<std::string>(key);
+    row.path = nb::cast<std::string>(entry["path"]);
+    row.class_name = nb::cast<std::string>(entry["class"]);
+    row.calls = Member(entry, "calls", std::vector<int64_t>{});
+    row.parent_calls = Member(entry, "parent_calls", std::vector<int64_t>{});
+    row.ran = Member(entry, "ran", true);
+    row.folded_into = Member(entry, "folded_into", std::vector<std::string>{});
+    entries.push_back(std::move(row));
+  }
+  return WriteModuleTable(entries);
+}
+
+// hiertag.rewrites as the plugin writes it, from dicts with "pass", "kind",
+// "modules", and optionally "node", "cause" and "reason".
+std::string WriteRewriteRecords(const nb::list& records) {
+  std::vector<RewriteEntry> entries;
+  for (nb::handle item : records) {
+    nb::dict record = nb::cast<nb::dict>(item);
+    entries.push_back({nb::cast<std::string>(record["pass"]), nb::cast<std::string>(record["kind"]),
+                       nb::cast<std::vector<std::string>>(record["modules"]), Member(record, "node", std::string()),
+                       Member(record, "reason", std::string()), Member(record, "cause", std::string())});
+  }
+  return WriteRewrites(entries);
 }
 
 }  // namespace
@@ -154,10 +197,18 @@ NB_MODULE(_core, m) {
         "main graph's node list; inputs and outputs in node order. ValueError with the reason for a file that is not tagged "
         "or has malformed references.");
 
+  m.def("write_module_table", &WriteTable, "table"_a,
+        "hiertag.modules' text as the plugin writes it, from {tag: {'path', 'class', and optionally 'calls', "
+        "'parent_calls', 'ran', 'folded_into'}} in the order given; optional fields only when not their defaults.");
+  m.def("write_rewrites", &WriteRewriteRecords, "records"_a,
+        "hiertag.rewrites' text as the plugin writes it, from dicts with 'pass', 'kind', 'modules', and optionally "
+        "'node', 'cause' and 'reason'.");
+  m.def("write_tag_list", &WriteStringList, "tags"_a,
+        "A JSON list of tags or call references as hiertag.shared_with and hiertag.spans hold them.");
   m.def("rewrite_records", &RewriteRecordsOf, "model"_a,
         "For a serialized tagged model (bytes): its well-formed hiertag.rewrites records, then a 'fused' record "
         "for every node with hiertag.spans that none names (tool/tagged_file.h TaggedFile::rewrites), as dicts: "
-        "pass, kind, modules, node, and reason when the writer gave one.");
+        "pass, kind, modules, node, and cause and reason when the writer gave them.");
   m.def("rewritten_boundaries", &RewrittenBoundariesOf, "model"_a,
         "For a serialized tagged model (bytes): (tag, call, why) for every call whose boundary the file records an "
         "export pass (or hiertag carry) removed: the calls `hiertag extract` refuses and the verifier does not "

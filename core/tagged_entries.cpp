@@ -49,6 +49,7 @@ std::optional<TableEntry> ReadModuleTableEntry(const std::string& tag, const Jso
 
 Json RewriteJson(const RewriteEntry& record) {
   Json json = {{"pass", record.pass}, {"kind", record.kind}, {"modules", record.modules}, {"node", record.node}};
+  if (!record.cause.empty()) json["cause"] = record.cause;
   if (!record.reason.empty()) json["reason"] = record.reason;
   return json;
 }
@@ -70,9 +71,12 @@ std::optional<RewriteEntry> ReadRewrite(const Json& record) {
   }
   std::optional<std::vector<std::string>> tags = ReadStrings(*modules);
   if (!tags) return std::nullopt;
-  const Json* reason = FindMember(record, "reason");
+  auto optional_text = [&](const char* key) {
+    const Json* text = FindMember(record, key);
+    return text != nullptr && text->is_string() ? text->get<std::string>() : std::string();
+  };
   return RewriteEntry{pass->get<std::string>(), kind->get<std::string>(), std::move(*tags), node->get<std::string>(),
-                      reason != nullptr && reason->is_string() ? reason->get<std::string>() : std::string()};
+                      optional_text("reason"), optional_text("cause")};
 }
 
 }  // namespace hiertag

@@ -114,9 +114,9 @@ class Placement:
         if self.call is not None and checks.call_count(table, self.tag) > 1:
             props[core.CALL_KEY] = str(self.call)
         if self.shared:
-            props[core.SHARED_KEY] = json.dumps(list(self.shared), separators=(",", ":"))
+            props[core.SHARED_KEY] = core.write_tag_list(list(self.shared))
         if self.spans:
-            props[core.SPANS_KEY] = json.dumps(list(self.spans), separators=(",", ":"))
+            props[core.SPANS_KEY] = core.write_tag_list(list(self.spans))
             props[core.REWRITE_KEY] = self.rewrite
         return props
 
@@ -831,7 +831,7 @@ def carry(original, transformed, by=None, feeds=None):
     records = _kept_records(original, carrier, model) + records
     _set_props(model, {core.TABLE_KEY: _table_for(model, props[core.TABLE_KEY]), core.FORMAT_VERSION_KEY: core.FORMAT_VERSION})
     # The check reads each call's boundary from the file with its fusions recorded.
-    _set_props(model, {core.REWRITES_KEY: json.dumps(records, separators=(",", ":"))} if records else {})
+    _set_props(model, {core.REWRITES_KEY: core.write_rewrites(records)} if records else {})
     if feeds is None:
         feeds, _ = carry_check.generated_inputs(original)
     try:
@@ -845,7 +845,7 @@ def carry(original, transformed, by=None, feeds=None):
         kept = [p for p in model.metadata_props if p.key != core.REWRITES_KEY]
         del model.metadata_props[:]
         model.metadata_props.extend(kept)
-        _set_props(model, {core.REWRITES_KEY: json.dumps(records, separators=(",", ":"))})
+        _set_props(model, {core.REWRITES_KEY: core.write_rewrites(records)})
 
     nodes = sum(counts.values())
     summary = {
@@ -892,7 +892,7 @@ def _table_for(model, text):
                 entry["folded_into"] = still
             else:
                 del entry["folded_into"]
-    return json.dumps(table, ensure_ascii=False, separators=(",", ":")) if changed else text
+    return core.write_module_table(table) if changed else text
 
 
 def _record_types(model, correspondence):

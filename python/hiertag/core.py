@@ -59,6 +59,10 @@ format_call_ref = _core.format_call_ref
 is_tag_ancestor_or_self = _core.is_tag_ancestor_or_self
 parent_tag = _core.parent_tag
 
+write_module_table = _core.write_module_table
+write_rewrites = _core.write_rewrites
+write_tag_list = _core.write_tag_list
+
 TorchModuleSegments = _core.TorchModuleSegments
 ModuleTable = _core.ModuleTable
 CallTags = _core.CallTags
@@ -91,5 +95,5 @@ def rewrite_records(model):
     """The rewrites the tagged model `model` (bytes or a ModelProto) records
     across module boundaries: its hiertag.rewrites records, then a "fused"
     record for every node with hiertag.spans that none names, as dicts (pass,
-    kind, modules, node; reason when the writer gave one)."""
+    kind, modules, node; cause and reason when the writer gave them)."""
     return _core.rewrite_records(model if isinstance(model, bytes) else model.SerializeToString())

@@ -208,7 +208,7 @@ def tag_dynamo_model(model, torch_modules=None):
         node.metadata_props.add(key=core.TAG_KEY, value=call_tags.tag(entry))
         if len(calls.get(entry, ([0], [0]))[0]) > 1:
             node.metadata_props.add(key=core.CALL_KEY, value=str(call))
-    for key, value in ((core.TABLE_KEY, json.dumps(dict(sorted(table.items())))),
+    for key, value in ((core.TABLE_KEY, core.write_module_table(dict(sorted(table.items())))),
                        (core.FORMAT_VERSION_KEY, core.FORMAT_VERSION), (core.SOURCE_KEY, SOURCE)):
         model.metadata_props.add(key=key, value=value)
     return {"nodes": len(visits), "modules": len(table), "root": modules.short_class(0),

@@ -79,6 +79,20 @@ TEST(TaggedEntriesTest, RewriteRecordRoundTrips) {
   EXPECT_EQ(read->node, record.node);
 }
 
+TEST(TaggedEntriesTest, DeclarationKeepsItsCauseAndReason) {
+  // Check that hiertag carry's "rewired" declaration keeps whose doing it is
+  // and why through a write and a read (the Python verbs write it with the core).
+  RewriteEntry record{"carry: ort-all", "rewired", {"/Net/Block#1"}, "", "its boundary value was converted", "tool"};
+  std::string text = WriteRewrites({record});
+  EXPECT_EQ(text, R"([{"pass":"carry: ort-all","kind":"rewired","modules":["/Net/Block#1"],"node":"",)"
+                  R"("cause":"tool","reason":"its boundary value was converted"}])");
+  std::string error;
+  std::optional<RewriteEntry> read = ReadRewrite((*ParseJson(text, &error))[0]);
+  ASSERT_TRUE(read);
+  EXPECT_EQ(read->cause, "tool");
+  EXPECT_EQ(read->reason, record.reason);
+}
+
 TEST(TaggedEntriesTest, RewriteRecordMissingAFieldIsNotRead) {
   // Check that a record without "node" or with non-string modules does not read.
   std::string error;

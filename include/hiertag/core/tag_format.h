@@ -80,11 +80,15 @@ inline constexpr std::string_view kRewriteKey = "hiertag.rewrite";
 inline constexpr std::string_view kModuleTableKey = "hiertag.modules";
 // ModelProto.metadata_props key listing, as a JSON array, each rewrite by an export
 // pass that crossed a module boundary:
-//   {"pass": torch pass, "kind": "fused" | "removed" | "folded",
-//    "modules": [tag, ...], "node": ONNX node name or ""}
+//   {"pass": torch pass, "kind": "fused" | "removed" | "folded" | "rewired",
+//    "modules": [tag or call reference, ...], "node": ONNX node name or "",
+//    optionally "cause": "tool" | "carry" and "reason": text}
 // fused: the node carries the modules' computations (its kSpansKey); removed: nodes
 // of the modules were removed together, so the value that crossed between them no
-// longer exists; folded: their computations were folded into initializers.
+// longer exists; folded: their computations were folded into initializers;
+// rewired: the listed call's nodes now read a value it never received (an export
+// pass), or hiertag carry declares its boundary not established, with whose doing
+// that is ("cause") and why ("reason").
 inline constexpr std::string_view kRewritesKey = "hiertag.rewrites";
 // ModelProto.metadata_props key holding the format version of the entries above.
 // Format 1 has none of kCallKey, kSpansKey, kRewriteKey, kRewritesKey and the

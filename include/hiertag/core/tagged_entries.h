@@ -42,6 +42,10 @@ struct RewriteEntry {
   // Why the boundary is gone, in words, when the writer says (hiertag carry's
   // declarations, which name their cause); "" otherwise, and then not written.
   std::string reason = "";
+  // Whose doing a declaration says it is: "tool" (the transformation cut the
+  // boundary) or "carry" (carry could not establish it); "" otherwise, and then
+  // not written.
+  std::string cause = "";
 };
 
 // The table as JSON text: entries in the order given; optional fields only when
