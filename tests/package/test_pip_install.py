@@ -1,6 +1,6 @@
 """The pip route, as a user takes it (README "Install"): a fresh venv next to
 the same torch with the build's tools from PyPI (scikit-build-core, cmake,
-ninja, nlohmann-json), `pip install --no-build-isolation` of the checkout with
+ninja, nlohmann-json, nanobind), `pip install --no-build-isolation` of the checkout with
 nothing found on the system but the compiler, and a wheel from `pip wheel`
 installed into another fresh venv, and a wheel built from the source
 distribution; in each, from a folder outside the checkout, the plugin loads from
@@ -58,7 +58,7 @@ def pinned(*packages):
     return [line for line in lines if line.split("==")[0] in packages]
 
 
-BUILD_TOOLS = pinned("scikit-build-core", "cmake", "ninja", "nlohmann-json", "build")
+BUILD_TOOLS = pinned("scikit-build-core", "cmake", "ninja", "nlohmann-json", "nanobind", "build")
 TORCH_RELEASE = torch.__version__.split("+")[0]
 # The wheel's local version label names the torch it was built against.
 TORCH_LABEL = "torch" + re.sub(r"[^0-9A-Za-z]+", ".", torch.__version__)
