@@ -9,6 +9,8 @@ hiertag.library_path(), an export with HIERTAG=1 is tagged, and the installed
 built against, and its binaries need nothing but torch's libraries and the
 C/C++ runtime. Slow (two builds of the package, three venvs): about six minutes."""
 
+import importlib.machinery
+import json
 import re
 import subprocess
 import sys
@@ -84,6 +86,10 @@ def assert_tags_from_outside(venv, workdir):
     assert validated.stdout.strip() == "net.onnx: valid: 4 nodes tagged, 3 modules"
     tree = run([str(venv / "bin" / "hiertag"), "tree", "net.onnx", "--json"], cwd=workdir)
     assert '"tag":"/Net/Block.1"' in tree.stdout
+    # A Python verb: it reads the file through the installed core extension (hiertag.core).
+    report = json.loads(run([str(venv / "bin" / "hiertag"), "report", "net.onnx", "--json"], cwd=workdir).stdout)
+    assert report["format_version"] == "3" and report["valid"]
+    assert [module["tag"] for module in report["modules"]] == ["/Net", "/Net/Block.0", "/Net/Block.1"]
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +138,9 @@ def test_every_binary_of_the_wheel_needs_only_torch_and_the_runtime(wheel, tmp_p
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(tmp_path)
     binaries = [path for path in (tmp_path / "hiertag" / "_native").iterdir() if path.read_bytes()[:4] == b"\x7fELF"]
-    assert {path.name for path in binaries} == {"libhiertag.so", "libhiertag_python.so", "hiertag"}
+    # The plugin, its torch side, the native tool and the core's extension (hiertag.core).
+    assert {path.name for path in binaries} == {"libhiertag.so", "libhiertag_python.so", "hiertag",
+                                                f"_core{importlib.machinery.EXTENSION_SUFFIXES[0]}"}
     torch_lib = Path(torch.__file__).parent / "lib"
     site_packages = torch_lib.parents[1]
     for binary in binaries:
