@@ -11,10 +11,10 @@
 //                      parse_call_ref, format_call_ref, is_tag_ancestor_or_self, parent_tag
 //   options            TorchModuleSegments.parse (HIERTAG_TORCH_MODULES' values)
 //   tags               ModuleTable (module_table.h) and CallTags (call_tags.h)
-//   boundaries         rewrite_records, module_boundaries, rewritten_boundaries: the
-//                      rewrites the file records, the module-boundary
+//   boundaries         rewrite_records, module_boundaries, rewritten_boundaries,
+//                      weight_values: the rewrites the file records, the module-boundary
 //                      rule `hiertag extract` cuts by, and the calls whose boundary
-//                      a recorded rewrite removed (tool/module_boundaries.h)
+//                      a recorded rewrite removed, the weights (tool/module_boundaries.h)
 //
 // A malformed argument raises ValueError with the core's one-line reason.
 #include <nanobind/nanobind.h>
@@ -28,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "hiertag/core/call_tags.h"
@@ -154,6 +155,22 @@ std::string WriteRewriteRecords(const nb::list& records) {
   return WriteRewrites(entries);
 }
 
+// The main graph's weights: its initializers and the outputs of its weight nodes.
+std::vector<std::string> WeightValuesOf(nb::bytes bytes) {
+  std::string error;
+  std::optional<OnnxModel> model = OnnxModel::Parse(std::string(bytes.c_str(), bytes.size()), &error);
+  if (!model) throw nb::value_error(("model: " + error).c_str());
+  const OnnxGraph& main = model->graphs.at(0);
+  std::unordered_map<int, std::vector<std::string>> reads;
+  for (int index : main.nodes) reads[index] = NodeReads(*model, index);
+  std::vector<std::string> values;
+  for (const OnnxInitializer& initializer : main.initializers) values.push_back(initializer.name);
+  for (int index : WeightNodes(*model, reads)) {
+    for (const std::string& output : model->nodes[index].outputs) values.push_back(output);
+  }
+  return values;
+}
+
 }  // namespace
 }  // namespace hiertag
 
@@ -205,6 +222,10 @@ NB_MODULE(_core, m) {
         "'node', 'cause' and 'reason'.");
   m.def("write_tag_list", &WriteStringList, "tags"_a,
         "A JSON list of tags or call references as hiertag.shared_with and hiertag.spans hold them.");
+  m.def("weight_values", &WeightValuesOf, "model"_a,
+        "For a serialized model (bytes; tagged or not): its main graph's weights, the values no module call "
+        "receives or hands out: initializers, and the outputs of Constants and of nodes computing from weights "
+        "alone (tool/module_boundaries.h).");
   m.def("rewrite_records", &RewriteRecordsOf, "model"_a,
         "For a serialized tagged model (bytes): its well-formed hiertag.rewrites records, then a 'fused' record "
         "for every node with hiertag.spans that none names (tool/tagged_file.h TaggedFile::rewrites), as dicts: "

@@ -33,7 +33,61 @@ void ForEachCall(const TaggedFile& file, Visit visit) {
   }
 }
 
+// `scopes`: the values each enclosing graph defines, innermost last. Each
+// graph's own set is built once and not copied into its nested graphs (a copy
+// per nested graph is quadratic in a wide body of Loops and Ifs).
+void OuterReads(const OnnxModel& model, int graph_index, std::vector<const std::set<std::string>*>* scopes,
+                std::vector<std::string>* reads) {
+  const OnnxGraph& graph = model.graphs[graph_index];
+  std::set<std::string> defined;
+  for (const OnnxValue& input : graph.inputs) defined.insert(input.name);
+  for (const OnnxInitializer& initializer : graph.initializers) defined.insert(initializer.name);
+  for (int index : graph.nodes) {
+    for (const std::string& output : model.nodes[index].outputs) defined.insert(output);
+  }
+  scopes->push_back(&defined);
+  auto is_defined = [&](const std::string& name) {
+    return std::any_of(scopes->begin(), scopes->end(), [&](const auto* scope) { return scope->count(name) > 0; });
+  };
+  for (int index : graph.nodes) {
+    const OnnxNode& node = model.nodes[index];
+    for (const std::string& input : node.inputs) {
+      if (!input.empty() && !is_defined(input)) reads->push_back(input);
+    }
+    for (int nested : node.subgraphs) OuterReads(model, nested, scopes, reads);
+  }
+  scopes->pop_back();
+}
+
 }  // namespace
+
+std::vector<std::string> NodeReads(const OnnxModel& model, int index) {
+  const OnnxNode& node = model.nodes[index];
+  std::vector<std::string> reads;
+  for (const std::string& input : node.inputs) {
+    if (!input.empty()) reads.push_back(input);
+  }
+  std::vector<const std::set<std::string>*> scopes;
+  for (int graph : node.subgraphs) OuterReads(model, graph, &scopes, &reads);
+  return reads;
+}
+
+std::set<int> WeightNodes(const OnnxModel& model, const std::unordered_map<int, std::vector<std::string>>& reads) {
+  const OnnxGraph& main = model.graphs.at(0);
+  std::set<std::string> weights;
+  for (const OnnxInitializer& initializer : main.initializers) weights.insert(initializer.name);
+  std::set<int> nodes;
+  for (int index : main.nodes) {  // in graph order: producers first
+    const std::vector<std::string>& read = reads.at(index);
+    bool weight = (model.nodes[index].op_type == "Constant" && read.empty()) ||
+                  (!read.empty() && std::all_of(read.begin(), read.end(),
+                                                [&](const std::string& name) { return weights.count(name) > 0; }));
+    if (!weight) continue;
+    nodes.insert(index);
+    for (const std::string& output : model.nodes[index].outputs) weights.insert(output);
+  }
+  return nodes;
+}
 
 MainGraphIndex::MainGraphIndex(const TaggedFile& file) : file_(file), calls_(file) {
   for (const ModuleEntry& module : file.modules) {
@@ -43,7 +97,7 @@ MainGraphIndex::MainGraphIndex(const TaggedFile& file) : file_(file), calls_(fil
   for (const OnnxInitializer& initializer : main.initializers) initializers_.insert(initializer.name);
   for (const OnnxValue& output : main.outputs) model_outputs_.insert(output.name);
   for (int index : main.nodes) {
-    reads_[index] = CollectReads(index);
+    reads_[index] = NodeReads(file.model, index);
     const OnnxNode& node = file.model.nodes[index];
     std::string error;
     std::optional<std::vector<CallRef>> refs = calls_.NodeRefs(node, &error);
@@ -55,16 +109,7 @@ MainGraphIndex::MainGraphIndex(const TaggedFile& file) : file_(file), calls_(fil
     for (const std::string& output : node.outputs) producer_[output] = index;
     for (const std::string& input : reads_[index]) consumers_[input].push_back(index);
   }
-  for (int index : main.nodes) {
-    const std::vector<std::string>& reads = reads_.at(index);
-    bool weight = (file.model.nodes[index].op_type == "Constant" && reads.empty()) ||
-                  (!reads.empty() && std::all_of(reads.begin(), reads.end(), [&](const std::string& name) {
-                    auto producer = producer_.find(name);
-                    return initializers_.count(name) ||
-                           (producer != producer_.end() && weight_nodes_.count(producer->second));
-                  }));
-    if (weight) weight_nodes_.insert(index);
-  }
+  weight_nodes_ = WeightNodes(file.model, reads_);
 }
 
 int MainGraphIndex::Producer(const std::string& value) const {
@@ -76,43 +121,6 @@ const std::vector<int>& MainGraphIndex::Consumers(const std::string& value) cons
   static const std::vector<int> kNone;
   auto found = consumers_.find(value);
   return found == consumers_.end() ? kNone : found->second;
-}
-
-std::vector<std::string> MainGraphIndex::CollectReads(int index) const {
-  const OnnxNode& node = file_.model.nodes[index];
-  std::vector<std::string> reads;
-  for (const std::string& input : node.inputs) {
-    if (!input.empty()) reads.push_back(input);
-  }
-  std::vector<const std::set<std::string>*> scopes;
-  for (int graph : node.subgraphs) OuterReads(graph, &scopes, &reads);
-  return reads;
-}
-
-// `scopes`: the values each enclosing graph defines, innermost last. Each
-// graph's own set is built once and not copied into its nested graphs (a copy
-// per nested graph is quadratic in a wide body of Loops and Ifs).
-void MainGraphIndex::OuterReads(int graph_index, std::vector<const std::set<std::string>*>* scopes,
-                                std::vector<std::string>* reads) const {
-  const OnnxGraph& graph = file_.model.graphs[graph_index];
-  std::set<std::string> defined;
-  for (const OnnxValue& input : graph.inputs) defined.insert(input.name);
-  for (const OnnxInitializer& initializer : graph.initializers) defined.insert(initializer.name);
-  for (int index : graph.nodes) {
-    for (const std::string& output : file_.model.nodes[index].outputs) defined.insert(output);
-  }
-  scopes->push_back(&defined);
-  auto is_defined = [&](const std::string& name) {
-    return std::any_of(scopes->begin(), scopes->end(), [&](const auto* scope) { return scope->count(name) > 0; });
-  };
-  for (int index : graph.nodes) {
-    const OnnxNode& node = file_.model.nodes[index];
-    for (const std::string& input : node.inputs) {
-      if (!input.empty() && !is_defined(input)) reads->push_back(input);
-    }
-    for (int nested : node.subgraphs) OuterReads(nested, scopes, reads);
-  }
-  scopes->pop_back();
 }
 
 bool MainGraphIndex::IsOtherSharersRead(int producer, const CallRef& reader, const ModuleCall& target) const {

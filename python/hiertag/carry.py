@@ -152,14 +152,15 @@ def placement_of_original(props):
 
 
 class _Graph:
-    """One main graph's values and nodes: who makes and who reads each value."""
+    """One model's main graph: its values and nodes, who makes and who reads each value."""
 
-    def __init__(self, graph):
+    def __init__(self, model):
+        graph = model.graph
         self.nodes = list(graph.node)
         self.inputs = [i.name for i in graph.input]
         self.initializers = {i.name for i in graph.initializer}
         self.outputs = [o.name for o in graph.output]
-        self.weights = checks.weights(graph)
+        self.weights = core.weight_values(model)
         self.producer, self.consumers, self.reads = {}, defaultdict(list), []
         for index, node in enumerate(self.nodes):
             for name in node.output:
@@ -185,8 +186,8 @@ class _Correspondence:
 
     def __init__(self, original, transformed):
         self.table = checks.module_table(original)
-        self.o = _Graph(original.graph)
-        self.t = _Graph(transformed.graph)
+        self.o = _Graph(original)
+        self.t = _Graph(transformed)
         self.o_inferred = _inferred_values(original)
         self.o_shapes, self.o_types = _value_shapes(self.o_inferred)
         self.t_inferred = _inferred_values(transformed)

@@ -264,18 +264,6 @@ def node_tags(node):
     return [tag for tag, _ in node_refs(node)]
 
 
-def weights(graph):
-    """Initializers, Constant outputs, and values computed from those alone
-    (the Identity torch writes for a deduplicated parameter, a folded-late
-    Transpose of a weight): the same for every call, data of none."""
-    found = {i.name for i in graph.initializer}
-    for node in graph.node:
-        reads = _implicit_inputs(node)
-        if node.op_type == "Constant" or (reads and all(name in found for name in reads)):
-            found.update(node.output)
-    return found
-
-
 def module_boundaries(model, members=None):
     """{(tag, call): (values consumed from outside, values produced for outside)}
     over the main graph, for every call of every tag in the table, sorted: the

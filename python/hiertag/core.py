@@ -97,3 +97,11 @@ def rewrite_records(model):
     record for every node with hiertag.spans that none names, as dicts (pass,
     kind, modules, node; cause and reason when the writer gave them)."""
     return _core.rewrite_records(model if isinstance(model, bytes) else model.SerializeToString())
+
+
+def weight_values(model):
+    """The main graph's weights in `model` (bytes or a ModelProto; tagged or
+    not): initializers, and the outputs of Constants and of nodes computing from
+    weights alone (the Identity torch writes for a deduplicated parameter). No
+    module call receives or hands them out (README "Module boundaries")."""
+    return set(_core.weight_values(model if isinstance(model, bytes) else model.SerializeToString()))

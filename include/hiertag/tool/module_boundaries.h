@@ -44,6 +44,14 @@ struct ModuleBoundary {
   std::vector<std::string> outputs;
 };
 
+// Values a node of `model` reads: its inputs, and the outer values its If/Loop
+// bodies read (at any depth).
+std::vector<std::string> NodeReads(const OnnxModel& model, int node);
+
+// The main graph's weight nodes (indices into model.nodes), given each main-graph
+// node's reads: Constants without inputs and nodes that read weights alone.
+std::set<int> WeightNodes(const OnnxModel& model, const std::unordered_map<int, std::vector<std::string>>& reads);
+
 // The main graph indexed once (reads, references, producers, consumers,
 // weights) for any number of boundary questions. Holds a reference to `file`.
 class MainGraphIndex {
@@ -91,9 +99,6 @@ class MainGraphIndex {
   const CallRef& RootCall() const { return root_; }
 
  private:
-  std::vector<std::string> CollectReads(int node) const;
-  void OuterReads(int graph, std::vector<const std::set<std::string>*>* scopes, std::vector<std::string>* reads) const;
-
   const TaggedFile& file_;
   CallsInFile calls_;
   CallRef root_;
