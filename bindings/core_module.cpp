@@ -11,6 +11,7 @@
 //                      parse_call_ref, format_call_ref, is_tag_ancestor_or_self, parent_tag
 //   options            TorchModuleSegments.parse (HIERTAG_TORCH_MODULES' values)
 //   tags               ModuleTable (module_table.h) and CallTags (call_tags.h)
+//   calls in a file    CallTable (module_calls_in_file.h)
 //   boundaries         rewrite_records, module_boundaries, rewritten_boundaries,
 //                      weight_values: the rewrites the file records, the module-boundary
 //                      rule `hiertag extract` cuts by, and the calls whose boundary
@@ -24,6 +25,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <set>
 #include <stdexcept>
 #include <optional>
 #include <string>
@@ -115,6 +117,17 @@ nb::list RewriteRecordsOf(nb::bytes model) {
   }
   return records;
 }
+
+// The calls a tagged file's table records, asked as module_calls_in_file.h asks:
+// the file is kept, since CallsInFile refers to it.
+struct CallTable {
+  explicit CallTable(TaggedFile read) : file(std::move(read)), calls(file) {}
+  TaggedFile file;
+  CallsInFile calls;
+};
+
+using PyRef = std::tuple<std::string, std::optional<int64_t>>;
+CallRef RefOf(const PyRef& ref) { return {std::get<0>(ref), std::get<1>(ref)}; }
 
 // A dict's optional member as T, or `fallback` when absent or None.
 template <typename T>
@@ -247,6 +260,34 @@ NB_MODULE(_core, m) {
           },
           "text"_a, "'0' or '': none; '1': all; 'A,B': those classes. ValueError with the reason otherwise.")
       .def("keeps_segment", &TorchModuleSegments::KeepsSegment, "qualified"_a, "short_name"_a);
+
+  nb::class_<CallTable>(m, "CallTable",
+                        "A tagged model's module calls (tool/module_calls_in_file.h): which calls of an ancestor a "
+                        "reference ran in, and whether a reader belongs to a reference. A reference is (tag, call), "
+                        "call None for every call.")
+      .def(
+          "__init__",
+          [](CallTable* self, nb::bytes model) {
+            std::string error;
+            std::optional<TaggedFile> file =
+                ParseTaggedFile(std::string(model.c_str(), model.size()), "model", &error);
+            if (!file) throw nb::value_error(error.c_str());
+            new (self) CallTable(std::move(*file));
+          },
+          "model"_a, "From a serialized tagged model (bytes).")
+      .def(
+          "calls_at",
+          [](const CallTable& table, const PyRef& ref, const std::string& ancestor) {
+            std::set<int64_t> calls = table.calls.CallsAt(RefOf(ref), ancestor);
+            return std::vector<int64_t>(calls.begin(), calls.end());
+          },
+          "ref"_a, "ancestor"_a, "The calls of `ancestor` in which the call(s) `ref` names ran (empty when outside).")
+      .def(
+          "belongs",
+          [](const CallTable& table, const PyRef& user, const PyRef& ref) {
+            return table.calls.Belongs(RefOf(user), RefOf(ref));
+          },
+          "user"_a, "ref"_a, "Whether a reader whose own reference is `user` belongs to the call(s) `ref` names.");
 
   // An index out of range raises IndexError (the core's .at()), a call added
   // after the tags were settled RuntimeError.

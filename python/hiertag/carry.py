@@ -126,9 +126,10 @@ def ref_text(table, ref):
     return tag if call is None or checks.call_count(table, tag) == 1 else f"{tag}#{call}"
 
 
-def common_call(table, refs):
+def common_call(calls_in_file, refs):
     """The innermost module call holding every reference: the common ancestor
-    of their tags, raised while the references ran in different calls of it."""
+    of their tags, raised while the references ran in different calls of it.
+    `calls_in_file`: the tagged model's core.CallTable."""
     parts = [tag.split("/") for tag, _ in refs]
     shared = 0
     while all(len(p) > shared for p in parts) and len({p[shared] for p in parts}) == 1:
@@ -137,7 +138,7 @@ def common_call(table, refs):
     while True:
         calls = set()
         for ref in refs:
-            calls |= checks.calls_at(table, ref, tag)
+            calls |= calls_in_file.calls_at(ref, tag)
         parent = checks.parent_tag(tag)
         if len(calls) <= 1 or parent == "":
             return tag, (min(calls) if calls else 0)
@@ -186,6 +187,7 @@ class _Correspondence:
 
     def __init__(self, original, transformed):
         self.table = checks.module_table(original)
+        self.calls = core.CallTable(original)
         self.o = _Graph(original)
         self.t = _Graph(transformed)
         self.o_inferred = _inferred_values(original)
@@ -557,6 +559,7 @@ class Carrier:
         self.pass_name = f"carry: {by}"
         self.c = _Correspondence(original, transformed)
         self.table = self.c.table
+        self.calls = self.c.calls
         self.root = next(tag for tag in self.table if checks.parent_tag(tag) == "")
         self.placements = {}
         self.regions = {}
@@ -587,21 +590,21 @@ class Carrier:
             makes = any(name in outs for name in self.c.o.nodes[index].output)
             listed = [own] + [checks.parse_ref(text) for text in json.loads(entries.get(core.SPANS_KEY, "[]"))]
             for ref in others:
-                if checks.belongs(self.table, own, ref):
+                if self.calls.belongs(own, ref):
                     if makes:
                         callers.append(ref)
                 else:
                     listed.append(ref)
             spanned += [ref for ref in listed if ref not in spanned]
         texts = sorted({ref_text(self.table, ref) for ref in spanned})
-        tag, call = common_call(self.table, spanned)
+        tag, call = common_call(self.calls, spanned)
         shared = sorted({ref_text(self.table, ref) for ref in callers} - {ref_text(self.table, (tag, call))})
         if len(texts) == 1:
             return Placement(tag, call, shared=shared, category=SHARED if shared else EXACT)
         return Placement(tag, call, shared=shared, spans=texts, rewrite=self.pass_name, category=SPAN)
 
     def from_refs(self, refs, category, rule):
-        tag, call = common_call(self.table, refs)
+        tag, call = common_call(self.calls, refs)
         return Placement(tag, call, category=category, rule=rule)
 
     def shared_by(self, placements, category, rule=None):
@@ -715,7 +718,7 @@ class Carrier:
                       for reader, _ in c.o.consumers.get(name, []) if checks.node_refs(c.o.nodes[reader])}
             readers = [placed[reader] for name in t.nodes[index].output
                        for reader, _ in t.consumers.get(name, []) if reader != index]
-            if any(reader.own() not in before and not checks.belongs(self.table, reader.own(), placement.own())
+            if any(reader.own() not in before and not self.calls.belongs(reader.own(), placement.own())
                    for reader in readers):
                 self.placements[index] = self.from_refs([reader.own() for reader in readers], RULE, WEIGHTS)
 

@@ -68,20 +68,11 @@ def call_count(table, tag):
     return len(table.get(tag, {}).get("calls", [0]))
 
 
-def call_at(table, tag, call, ancestor):
-    """The call of `ancestor` that call `call` of `tag` (within it) ran in."""
-    while tag != ancestor:
-        parents = table.get(tag, {}).get("parent_calls")
-        call = parents[call] if parents else 0
-        tag = parent_tag(tag)
-    return call
-
-
-# Module calls in a tagged file: which calls a reference names, and where it
-# lies. A reference is (tag, call): call None means every call. The same
-# questions as include/hiertag/tool/module_calls_in_file.h, over the table as
-# JSON, for carry; the boundary rule and the rewrites that cut boundaries are
-# the core's (module_boundaries, rewritten_boundaries).
+# Module calls in a tagged file. A reference is (tag, call): call None means
+# every call. Which calls of an ancestor a reference ran in, and whether a
+# reader belongs to a reference, are the core's (core.CallTable), as are the
+# boundary rule and the rewrites that cut boundaries (module_boundaries,
+# rewritten_boundaries).
 
 # 'TAG' -> (TAG, None); 'TAG#K' -> (TAG, K); ValueError when something else follows the last '#'.
 parse_ref = core.parse_call_ref
@@ -94,22 +85,6 @@ def node_refs(node):
         return []
     return [(props[TAG_KEY], int(props.get(CALL_KEY, "0")))] + \
         [parse_ref(text) for text in json.loads(props.get(SHARED_KEY, "[]"))]
-
-
-def calls_at(table, ref, ancestor):
-    """The calls of `ancestor` in which the call(s) `ref` names ran."""
-    tag, call = ref
-    if not is_within(tag, ancestor):
-        return set()
-    calls = range(call_count(table, tag)) if call is None else [call]
-    return {call_at(table, tag, c, ancestor) for c in calls}
-
-
-def belongs(table, user, ref):
-    """Whether a reader whose own reference is `user` belongs to the call(s) `ref` names."""
-    if not is_within(user[0], ref[0]):
-        return False
-    return ref[1] is None or ref[1] in calls_at(table, user, ref[0])
 
 
 def model_props(model):

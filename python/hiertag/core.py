@@ -68,6 +68,22 @@ ModuleTable = _core.ModuleTable
 CallTags = _core.CallTags
 
 
+class CallTable:
+    """A tagged model's module calls (module_calls_in_file.h): `calls_at(ref,
+    ancestor)`, the set of the ancestor's calls the reference ran in, and
+    `belongs(user, ref)`. References are (tag, call), call None for every call.
+    `model`: bytes or a ModelProto."""
+
+    def __init__(self, model):
+        self._table = _core.CallTable(model if isinstance(model, bytes) else model.SerializeToString())
+
+    def calls_at(self, ref, ancestor):
+        return set(self._table.calls_at(tuple(ref), ancestor))
+
+    def belongs(self, user, ref):
+        return self._table.belongs(tuple(user), tuple(ref))
+
+
 def module_boundaries(model):
     """{(tag, call): (inputs, outputs, nodes)} for every call of every module
     of the tagged model `model` (its serialized bytes, or a ModelProto), by the

@@ -118,7 +118,7 @@ def attribute(tagged, timings, statistic):
     names = sorted({name for timing in timings for name in timing})
     summarize = np.median if statistic == "median" else np.mean
     per_node = {name: float(summarize([timing.get(name, 0.0) for timing in timings])) / 1000 for name in names}
-    table = checks.module_table(tagged)
+    calls = core.CallTable(tagged)
     self_time, unattributed = defaultdict(float), {}
     node_count = defaultdict(int)
     for name, milliseconds in per_node.items():
@@ -127,7 +127,7 @@ def attribute(tagged, timings, statistic):
             unattributed[name] = milliseconds
             continue
         # A name the saved graph gives several nodes: their common ancestor.
-        tag = carry.common_call(table, [(t, None) for t in tags])[0] if len(tags) > 1 else next(iter(tags))
+        tag = carry.common_call(calls, [(t, None) for t in tags])[0] if len(tags) > 1 else next(iter(tags))
         self_time[tag] += milliseconds
         node_count[tag] += 1
     return self_time, node_count, unattributed
