@@ -1,6 +1,7 @@
-// hiertag._core: the torch-free core (include/hiertag/core) for the Python
-// package, so its verbs spell the format with the plugin's and the tool's own
-// code instead of a copy of it. Links the core alone: no torch, no
+// hiertag._core: the torch-free core (include/hiertag/core) and the tool's file
+// side (tagged_file.h, module_calls_in_file.h, module_boundaries.h) for the
+// Python package, so its verbs spell the format with the plugin's and the
+// tool's own code instead of a copy of it. Links those alone: no torch, no
 // onnxruntime, no protobuf; importing it imports nothing but itself.
 //
 //   keys and version   TAG_KEY, CALL_KEY, SHARED_KEY, SPANS_KEY, REWRITE_KEY,
@@ -25,9 +26,9 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <optional>
 #include <set>
 #include <stdexcept>
-#include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -36,9 +37,9 @@
 #include "hiertag/core/call_tags.h"
 #include "hiertag/core/export_options.h"
 #include "hiertag/core/json.h"
-#include "hiertag/core/tagged_entries.h"
 #include "hiertag/core/module_table.h"
 #include "hiertag/core/tag_format.h"
+#include "hiertag/core/tagged_entries.h"
 #include "hiertag/tool/module_boundaries.h"
 #include "hiertag/tool/tagged_file.h"
 
@@ -189,7 +190,7 @@ std::vector<std::string> WeightValuesOf(nb::bytes bytes) {
 
 NB_MODULE(_core, m) {
   using namespace hiertag;
-  m.doc() = "hiertag's torch-free core: the format's keys, the tag grammar, the module table and call tags";
+  m.doc() = "hiertag's torch-free core: the format's keys, grammar, module table, call tags and module boundaries";
 
   m.attr("TAG_KEY") = std::string(kHierarchyTagKey);
   m.attr("CALL_KEY") = std::string(kCallKey);
@@ -224,8 +225,8 @@ NB_MODULE(_core, m) {
   m.def("module_boundaries", &ModuleBoundariesOf, "model"_a,
         "For a serialized tagged model (bytes): (tag, call, inputs, outputs, nodes) for every call of every "
         "module of its table, by the rule `hiertag extract` cuts by. Nodes (weights too) are positions in the "
-        "main graph's node list; inputs and outputs in node order. ValueError with the reason for a file that is not tagged "
-        "or has malformed references.");
+        "main graph's node list; inputs and outputs in node order. ValueError with the reason for a file that "
+        "is not tagged or has malformed references.");
 
   m.def("write_module_table", &WriteTable, "table"_a,
         "hiertag.modules' text as the plugin writes it, from {tag: {'path', 'class', and optionally 'calls', "
