@@ -67,19 +67,26 @@ ModuleTable TableOf(const std::vector<ModuleRow>& rows) {
   return table;
 }
 
+// The tagged file of a serialized model; ValueError with the reader's reason.
+TaggedFile TaggedFileOf(const nb::bytes& model) {
+  std::string error;
+  std::optional<TaggedFile> file = ParseTaggedFile(std::string(model.c_str(), model.size()), "model", &error);
+  if (!file) throw nb::value_error(error.c_str());
+  return std::move(*file);
+}
+
 // (tag, call, inputs, outputs, nodes) for every call of every module of a
 // serialized tagged model; nodes (ModuleBoundary::nodes) are positions in the
 // main graph's node list.
 using BoundaryRow = std::tuple<std::string, int64_t, std::vector<std::string>, std::vector<std::string>, std::vector<int>>;
 
 std::vector<BoundaryRow> ModuleBoundariesOf(nb::bytes model) {
+  TaggedFile file = TaggedFileOf(model);
   std::string error;
-  std::optional<TaggedFile> file = ParseTaggedFile(std::string(model.c_str(), model.size()), "model", &error);
-  if (!file) throw nb::value_error(error.c_str());
-  std::optional<std::vector<CallBoundary>> all = AllModuleBoundaries(*file, &error);
+  std::optional<std::vector<CallBoundary>> all = AllModuleBoundaries(file, &error);
   if (!all) throw nb::value_error(error.c_str());
-  std::vector<int> position(file->model.nodes.size(), -1);
-  const std::vector<int>& main = file->model.graphs.at(0).nodes;
+  std::vector<int> position(file.model.nodes.size(), -1);
+  const std::vector<int>& main = file.model.graphs.at(0).nodes;
   for (size_t i = 0; i < main.size(); ++i) position[main[i]] = static_cast<int>(i);
   std::vector<BoundaryRow> rows;
   rows.reserve(all->size());
@@ -93,20 +100,16 @@ std::vector<BoundaryRow> ModuleBoundariesOf(nb::bytes model) {
 }
 
 std::vector<std::tuple<std::string, int64_t, std::string>> RewrittenBoundariesOf(nb::bytes model) {
-  std::string error;
-  std::optional<TaggedFile> file = ParseTaggedFile(std::string(model.c_str(), model.size()), "model", &error);
-  if (!file) throw nb::value_error(error.c_str());
   std::vector<std::tuple<std::string, int64_t, std::string>> rows;
-  for (CutCall& cut : AllCutCalls(*file)) rows.emplace_back(std::move(cut.tag), cut.call, std::move(cut.why));
+  TaggedFile file = TaggedFileOf(model);
+  for (CutCall& cut : AllCutCalls(file)) rows.emplace_back(std::move(cut.tag), cut.call, std::move(cut.why));
   return rows;
 }
 
 nb::list RewriteRecordsOf(nb::bytes model) {
-  std::string error;
-  std::optional<TaggedFile> file = ParseTaggedFile(std::string(model.c_str(), model.size()), "model", &error);
-  if (!file) throw nb::value_error(error.c_str());
+  TaggedFile file = TaggedFileOf(model);
   nb::list records;
-  for (const Rewrite& rewrite : file->rewrites) {
+  for (const Rewrite& rewrite : file.rewrites) {
     nb::dict record;
     record["pass"] = rewrite.pass;
     record["kind"] = rewrite.kind;
@@ -123,6 +126,8 @@ nb::list RewriteRecordsOf(nb::bytes model) {
 // the file is kept, since CallsInFile refers to it.
 struct CallTable {
   explicit CallTable(TaggedFile read) : file(std::move(read)), calls(file) {}
+  CallTable(const CallTable&) = delete;  // `calls` refers to this object's `file`
+  CallTable& operator=(const CallTable&) = delete;
   TaggedFile file;
   CallsInFile calls;
 };
@@ -268,13 +273,7 @@ NB_MODULE(_core, m) {
                         "call None for every call.")
       .def(
           "__init__",
-          [](CallTable* self, nb::bytes model) {
-            std::string error;
-            std::optional<TaggedFile> file =
-                ParseTaggedFile(std::string(model.c_str(), model.size()), "model", &error);
-            if (!file) throw nb::value_error(error.c_str());
-            new (self) CallTable(std::move(*file));
-          },
+          [](CallTable* self, nb::bytes model) { new (self) CallTable(TaggedFileOf(model)); },
           "model"_a, "From a serialized tagged model (bytes).")
       .def(
           "calls_at",
