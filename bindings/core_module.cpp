@@ -252,7 +252,7 @@ NB_MODULE(_core, m) {
   m.def("rewritten_boundaries", &RewrittenBoundariesOf, "model"_a,
         "For a serialized tagged model (bytes): (tag, call, why) for every call whose boundary the file records an "
         "export pass (or hiertag carry) removed: the calls `hiertag extract` refuses and the verifier does not "
-        "check (tool/module_boundaries.h MainGraphIndex::CutBy).");
+        "check (tool/module_boundaries.h CutBy).");
 
   nb::class_<TorchModuleSegments>(m, "TorchModuleSegments",
                                   "Which torch.nn / torch.ao classes keep a tag segment (HIERTAG_TORCH_MODULES).")

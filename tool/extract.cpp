@@ -122,9 +122,9 @@ class Extractor {
     return (call_ ? "call " + std::to_string(*call_) + " of " : std::string()) + "module '" + DisplayTag(tag_) + "'";
   }
 
-  // A rewrite that removed the call's boundary (MainGraphIndex::CutBy) refuses it.
+  // A rewrite that removed the call's boundary (CutBy) refuses it.
   bool CheckRewrites(std::string* error) const {
-    std::optional<std::string> why = index_.CutBy(target_);
+    std::optional<std::string> why = CutBy(file_, CallsInFile(file_), target_);
     if (why) *error = Described() + " cannot be extracted: " + *why;
     return !why;
   }

@@ -168,7 +168,6 @@ std::optional<ModuleBoundary> MainGraphIndex::BoundaryOf(const ModuleCall& targe
         boundary.members.insert(index);
       }
     }
-    boundary.constant_module = !boundary.members.empty();
   }
   std::set<std::string> made;
   for (int index : boundary.members) {
@@ -196,15 +195,15 @@ std::optional<ModuleBoundary> MainGraphIndex::BoundaryOf(const ModuleCall& targe
   return boundary;
 }
 
-std::optional<std::string> MainGraphIndex::CutBy(const ModuleCall& target) const {
-  for (const Rewrite& rewrite : file_.rewrites) {
+std::optional<std::string> CutBy(const TaggedFile& file, const CallsInFile& calls, const ModuleCall& target) {
+  for (const Rewrite& rewrite : file.rewrites) {
     std::vector<std::string> outside;
     bool lists_inside = false;
     bool lists_target = false;
     for (const std::string& text : rewrite.modules) {
       std::optional<CallRef> ref = ParseCallRef(text);
       if (!ref) continue;  // validate reports it
-      CallsInFile::Placement placement = calls_.Place(*ref, target);
+      CallsInFile::Placement placement = calls.Place(*ref, target);
       lists_target |= ref->tag == target.tag && (!target.call || !ref->call || *ref->call == *target.call);
       if (placement != CallsInFile::Placement::kOutside) lists_inside = true;
       if (placement != CallsInFile::Placement::kInside &&
@@ -216,7 +215,7 @@ std::optional<std::string> MainGraphIndex::CutBy(const ModuleCall& target) const
       if (!lists_target) continue;
       if (!rewrite.reason.empty()) return rewrite.pass + ": " + rewrite.reason;
       return rewrite.pass + " rewired it" +
-             (rewrite.node.empty() ? std::string() : ": node " + DescribeNamedNode(file_, rewrite.node)) +
+             (rewrite.node.empty() ? std::string() : ": node " + DescribeNamedNode(file, rewrite.node)) +
              " now reads a value it never received";
     }
     if (!lists_inside || outside.empty()) continue;
@@ -227,7 +226,7 @@ std::optional<std::string> MainGraphIndex::CutBy(const ModuleCall& target) const
       return rewrite.pass + " folded its computation with " + QuotedList(outside) + " into initializers";
     }
     return rewrite.pass + " fused its computation with " + QuotedList(outside) +
-           (rewrite.node.empty() ? std::string() : " into node " + DescribeNamedNode(file_, rewrite.node));
+           (rewrite.node.empty() ? std::string() : " into node " + DescribeNamedNode(file, rewrite.node));
   }
   return std::nullopt;
 }
@@ -247,10 +246,10 @@ std::optional<std::vector<CallBoundary>> AllModuleBoundaries(const TaggedFile& f
 }
 
 std::vector<CutCall> AllCutCalls(const TaggedFile& file) {
-  MainGraphIndex index(file);
+  CallsInFile calls(file);
   std::vector<CutCall> cut;
   ForEachCall(file, [&](const std::string& tag, int64_t call, const ModuleCall& target) {
-    if (std::optional<std::string> why = index.CutBy(target)) cut.push_back({tag, call, std::move(*why)});
+    if (std::optional<std::string> why = CutBy(file, calls, target)) cut.push_back({tag, call, std::move(*why)});
     return true;
   });
   return cut;

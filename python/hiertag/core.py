@@ -68,6 +68,11 @@ ModuleTable = _core.ModuleTable
 CallTags = _core.CallTags
 
 
+def _serialized(model):
+    """A model's bytes: `model` itself, or a ModelProto serialized."""
+    return model if isinstance(model, bytes) else model.SerializeToString()
+
+
 class CallTable:
     """A tagged model's module calls (module_calls_in_file.h): `calls_at(ref,
     ancestor)`, the set of the ancestor's calls the reference ran in, and
@@ -75,7 +80,7 @@ class CallTable:
     `model`: bytes or a ModelProto."""
 
     def __init__(self, model):
-        self._table = _core.CallTable(model if isinstance(model, bytes) else model.SerializeToString())
+        self._table = _core.CallTable(_serialized(model))
 
     def calls_at(self, ref, ancestor):
         return set(self._table.calls_at(tuple(ref), ancestor))
@@ -90,21 +95,19 @@ def module_boundaries(model):
     module-boundary rule `hiertag extract` cuts by (tool/module_boundaries.h):
     the values the call's nodes read from outside and hand out, in node order,
     and the positions in the main graph of the nodes the file gives the call
-    (weight nodes too). ValueError for a model that is
-    not tagged or has malformed references."""
-    data = model if isinstance(model, bytes) else model.SerializeToString()
+    (weight nodes too). ValueError for a model that is not tagged or has
+    malformed references."""
     return {(tag, call): (inputs, outputs, nodes)
-            for tag, call, inputs, outputs, nodes in _core.module_boundaries(data)}
+            for tag, call, inputs, outputs, nodes in _core.module_boundaries(_serialized(model))}
 
 
 def rewritten_boundaries(model):
     """{(tag, call): why} for every call of the tagged model `model` (bytes or
     a ModelProto) whose boundary the file records an export pass (or hiertag
     carry) removed: a rewrite listing a call within it and one outside it, or a
-    "rewired" record listing it (tool/module_boundaries.h MainGraphIndex::CutBy).
+    "rewired" record listing it (tool/module_boundaries.h CutBy).
     `hiertag extract` refuses these calls; the verifier does not check them."""
-    data = model if isinstance(model, bytes) else model.SerializeToString()
-    return {(tag, call): why for tag, call, why in _core.rewritten_boundaries(data)}
+    return {(tag, call): why for tag, call, why in _core.rewritten_boundaries(_serialized(model))}
 
 
 def rewrite_records(model):
@@ -112,7 +115,7 @@ def rewrite_records(model):
     across module boundaries: its hiertag.rewrites records, then a "fused"
     record for every node with hiertag.spans that none names, as dicts (pass,
     kind, modules, node; cause and reason when the writer gave them)."""
-    return _core.rewrite_records(model if isinstance(model, bytes) else model.SerializeToString())
+    return _core.rewrite_records(_serialized(model))
 
 
 def weight_values(model):
@@ -120,4 +123,4 @@ def weight_values(model):
     not): initializers, and the outputs of Constants and of nodes computing from
     weights alone (the Identity torch writes for a deduplicated parameter). No
     module call receives or hands them out (README "Module boundaries")."""
-    return set(_core.weight_values(model if isinstance(model, bytes) else model.SerializeToString()))
+    return set(_core.weight_values(_serialized(model)))

@@ -39,7 +39,6 @@ struct ModuleBoundary {
   // nodes too: the nodes the file gives the call (a call has none when
   // it left no node).
   std::set<int> nodes;
-  bool constant_module = false;
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
 };
@@ -63,45 +62,28 @@ class MainGraphIndex {
   // hiertag.shared_with).
   std::optional<ModuleBoundary> BoundaryOf(const ModuleCall& target, std::string* error) const;
 
-  // Why the file says an export pass (or hiertag carry) removed the boundary of
-  // `target`: the first rewrite (TaggedFile::rewrites' order) listing a call
-  // within the target and one outside it (a call listed partly within counts
-  // as both), or a "rewired" record listing the target itself. One clause:
-  //   "PASS fused its computation with 'T1', 'T2' into node 'n' (Op)"
-  //   "PASS removed its boundary with 'T' (nodes of both removed together)"
-  //   "PASS folded its computation with 'T' into initializers"
-  //   "PASS rewired it: node 'n' (Op) now reads a value it never received"
-  //   "PASS: REASON" (a rewired record that names its cause: hiertag carry's)
-  // std::nullopt when no rewrite cuts it. `hiertag extract` refuses such a call;
-  // the verifier does not check it.
-  std::optional<std::string> CutBy(const ModuleCall& target) const;
-
   // Whether the edge from `producer` (in `selection`, the target's nodes) to
   // `user` leaves the target: `user` is outside the selection and does not read
   // the value as another module the producer was kept for (hiertag.shared_with):
   // that module's own copy of the computation.
   bool Leaves(int producer, int user, const std::set<int>& selection, const ModuleCall& target) const;
 
-  // Whether the reader with reference `reader` belongs to one of `producer`'s
-  // references that lies outside `target`.
-  bool IsOtherSharersRead(int producer, const CallRef& reader, const ModuleCall& target) const;
-
-  const CallsInFile& calls() const { return calls_; }
   const std::vector<std::string>& Reads(int node) const { return reads_.at(node); }
-  const std::vector<CallRef>& Refs(int node) const { return refs_.at(node); }
   bool IsWeight(int node) const { return weight_nodes_.count(node) > 0; }
   bool IsInitializer(const std::string& name) const { return initializers_.count(name) > 0; }
   // The main-graph node making `value`, or -1.
   int Producer(const std::string& value) const;
   // The main-graph nodes reading `value` (empty when none).
   const std::vector<int>& Consumers(const std::string& value) const;
-  // The root's call 0: the reader of the model's outputs.
-  const CallRef& RootCall() const { return root_; }
 
  private:
+  // Whether the reader with reference `reader` belongs to one of `producer`'s
+  // references that lies outside `target`.
+  bool IsOtherSharersRead(int producer, const CallRef& reader, const ModuleCall& target) const;
+
   const TaggedFile& file_;
   CallsInFile calls_;
-  CallRef root_;
+  CallRef root_;  // the root's call 0: the reader of the model's outputs
   std::set<std::string> initializers_;
   std::set<std::string> model_outputs_;
   std::unordered_map<int, std::vector<std::string>> reads_;
@@ -111,6 +93,19 @@ class MainGraphIndex {
   std::unordered_map<std::string, std::vector<int>> consumers_;
   std::set<int> weight_nodes_;
 };
+
+// Why the file says an export pass (or hiertag carry) removed the boundary of
+// `target`: the first rewrite (TaggedFile::rewrites' order) listing a call
+// within the target and one outside it (a call listed partly within counts
+// as both), or a "rewired" record listing the target itself. One clause:
+//   "PASS fused its computation with 'T1', 'T2' into node 'n' (Op)"
+//   "PASS removed its boundary with 'T' (nodes of both removed together)"
+//   "PASS folded its computation with 'T' into initializers"
+//   "PASS rewired it: node 'n' (Op) now reads a value it never received"
+//   "PASS: REASON" (a rewired record that names its cause: hiertag carry's)
+// std::nullopt when no rewrite cuts it. `hiertag extract` refuses such a call;
+// the verifier does not check it.
+std::optional<std::string> CutBy(const TaggedFile& file, const CallsInFile& calls, const ModuleCall& target);
 
 // Every call of every module of the table: ((tag, call ordinal), boundary),
 // in table order, calls in order; a module with one call is asked as a whole
