@@ -32,7 +32,7 @@ struct Use {
 // A number, or a tensor of rank 0: every layout op is the identity on it.
 bool IsScalarLike(const Value* value) {
   const auto* tensor = value->type()->castRaw<c10::TensorType>();
-  return !tensor || tensor->dim() == 0;
+  return !tensor || tensor->symbolic_sizes().rank() == 0;  // dim() would copy the sizes
 }
 
 // A hash of the node's attribute values. Names are hashed as interned symbols:
@@ -61,12 +61,18 @@ size_t HashAttributes(Node* node) {
   return hash;
 }
 
-// The graph before the pass, in flat arrays (a few allocations in all, none
-// per node): node i's inputs are inputs[input_begin[i] .. input_begin[i + 1]),
-// the uses of its outputs uses[use_begin[i] .. use_begin[i + 1]). Taken before
-// every observed pass, so it holds only what telling the graph after from it
-// needs; everything else is derived after the pass, and only when it changed
-// the graph.
+// The graph before the pass, in flat arrays (none per node): node i's inputs
+// are inputs[input_begin[i] .. input_begin[i + 1]), the uses of its outputs
+// uses[use_begin[i] .. use_begin[i + 1]). Taken before every observed pass, so
+// it holds only what telling the graph after from it needs; everything else is
+// derived after the pass, and only when it changed the graph. The arrays are
+// refilled in place: once they have grown to the graph, taking it allocates
+// nothing.
+//
+// The attributes of a node that reads nothing and holds no block are not
+// hashed: such a node is a constant, and the classification folds a group
+// into it whether or not the pass changed its attributes (Absorbing, then
+// IsConstant), so nothing compares them.
 struct GraphBefore {
   std::vector<Node*> nodes;  // every node and block return, pre-order
   std::vector<c10::Symbol> kinds;
@@ -80,7 +86,17 @@ struct GraphBefore {
   std::vector<Use> uses;
   std::vector<Value*> graph_inputs;
 
-  explicit GraphBefore(torch::jit::Graph& graph) {
+  void Take(torch::jit::Graph& graph) {
+    nodes.clear();
+    kinds.clear();
+    scopes.clear();
+    attributes.clear();
+    first_output.clear();
+    scalar_outputs.clear();
+    input_begin.clear();
+    inputs.clear();
+    use_begin.clear();
+    uses.clear();
     CollectNodesAndReturns(graph.block(), &nodes);
     size_t count = nodes.size();
     kinds.reserve(count);
@@ -95,7 +111,8 @@ struct GraphBefore {
     for (Node* node : nodes) {
       kinds.push_back(node->kind());
       scopes.push_back(node->scope());
-      attributes.push_back(HashAttributes(node));
+      bool constant = node->inputs().empty() && node->blocks().empty();
+      attributes.push_back(constant ? 0 : HashAttributes(node));
       first_output.push_back(node->outputs().empty() ? kNoOutput : node->output(0)->unique());
       input_begin.push_back(static_cast<uint32_t>(inputs.size()));
       inputs.insert(inputs.end(), node->inputs().begin(), node->inputs().end());
@@ -112,6 +129,11 @@ struct GraphBefore {
     graph_inputs.assign(graph.inputs().begin(), graph.inputs().end());
   }
 
+  // Lets go of the scopes: the recorder keeps the arrays between passes, and a
+  // scope held here would look shared to BorrowedScopes::ShareWith (which
+  // grows a loan in place only when its node alone holds it).
+  void ReleaseScopes() { scopes.clear(); }
+
   c10::ArrayRef<Value*> InputsOf(Index i) const {
     return c10::ArrayRef<Value*>(inputs.data() + input_begin[i], input_begin[i + 1] - input_begin[i]);
   }
@@ -120,22 +142,86 @@ struct GraphBefore {
   }
 };
 
+}  // namespace
+
+// What observing a pass needs per node of the graph, kept from one pass to the
+// next so that only the first passes allocate it (a fresh large allocation
+// right after a pass freed many small nodes also makes glibc's malloc
+// consolidate them, which costs as much again).
+struct RewriteRecorder::Arrays {
+  GraphBefore before;
+  std::vector<Node*> after;                   // every node and block return after the pass
+  ska::flat_hash_map<Node*, Index> index;     // a node before the pass -> its index
+  std::vector<uint8_t> alive;                 // per node before: still in the graph
+  std::vector<uint8_t> inputs_changed;        // per node before: alive, reading other values
+  std::vector<uint8_t> grouped;               // per node before: in a group classified
+  std::vector<uint8_t> members;               // per node before: in the group being classified; all 0 between groups
+  std::vector<uint32_t> seen;                 // per node before: the last walk that reached it
+  ska::flat_hash_map<const Value*, Index> producers;
+  std::vector<std::pair<const Value*, Index>> readers;  // (input, reader) before the pass, sorted
+};
+
+namespace {
+
+// Adds scopes to a list once each: the list is searched while it is short,
+// and indexed once it grows (a constant that a group of every layer's
+// scopes folds into lists hundreds).
+class ScopeSet {
+ public:
+  // Appends `scope` to `list` (the list this set stands for) unless listed.
+  bool Add(std::vector<ScopePtr>& list, const ScopePtr& scope) {
+    if (list.size() < kSearched) {
+      if (std::find(list.begin(), list.end(), scope) != list.end()) return false;
+    } else {
+      if (index_.size() < list.size()) {
+        for (const ScopePtr& listed : list) index_.insert(listed.get());
+      }
+      if (!index_.insert(scope.get()).second) return false;
+    }
+    list.push_back(scope);
+    return true;
+  }
+
+ private:
+  static constexpr size_t kSearched = 16;
+  ska::flat_hash_set<const torch::jit::Scope*> index_;
+};
+
 class Observer {
  public:
-  Observer(torch::jit::Graph& graph, std::string pass, BorrowedScopes& borrowed, RewriteLog& log)
-      : graph_(graph), pass_(std::move(pass)), borrowed_(borrowed), log_(log), before_(graph) {}
+  Observer(torch::jit::Graph& graph, std::string pass, BorrowedScopes& borrowed, RewriteLog& log,
+           RewriteRecorder::Arrays& arrays)
+      : graph_(graph),
+        pass_(std::move(pass)),
+        borrowed_(borrowed),
+        log_(log),
+        before_(arrays.before),
+        index_(arrays.index),
+        alive_(arrays.alive),
+        inputs_changed_(arrays.inputs_changed),
+        grouped_(arrays.grouped),
+        members_(arrays.members),
+        seen_(arrays.seen),
+        producers_(arrays.producers),
+        readers_(arrays.readers),
+        nodes_(arrays.after) {
+    before_.Take(graph);
+  }
 
   void After() {
-    std::vector<Node*> nodes;
-    nodes.reserve(before_.nodes.size());
+    std::vector<Node*>& nodes = nodes_;
+    nodes.clear();
     CollectNodesAndReturns(graph_.block(), &nodes);
     if (Unchanged(nodes)) {
       GRAPH_DEBUG("hiertag: ", pass_, " left the graph as it was");
       return;
     }
     size_t count = before_.nodes.size();
+    index_.clear();
     index_.reserve(count);
     for (Index i = 0; i < count; ++i) index_.emplace(before_.nodes[i], i);
+    producers_.clear();
+    readers_.clear();
     alive_.assign(count, 0);
     inputs_changed_.assign(count, 0);
     grouped_.assign(count, 0);
@@ -166,6 +252,7 @@ class Observer {
     }
     std::sort(inputs_changed.begin(), inputs_changed.end());
     for (Index i : inputs_changed) ClassifyReadsPastKeptNodes(i);
+    LendGrownLoans();
   }
 
  private:
@@ -506,7 +593,8 @@ class Observer {
   // The nodes that read `value` before the pass, in graph order, once per
   // input slot (an index of every input, sorted by value, built when first asked).
   std::vector<Index> ReadersOf(const Value* value) {
-    if (readers_.empty()) {
+    if (!readers_built_) {
+      readers_built_ = true;
       readers_.reserve(before_.inputs.size());
       for (Index i = 0; i < before_.nodes.size(); ++i) {
         for (const Value* input : before_.InputsOf(i)) readers_.emplace_back(input, i);
@@ -537,11 +625,9 @@ class Observer {
 
   std::vector<ScopePtr> ScopesOf(const std::vector<Index>& nodes) const {
     std::vector<ScopePtr> scopes;
+    ScopeSet listed;
     for (Index i : nodes) {
-      const ScopePtr& scope = before_.scopes[i];
-      if (!IsBlankScope(scope) && std::find(scopes.begin(), scopes.end(), scope) == scopes.end()) {
-        scopes.push_back(scope);
-      }
+      if (!IsBlankScope(before_.scopes[i])) listed.Add(scopes, before_.scopes[i]);
     }
     return scopes;
   }
@@ -618,49 +704,78 @@ class Observer {
     });
   }
 
+  // A node's loan as this pass grows it: copied from the node's loan once, and
+  // each scope listed once (a constant that every layer's shape computation
+  // folds into would otherwise copy a loan of 1, 2, ... N scopes N times). The
+  // loans are lent when the whole pass is classified (LendGrownLoans). Nothing
+  // reads them before: the nodes grown are those Absorbing() or IsConstant()
+  // holds for, and the one other loan classification writes, ShareWith on a
+  // merger, is for a node neither holds for.
+  struct GrowingLoan {
+    Node* node;
+    BorrowedScopes::Loan loan;
+    ScopeSet folded;  // loan.folded_from
+    ScopeSet spans;   // loan.spans
+    bool grown = false;
+  };
+
+  GrowingLoan& GrowingLoanOf(Node* node) {
+    auto [found, fresh] = growing_index_.emplace(node, growing_.size());
+    if (!fresh) return growing_[found->second];
+    BorrowedScopes::Loan loan{node->scope(), node->scope(), {}, {}, {}, {}};
+    if (const BorrowedScopes::Loan* existing = borrowed_.Find(node->scope())) loan = *existing;
+    return growing_.emplace_back(GrowingLoan{node, std::move(loan), {}, {}, false});
+  }
+
   void FoldInto(Node* constant, const std::vector<ScopePtr>& scopes) {
-    BorrowedScopes::Loan loan{constant->scope(), constant->scope(), {}, {}, {}, {}};
-    if (const BorrowedScopes::Loan* existing = borrowed_.Find(constant->scope())) loan = *existing;
+    GrowingLoan& growing = GrowingLoanOf(constant);
+    BorrowedScopes::Loan& loan = growing.loan;
     if (IsBlankScope(loan.recorded)) loan.recorded = scopes.front();
-    size_t before = loan.folded_from.size();
     for (const ScopePtr& scope : scopes) {
-      if (std::find(loan.folded_from.begin(), loan.folded_from.end(), scope) == loan.folded_from.end()) {
-        loan.folded_from.push_back(scope);
-      }
+      if (growing.folded.Add(loan.folded_from, scope)) growing.grown = true;
     }
-    if (loan.folded_from.size() == before) return;
-    constant->setScope(borrowed_.Lend(std::move(loan)));
   }
 
   void Absorb(Node* absorber, const std::vector<ScopePtr>& scopes) {
     if (scopes.empty()) return;
-    BorrowedScopes::Loan loan{absorber->scope(), absorber->scope(), {}, {}, pass_, {}};
-    if (const BorrowedScopes::Loan* existing = borrowed_.Find(absorber->scope())) loan = *existing;
+    GrowingLoan& growing = GrowingLoanOf(absorber);
+    BorrowedScopes::Loan& loan = growing.loan;
     if (IsBlankScope(loan.recorded)) loan.recorded = scopes.front();
     for (const ScopePtr& scope : scopes) {
-      if (scope != loan.recorded && std::find(loan.spans.begin(), loan.spans.end(), scope) == loan.spans.end()) {
-        loan.spans.push_back(scope);
-      }
+      if (scope != loan.recorded && growing.spans.Add(loan.spans, scope)) growing.grown = true;
     }
     if (loan.spans.empty()) return;
     if (absorbed_.insert(absorber).second) ++log_.fused;
     if (loan.rewrite.empty()) loan.rewrite = pass_;
-    GRAPH_UPDATE("hiertag: ", pass_, " fused ", loan.spans.size(), " other scopes into ", *absorber);
-    absorber->setScope(borrowed_.Lend(std::move(loan)));
+  }
+
+  void LendGrownLoans() {
+    for (GrowingLoan& growing : growing_) {
+      if (!growing.grown) continue;
+      GRAPH_UPDATE("hiertag: ", pass_, " lent ", *growing.node, " spans of ", growing.loan.spans.size(),
+                   " scopes, folded from ", growing.loan.folded_from.size());
+      growing.node->setScope(borrowed_.Lend(std::move(growing.loan)));
+    }
   }
 
   torch::jit::Graph& graph_;
   std::string pass_;
   BorrowedScopes& borrowed_;
   RewriteLog& log_;
-  const GraphBefore before_;
-  // Filled only when the pass changed the graph:
-  ska::flat_hash_map<Node*, Index> index_;  // a node before the pass -> its index
-  std::vector<uint8_t> alive_;              // per node before: still in the graph
-  std::vector<uint8_t> inputs_changed_;     // per node before: alive, reading other values
-  std::vector<uint8_t> grouped_;            // per node before: in a group classified
-  std::vector<uint8_t> members_;            // per node before: in the group being classified
-  std::vector<uint32_t> seen_;              // per node before: the last walk that reached it
+  // The recorder's arrays (RewriteRecorder::Arrays says what each holds); all
+  // but before_ and nodes_ are filled only when the pass changed the graph.
+  GraphBefore& before_;
+  ska::flat_hash_map<Node*, Index>& index_;
+  std::vector<uint8_t>& alive_;
+  std::vector<uint8_t>& inputs_changed_;
+  std::vector<uint8_t>& grouped_;
+  std::vector<uint8_t>& members_;
+  std::vector<uint32_t>& seen_;
+  ska::flat_hash_map<const Value*, Index>& producers_;
+  std::vector<std::pair<const Value*, Index>>& readers_;
+  std::vector<Node*>& nodes_;
+  bool producers_built_ = false;
+  bool readers_built_ = false;
   uint32_t stamp_ = 0;
   ska::flat_hash_map<Node*, uint32_t> created_;  // a made node -> its index in created_order_
   std::vector<Node*> created_order_;            // made nodes, in graph order
@@ -669,18 +784,29 @@ class Observer {
   std::unordered_set<Value*> inputs_before_;
   std::unordered_set<Value*> new_inputs_;
   std::unordered_set<Node*> absorbed_;
-  bool producers_built_ = false;
-  ska::flat_hash_map<const Value*, Index> producers_;
-  std::vector<std::pair<const Value*, Index>> readers_;  // (input, reader) before the pass, sorted
+  std::vector<GrowingLoan> growing_;                // in the order the pass first grew them
+  ska::flat_hash_map<Node*, size_t> growing_index_;  // -> growing_
 };
 
 }  // namespace
 
+RewriteRecorder::RewriteRecorder(BorrowedScopes& borrowed, RewriteLog& log)
+    : borrowed_(borrowed), log_(log), arrays_(std::make_unique<Arrays>()) {}
+
+RewriteRecorder::~RewriteRecorder() = default;
+
+void RewriteRecorder::Observe(torch::jit::Graph& graph, const std::string& pass, const std::function<void()>& run_pass) {
+  {
+    Observer observer(graph, pass, borrowed_, log_, *arrays_);
+    run_pass();
+    observer.After();
+  }
+  arrays_->before.ReleaseScopes();
+}
+
 void RecordRewrites(torch::jit::Graph& graph, const std::string& pass, BorrowedScopes& borrowed,
                     RewriteLog& log, const std::function<void()>& run_pass) {
-  Observer observer(graph, pass, borrowed, log);
-  run_pass();
-  observer.After();
+  RewriteRecorder(borrowed, log).Observe(graph, pass, run_pass);
 }
 
 }  // namespace hiertag

@@ -99,7 +99,7 @@ void ExportSession::ObservePass(torch::jit::Graph& graph, const char* pass, cons
   MaybeFailAt("graph-pass");
   std::chrono::steady_clock::duration torch_time{};
   auto start = std::chrono::steady_clock::now();
-  RecordRewrites(graph, pass, borrowed_, rewrites_, [&] { RunTorch(run, &torch_time); });
+  recorder_.Observe(graph, pass, [&] { RunTorch(run, &torch_time); });
   own_time_[static_cast<int>(Work::kPasses)] += std::chrono::steady_clock::now() - start - torch_time;
   ++observed_passes_;
 }

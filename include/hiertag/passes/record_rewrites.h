@@ -69,6 +69,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -97,7 +98,29 @@ struct RewriteLog {
   int merged = 0;  // nodes shared with merged groups
 };
 
-// Runs `run_pass` on `graph` (which it changes in place) and records into `log`.
+// Observes the export's passes one after another, recording into `log`. It
+// keeps its per-node arrays from one pass to the next: once they have grown
+// to the graph, observing a pass allocates nothing in proportion to it.
+class RewriteRecorder {
+ public:
+  RewriteRecorder(BorrowedScopes& borrowed, RewriteLog& log);
+  ~RewriteRecorder();
+  RewriteRecorder(const RewriteRecorder&) = delete;
+  RewriteRecorder& operator=(const RewriteRecorder&) = delete;
+
+  // Runs `run_pass` on `graph` (which it changes in place) and records what it rewrote.
+  void Observe(torch::jit::Graph& graph, const std::string& pass, const std::function<void()>& run_pass);
+
+  struct Arrays;  // defined where it is used (record_rewrites.cpp)
+
+ private:
+  BorrowedScopes& borrowed_;
+  RewriteLog& log_;
+  std::unique_ptr<Arrays> arrays_;
+};
+
+// Observes one pass: runs `run_pass` on `graph` (which it changes in place)
+// and records into `log`.
 void RecordRewrites(torch::jit::Graph& graph, const std::string& pass, BorrowedScopes& borrowed,
                     RewriteLog& log, const std::function<void()>& run_pass);
 

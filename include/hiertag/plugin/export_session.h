@@ -130,6 +130,7 @@ class ExportSession {
   BorrowedScopes borrowed_;
   ModuleCalls calls_;
   RewriteLog rewrites_;
+  RewriteRecorder recorder_{borrowed_, rewrites_};  // observes every graph pass into rewrites_
   std::vector<SerializedNodeTag> node_tags_;
   std::vector<ModelMetadataEntry> model_entries_;
   TaggedModelPlan plan_;
