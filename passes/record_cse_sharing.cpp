@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <unordered_set>
 #include <vector>
 
 #include "hiertag/passes/graph_walk.h"
@@ -64,7 +63,7 @@ ska::flat_hash_map<Node*, size_t> RemovedNodes(const GraphBefore& before, const 
   }
   if (j == after.size()) return removed;
   removed.clear();
-  std::unordered_set<Node*> alive(after.begin(), after.end());
+  ska::flat_hash_set<Node*> alive(after.begin(), after.end());
   for (size_t i = 0; i < before.nodes.size(); ++i) {
     if (!alive.count(before.nodes[i])) removed.emplace(before.nodes[i], i);
   }

@@ -60,6 +60,7 @@ void ExportSession::BeforeFunctionSubstitution(torch::jit::Graph& graph) {
   OwnWork own(*this, Work::kInlining);
   std::vector<torch::jit::Node*> nodes;
   CollectNodesAndReturns(graph.block(), &nodes);
+  before_inlining_.reserve(nodes.size());
   for (torch::jit::Node* node : nodes) {
     before_inlining_.insert(node);
     const BorrowedScopes::Loan* loan = borrowed_.Find(node->scope());
@@ -80,7 +81,7 @@ void ExportSession::AfterFunctionSubstitution(torch::jit::Graph& graph) {
   MarkInlinedCalls(graph, borrowed_);
   std::vector<torch::jit::Node*> nodes;
   CollectNodesAndReturns(graph.block(), &nodes);
-  std::unordered_set<torch::jit::Node*> alive(nodes.begin(), nodes.end());
+  ska::flat_hash_set<torch::jit::Node*> alive(nodes.begin(), nodes.end());
   for (const InlinedAlias& alias : inlined_aliases_) {
     for (const auto& [user, offset] : alias.uses) {
       if (!alive.count(user) || !before_inlining_.count(user)) continue;  // inlined itself

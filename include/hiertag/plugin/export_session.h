@@ -25,6 +25,8 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <c10/util/flat_hash_map.h>
+
 #include <array>
 #include <chrono>
 #include <functional>
@@ -125,7 +127,7 @@ class ExportSession {
     std::vector<torch::jit::ScopePtr> shared_with;
   };
   std::vector<InlinedAlias> inlined_aliases_;
-  std::unordered_set<torch::jit::Node*> before_inlining_;
+  ska::flat_hash_set<torch::jit::Node*> before_inlining_;
   int user_input_count_ = -1;  // leading graph inputs that are not initializers
   BorrowedScopes borrowed_;
   ModuleCalls calls_;
