@@ -372,6 +372,12 @@ class Observer {
     std::vector<Node*> mergers;
     std::vector<std::pair<Use, Value*>> rewired;  // a use and what it reads now
     bool bypassed = false;
+    ska::flat_hash_map<Index, std::vector<ScopePtr>> computed_by;  // ComputedBy, once per node
+    auto folded_scopes = [&](Index i) -> const std::vector<ScopePtr>& {
+      auto found = computed_by.find(i);
+      if (found == computed_by.end()) found = computed_by.emplace(i, ComputedBy(i)).first;
+      return found->second;
+    };
     for (Index i : group) {
       for (const Use& use : before_.UsesOf(i)) {
         Index user = IndexOf(use.user);
@@ -384,10 +390,13 @@ class Observer {
         Value* now = use.user->input(use.index);
         Node* producer = now->node();
         if (new_inputs_.count(now)) {
-          log_.records.push_back({RewriteRecord::Kind::kFolded, pass_, scopes, now->unique(), nullptr, nullptr, {}, -1});
+          if (!folded_scopes(i).empty()) {
+            log_.records.push_back(
+                {RewriteRecord::Kind::kFolded, pass_, folded_scopes(i), now->unique(), nullptr, nullptr, {}, -1});
+          }
         } else if (Absorbing(producer)) {
           if (producer->inputs().empty()) {
-            FoldInto(producer, scopes);
+            FoldInto(producer, folded_scopes(i));
           } else {
             absorbers.push_back(producer);
           }
@@ -396,7 +405,7 @@ class Observer {
           // inference makes constants for static shapes before constant folding
           // reuses them): folded into it, as into a new one. A constant is
           // nobody's data, so no boundary is cut.
-          FoldInto(producer, scopes);
+          FoldInto(producer, folded_scopes(i));
         } else if (upstream.count(now) || ComputedFrom(group, now)) {
           GRAPH_DEBUG("hiertag: ", pass_, ": ", *use.user, " reads %", now->debugName(), " from before the group");
           bypassed = true;
@@ -464,6 +473,29 @@ class Observer {
     }
     std::sort(indices.begin(), indices.end());
     return indices;
+  }
+
+  // The scopes of the group's nodes that node i (a member) was computed from,
+  // its own among them: what a constant or initializer read in place of i's
+  // output holds. Not the whole group's: a group joins every computation that
+  // shares a removed node (each layer's shape arithmetic from one sequence
+  // length), and each constant the pass makes holds one of them.
+  std::vector<ScopePtr> ComputedBy(Index i) {
+    std::vector<Index> nodes;
+    uint32_t walk = NewWalk();
+    std::vector<Index> work = {i};
+    while (!work.empty()) {
+      Index k = work.back();
+      work.pop_back();
+      if (!Visit(k, walk)) continue;
+      nodes.push_back(k);
+      for (Value* input : before_.InputsOf(k)) {
+        Index producer = ProducerOf(input);
+        if (producer != kNotBefore && members_[producer]) work.push_back(producer);
+      }
+    }
+    std::sort(nodes.begin(), nodes.end());
+    return ScopesOf(nodes);
   }
 
   // Whether the group's nodes were computed from `value` (through nodes that
@@ -728,6 +760,7 @@ class Observer {
   }
 
   void FoldInto(Node* constant, const std::vector<ScopePtr>& scopes) {
+    if (scopes.empty()) return;
     GrowingLoan& growing = GrowingLoanOf(constant);
     BorrowedScopes::Loan& loan = growing.loan;
     if (IsBlankScope(loan.recorded)) loan.recorded = scopes.front();

@@ -569,6 +569,55 @@ TEST_F(RecordRewritesTest, GroupOfTwoModulesFoldedIntoScopedConstantListsBoth) {
   EXPECT_TRUE(log_.records.empty());
 }
 
+// Two computations sharing a removed node (each layer's shape arithmetic from one
+// sequence length): one group, folded into two constants.
+constexpr const char* kTwoFoldsFromOneRoot = R"IR(
+graph(%x : Tensor, %w : Tensor):
+  %r : Tensor = onnx::Neg(%w)
+  %a : Tensor = onnx::Abs(%r)
+  %b : Tensor = onnx::Exp(%r)
+  %ya : Tensor = onnx::MatMul(%x, %a)
+  %yb : Tensor = onnx::MatMul(%x, %b)
+  %y : Tensor = onnx::Add(%ya, %yb)
+  return (%y)
+)IR";
+
+TEST_F(RecordRewritesTest, EachConstantListsTheModulesItsValueWasComputedBy) {
+  // Check that of one group folded into two constants, each lists the shared node's module and its own
+  // computation's, not the other's.
+  Parse(kTwoFoldsFromOneRoot);
+  SetScope("r", to_last_);
+  SetScope("a", to_first_);
+  SetScope("b", norm_);
+  SetScope("ya", head_);
+  SetScope("yb", head_);
+  Node* ya = NodeOf("ya");
+  Node* yb = NodeOf("yb");
+  Node* a = NodeOf("a");
+  Node* b = NodeOf("b");
+  Node* r = NodeOf("r");
+  Value* from_a = nullptr;
+  Value* from_b = nullptr;
+
+  RunPass([&] {
+    from_a = NewConstant(*graph_, ya);
+    from_b = NewConstant(*graph_, yb);
+    ya->replaceInput(1, from_a);
+    yb->replaceInput(1, from_b);
+    a->destroy();
+    b->destroy();
+    r->destroy();
+  });
+
+  const BorrowedScopes::Loan* loan_a = borrowed_.Find(from_a->node()->scope());
+  const BorrowedScopes::Loan* loan_b = borrowed_.Find(from_b->node()->scope());
+  ASSERT_NE(loan_a, nullptr);
+  ASSERT_NE(loan_b, nullptr);
+  EXPECT_EQ(Sorted(loan_a->folded_from), Sorted({to_last_, to_first_}));
+  EXPECT_EQ(Sorted(loan_b->folded_from), Sorted({to_last_, norm_}));
+  EXPECT_TRUE(log_.records.empty());
+}
+
 TEST_F(RecordRewritesTest, UnscopedGroupFoldedIntoNewConstantLendsNothing) {
   // Check that folding nodes no module call recorded lends the new Constant nothing.
   Parse(kFoldableWeight);

@@ -24,8 +24,13 @@
 //             recorded, so no module claims a boundary through them;
 //   folded    the users read a new initializer: recorded with the initializer
 //             (by its value's unique id: torch names it later); or a new
-//             constant: the constant is lent a scope listing the group's scopes
-//             as folded_from. So a module folded whole is still listed;
+//             constant: the constant is lent a scope listing as folded_from
+//             the scopes of the group's nodes that the value it replaces was
+//             computed from (not the whole group's: a group joins every
+//             computation sharing a removed node, as each layer's shape
+//             arithmetic shares the sequence length, and a constant holds one
+//             of them). So a module folded whole is still listed, with what
+//             its own computation became;
 //   merged    the users read an older node elsewhere that computed the same
 //             value: that node is shared with the group's scopes (as CSE).
 // A user that now reads a value from further up (the group's input, or a value
