@@ -74,10 +74,14 @@ def build(layers):
 def worker(method, layers, path):
     import export_once
     import hiertag
-    # build/ is shared and rebuilt by others: record which plugin this export loaded
+    # build/ is shared and rebuilt by others: record which plugin this export loaded.
+    # libhiertag.so is a loader that seldom changes; the passes are in the
+    # libhiertag_python.so beside it, which it loads.
     plugin = Path(hiertag.library_path())
-    plugin_file = {"sha256": sha256(plugin), "mtime": time.strftime("%Y-%m-%d %H:%M:%S UTC",
-                                                                     time.gmtime(plugin.stat().st_mtime))}
+    if plugin.with_name("libhiertag_python.so").exists():
+        plugin = plugin.with_name("libhiertag_python.so")
+    plugin_file = {"file": plugin.name, "sha256": sha256(plugin),
+                   "mtime": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(plugin.stat().st_mtime))}
     result = export_once.measure_built(method, f"{NAME}-{layers}", lambda: build(layers), path)
     result["layers"] = layers
     if method == "hiertag":
@@ -311,12 +315,15 @@ def render(results, out):
     for d in depths:
         for r in d["runs"].get("hiertag", []):
             if r.get("plugin"):
-                plugins.setdefault((r["plugin"]["sha256"], r["plugin"]["mtime"]), []).append(d["layers"])
+                plugin = r["plugin"]
+                key = (plugin.get("file", "libhiertag.so"), plugin["sha256"], plugin["mtime"])
+                plugins.setdefault(key, []).append(d["layers"])
     if plugins:
         lines += ["", "Plugin loaded by the tagged exports (build/ is shared and was rebuilt by others during the "
-                      "runs): " + "; ".join(f"`build/libhiertag.so` sha256 {sha[:12]}, built {mtime} "
+                      "runs): " + "; ".join(f"`build/{name}` sha256 {sha[:12]}, built {mtime} "
                                             f"(layers {', '.join(map(str, sorted(set(layers))))})"
-                                            for (sha, mtime), layers in sorted(plugins.items(), key=lambda i: i[0][1]))
+                                            for (name, sha, mtime), layers in sorted(plugins.items(),
+                                                                                     key=lambda i: i[0][2]))
                   + "."]
     failures = results.get("failures") or []
     lines += ["", "Checks: node counts equal between plain and tagged files, every node of the tagged file "
