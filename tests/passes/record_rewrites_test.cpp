@@ -618,6 +618,49 @@ TEST_F(RecordRewritesTest, EachConstantListsTheModulesItsValueWasComputedBy) {
   EXPECT_TRUE(log_.records.empty());
 }
 
+TEST_F(RecordRewritesTest, OneRecorderOverManyPassesClassifiesEachAsAFreshObservationWould) {
+  // Check that a recorder keeping its arrays from pass to pass (as the export does) classifies a pass
+  // after one over a larger graph, and after a pass that changed the graph, as RecordRewrites alone would.
+  Parse(kTwoFoldsFromOneRoot);
+  SetScope("r", to_last_);
+  SetScope("a", to_first_);
+  SetScope("b", norm_);
+  SetScope("ya", head_);
+  SetScope("yb", head_);
+  Node* ya = NodeOf("ya");
+  Node* yb = NodeOf("yb");
+  Node* a = NodeOf("a");
+  Node* b = NodeOf("b");
+  Node* r = NodeOf("r");
+  Value* from_a = nullptr;
+  Value* from_b = nullptr;
+  RewriteRecorder recorder(borrowed_, log_);
+
+  recorder.Observe(*graph_, kPass, [] {});
+  recorder.Observe(*graph_, kPass, [&] {  // b alone: r stays for a
+    from_b = NewConstant(*graph_, yb);
+    yb->replaceInput(1, from_b);
+    b->destroy();
+  });
+  recorder.Observe(*graph_, kPass, [&] {
+    from_a = NewConstant(*graph_, ya);
+    ya->replaceInput(1, from_a);
+    a->destroy();
+    r->destroy();
+  });
+  recorder.Observe(*graph_, kPass, [] {});
+  graph_->lint();
+
+  const BorrowedScopes::Loan* loan_a = borrowed_.Find(from_a->node()->scope());
+  const BorrowedScopes::Loan* loan_b = borrowed_.Find(from_b->node()->scope());
+  ASSERT_NE(loan_a, nullptr);
+  ASSERT_NE(loan_b, nullptr);
+  EXPECT_EQ(Sorted(loan_a->folded_from), Sorted({to_last_, to_first_}));
+  EXPECT_EQ(loan_b->folded_from, (std::vector<ScopePtr>{norm_}));
+  EXPECT_TRUE(log_.records.empty());
+  EXPECT_EQ(Restore(), 2);
+}
+
 TEST_F(RecordRewritesTest, UnscopedGroupFoldedIntoNewConstantLendsNothing) {
   // Check that folding nodes no module call recorded lends the new Constant nothing.
   Parse(kFoldableWeight);
