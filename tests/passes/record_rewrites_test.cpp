@@ -582,17 +582,38 @@ graph(%x : Tensor, %w : Tensor):
   return (%y)
 )IR";
 
-TEST_F(RecordRewritesTest, EachConstantListsTheModulesItsValueWasComputedBy) {
+// kTwoFoldsFromOneRoot with r in to_last, a in to_first, b in norm, ya and yb in head.
+class TwoFoldsFromOneRootTest : public RecordRewritesTest {
+ protected:
+  void SetUp() override {
+    RecordRewritesTest::SetUp();
+    Parse(kTwoFoldsFromOneRoot);
+    SetScope("r", to_last_);
+    SetScope("a", to_first_);
+    SetScope("b", norm_);
+    SetScope("ya", head_);
+    SetScope("yb", head_);
+  }
+
+  // Surgery: `user` reads a new Constant in place of its second input; returns the Constant.
+  Value* ReadNewConstant(const std::string& user) {
+    Node* reader = NodeOf(user);
+    Value* constant = NewConstant(*graph_, reader);
+    reader->replaceInput(1, constant);
+    return constant;
+  }
+
+  // The folded_from of the loan lent to `constant`'s node (a failure when none).
+  std::vector<ScopePtr> FoldedFrom(Value* constant) {
+    const BorrowedScopes::Loan* loan = borrowed_.Find(constant->node()->scope());
+    EXPECT_NE(loan, nullptr);
+    return loan ? Sorted(loan->folded_from) : std::vector<ScopePtr>{};
+  }
+};
+
+TEST_F(TwoFoldsFromOneRootTest, EachConstantListsTheModulesItsValueWasComputedBy) {
   // Check that of one group folded into two constants, each lists the shared node's module and its own
   // computation's, not the other's.
-  Parse(kTwoFoldsFromOneRoot);
-  SetScope("r", to_last_);
-  SetScope("a", to_first_);
-  SetScope("b", norm_);
-  SetScope("ya", head_);
-  SetScope("yb", head_);
-  Node* ya = NodeOf("ya");
-  Node* yb = NodeOf("yb");
   Node* a = NodeOf("a");
   Node* b = NodeOf("b");
   Node* r = NodeOf("r");
@@ -600,35 +621,21 @@ TEST_F(RecordRewritesTest, EachConstantListsTheModulesItsValueWasComputedBy) {
   Value* from_b = nullptr;
 
   RunPass([&] {
-    from_a = NewConstant(*graph_, ya);
-    from_b = NewConstant(*graph_, yb);
-    ya->replaceInput(1, from_a);
-    yb->replaceInput(1, from_b);
+    from_a = ReadNewConstant("ya");
+    from_b = ReadNewConstant("yb");
     a->destroy();
     b->destroy();
     r->destroy();
   });
 
-  const BorrowedScopes::Loan* loan_a = borrowed_.Find(from_a->node()->scope());
-  const BorrowedScopes::Loan* loan_b = borrowed_.Find(from_b->node()->scope());
-  ASSERT_NE(loan_a, nullptr);
-  ASSERT_NE(loan_b, nullptr);
-  EXPECT_EQ(Sorted(loan_a->folded_from), Sorted({to_last_, to_first_}));
-  EXPECT_EQ(Sorted(loan_b->folded_from), Sorted({to_last_, norm_}));
+  EXPECT_EQ(FoldedFrom(from_a), Sorted({to_last_, to_first_}));
+  EXPECT_EQ(FoldedFrom(from_b), Sorted({to_last_, norm_}));
   EXPECT_TRUE(log_.records.empty());
 }
 
-TEST_F(RecordRewritesTest, OneRecorderOverManyPassesClassifiesEachAsAFreshObservationWould) {
+TEST_F(TwoFoldsFromOneRootTest, OneRecorderOverManyPassesClassifiesEachAsAFreshObservationWould) {
   // Check that a recorder keeping its arrays from pass to pass (as the export does) classifies a pass
   // after one over a larger graph, and after a pass that changed the graph, as RecordRewrites alone would.
-  Parse(kTwoFoldsFromOneRoot);
-  SetScope("r", to_last_);
-  SetScope("a", to_first_);
-  SetScope("b", norm_);
-  SetScope("ya", head_);
-  SetScope("yb", head_);
-  Node* ya = NodeOf("ya");
-  Node* yb = NodeOf("yb");
   Node* a = NodeOf("a");
   Node* b = NodeOf("b");
   Node* r = NodeOf("r");
@@ -638,25 +645,19 @@ TEST_F(RecordRewritesTest, OneRecorderOverManyPassesClassifiesEachAsAFreshObserv
 
   recorder.Observe(*graph_, kPass, [] {});
   recorder.Observe(*graph_, kPass, [&] {  // b alone: r stays for a
-    from_b = NewConstant(*graph_, yb);
-    yb->replaceInput(1, from_b);
+    from_b = ReadNewConstant("yb");
     b->destroy();
   });
   recorder.Observe(*graph_, kPass, [&] {
-    from_a = NewConstant(*graph_, ya);
-    ya->replaceInput(1, from_a);
+    from_a = ReadNewConstant("ya");
     a->destroy();
     r->destroy();
   });
   recorder.Observe(*graph_, kPass, [] {});
   graph_->lint();
 
-  const BorrowedScopes::Loan* loan_a = borrowed_.Find(from_a->node()->scope());
-  const BorrowedScopes::Loan* loan_b = borrowed_.Find(from_b->node()->scope());
-  ASSERT_NE(loan_a, nullptr);
-  ASSERT_NE(loan_b, nullptr);
-  EXPECT_EQ(Sorted(loan_a->folded_from), Sorted({to_last_, to_first_}));
-  EXPECT_EQ(loan_b->folded_from, (std::vector<ScopePtr>{norm_}));
+  EXPECT_EQ(FoldedFrom(from_a), Sorted({to_last_, to_first_}));
+  EXPECT_EQ(FoldedFrom(from_b), (std::vector<ScopePtr>{norm_}));
   EXPECT_TRUE(log_.records.empty());
   EXPECT_EQ(Restore(), 2);
 }
