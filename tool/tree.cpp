@@ -7,6 +7,10 @@
 #include <set>
 #include <ostream>
 #include <sstream>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "hiertag/core/printable.h"
 #include "hiertag/core/tag_format.h"
@@ -25,59 +29,112 @@ struct ModuleStats {
   int64_t own_params = 0, total_params = 0;
   int64_t own_bytes = 0, total_bytes = 0;
   std::map<std::string, int64_t> ops;  // own nodes by op type
-  std::vector<std::string> children;
+  std::vector<size_t> children;        // modules whose parent tag is this one's
   std::vector<const Rewrite*> rewrites;  // the rewrites listing this module
+  size_t up = kNone;                   // the nearest ancestor the table lists
+  static constexpr size_t kNone = SIZE_MAX;
 };
 
-// "" when they have none (a tag that does not start with "/" has no ancestor in common with another).
-std::string CommonAncestor(std::string a, std::string_view b) {
-  while (!a.empty() && !IsTagAncestorOrSelf(a, b)) a = std::string(ParentTag(a));
-  return a;
-}
+// The table's modules, each once (a tag listed twice keeps its last entry), in
+// tag order, with their counts. Built in time linear in the file: each tag is
+// looked up once per node and walked up once per module, and totals are summed
+// child into parent, deepest first, never by walking a node's ancestors.
+struct Tree {
+  std::vector<ModuleStats> modules;
+  std::unordered_map<std::string_view, size_t> index;  // tag (the entry's) -> modules
 
-// Levels below the root: the tag's ancestors. A tag outside the grammar ("Net",
-// no leading "/") is a root too.
-int TagDepth(std::string_view tag) {
-  int depth = 0;
-  for (std::string_view up = ParentTag(tag); !up.empty(); up = ParentTag(up)) ++depth;
-  return depth;
-}
+  size_t Find(std::string_view tag) const {
+    auto found = index.find(tag);
+    return found == index.end() ? ModuleStats::kNone : found->second;
+  }
+  const std::string& Tag(size_t module) const { return modules[module].entry->tag; }
+};
 
 class TreeBuilder {
  public:
   explicit TreeBuilder(const TaggedFile& file) : file_(file) {}
 
-  std::map<std::string, ModuleStats> Build() {
-    for (const ModuleEntry& entry : file_.modules) {
-      ModuleStats& stats = modules_[entry.tag];
-      stats.entry = &entry;
-      stats.depth = TagDepth(entry.tag);
+  Tree Build() {
+    std::map<std::string_view, const ModuleEntry*> entries;  // tag order, the last entry of a tag
+    for (const ModuleEntry& entry : file_.modules) entries[entry.tag] = &entry;
+    tree_.modules.reserve(entries.size());
+    for (const auto& [tag, entry] : entries) {
+      tree_.index.emplace(tag, tree_.modules.size());
+      tree_.modules.emplace_back().entry = entry;
     }
+    Link();
     for (const OnnxGraph& graph : file_.model.graphs) {
       for (const OnnxInitializer& initializer : graph.initializers) initializers_.insert(initializer.name);
     }
     for (size_t i = 0; i < file_.model.nodes.size(); ++i) CountNode(i);
     CountParameters();
+    SumTotals();
     for (const Rewrite& rewrite : file_.rewrites) {
-      std::set<std::string> listed(rewrite.modules.begin(), rewrite.modules.end());
-      for (const std::string& tag : listed) {
-        auto module = modules_.find(tag);
-        if (module != modules_.end()) module->second.rewrites.push_back(&rewrite);
+      std::set<std::string_view> listed(rewrite.modules.begin(), rewrite.modules.end());
+      for (std::string_view tag : listed) {
+        size_t module = tree_.Find(tag);
+        if (module != ModuleStats::kNone) tree_.modules[module].rewrites.push_back(&rewrite);
       }
     }
-    for (auto& [tag, stats] : modules_) {
-      std::string parent(ParentTag(tag));
-      if (modules_.count(parent)) modules_[parent].children.push_back(tag);
-    }
-    return std::move(modules_);
+    return std::move(tree_);
   }
 
  private:
+  // Each module's depth (its tag's levels below the root: ancestors the table
+  // lacks count too; a tag outside the grammar is a root), its nearest listed
+  // ancestor, and its place among its parent's children. Modules come in tag
+  // order, so a listed ancestor, a prefix, comes before its descendants.
+  void Link() {
+    std::unordered_map<std::string_view, int> depth_of;  // unlisted ancestors' depths, as met
+    auto depth = [&](std::string_view tag) {
+      std::string_view parent = ParentTag(tag);
+      if (parent.empty()) return 0;
+      size_t listed = tree_.Find(parent);
+      if (listed != ModuleStats::kNone) return tree_.modules[listed].depth + 1;
+      auto known = depth_of.find(parent);
+      if (known != depth_of.end()) return known->second + 1;
+      int parent_depth = 0;  // a gap: walk it once, without recursion
+      std::vector<std::string_view> gap{parent};
+      for (std::string_view up = ParentTag(parent); !up.empty(); up = ParentTag(up)) {
+        size_t found = tree_.Find(up);
+        if (found != ModuleStats::kNone) {
+          parent_depth = tree_.modules[found].depth + 1;
+          break;
+        }
+        auto seen = depth_of.find(up);
+        if (seen != depth_of.end()) {
+          parent_depth = seen->second + 1;
+          break;
+        }
+        gap.push_back(up);
+      }
+      for (auto level = gap.rbegin(); level != gap.rend(); ++level) depth_of[*level] = parent_depth++;
+      return parent_depth;
+    };
+    for (size_t i = 0; i < tree_.modules.size(); ++i) {
+      ModuleStats& stats = tree_.modules[i];
+      std::string_view tag = tree_.Tag(i);
+      stats.depth = depth(tag);
+      std::string_view parent = ParentTag(tag);
+      size_t direct = parent.empty() ? ModuleStats::kNone : tree_.Find(parent);
+      if (direct != ModuleStats::kNone) {
+        tree_.modules[direct].children.push_back(i);
+        stats.up = direct;
+        continue;
+      }
+      if (parent.empty()) continue;
+      for (std::string_view up = ParentTag(parent); !up.empty() && stats.up == ModuleStats::kNone; up = ParentTag(up)) {
+        stats.up = tree_.Find(up);
+      }
+    }
+  }
+
   void CountNode(size_t index) {
     const OnnxNode& node = file_.model.nodes[index];
     const std::string* tag = NodeTag(node);
-    if (tag == nullptr || modules_.count(*tag) == 0) return;
-    ModuleStats& stats = modules_[*tag];
+    size_t module = tag == nullptr ? ModuleStats::kNone : tree_.Find(*tag);
+    if (module == ModuleStats::kNone) return;
+    ModuleStats& stats = tree_.modules[module];
     ++stats.own_nodes;
     ++stats.ops[node.op_type];
     // Constants and the Identity nodes of deduplicated initializers sit at the
@@ -85,50 +142,91 @@ class TreeBuilder {
     bool reads_data = std::any_of(node.inputs.begin(), node.inputs.end(), [&](const std::string& input) {
       return !input.empty() && initializers_.count(input) == 0;
     });
-    for (std::string up = *tag; !up.empty(); up = std::string(ParentTag(up))) {
-      auto found = modules_.find(up);
-      if (found == modules_.end()) continue;
-      ++found->second.total_nodes;
-      if (reads_data) found->second.first_node = std::min(found->second.first_node, index);
-    }
+    if (reads_data) stats.first_node = std::min(stats.first_node, index);
   }
 
-  // An initializer belongs to the common ancestor of its consumers' tags.
+  // An initializer belongs to the common ancestor of its consumers' tags (the
+  // nearest the table lists); a consumer whose tag the table lacks counts by
+  // its nearest listed ancestor.
   void CountParameters() {
-    std::map<std::string, std::string> owner;  // initializer name -> tag
+    std::unordered_map<std::string_view, size_t> owner;  // initializer name -> module
     for (const OnnxNode& node : file_.model.nodes) {
       const std::string* tag = NodeTag(node);
       if (tag == nullptr) continue;
+      size_t module = Listed(*tag);
+      if (module == ModuleStats::kNone) continue;
       for (const std::string& input : node.inputs) {
-        auto [it, inserted] = owner.emplace(input, *tag);
-        if (!inserted) it->second = CommonAncestor(it->second, *tag);
+        auto [it, inserted] = owner.emplace(input, module);
+        if (!inserted) it->second = CommonAncestor(it->second, module);
       }
     }
     for (const OnnxGraph& graph : file_.model.graphs) {
       for (const OnnxInitializer& initializer : graph.initializers) {
         auto found = owner.find(initializer.name);
-        if (found == owner.end() || modules_.count(found->second) == 0) continue;
-        modules_[found->second].own_params += initializer.elements;
-        modules_[found->second].own_bytes += initializer.bytes;
-        for (std::string up = found->second; !up.empty(); up = std::string(ParentTag(up))) {
-          auto module = modules_.find(up);
-          if (module == modules_.end()) continue;
-          module->second.total_params += initializer.elements;
-          module->second.total_bytes += initializer.bytes;
-        }
+        if (found == owner.end() || found->second == ModuleStats::kNone) continue;
+        tree_.modules[found->second].own_params += initializer.elements;
+        tree_.modules[found->second].own_bytes += initializer.bytes;
       }
     }
   }
 
+  // The module of `tag`, else of its nearest listed ancestor.
+  size_t Listed(std::string_view tag) const {
+    for (; !tag.empty(); tag = ParentTag(tag)) {
+      size_t module = tree_.Find(tag);
+      if (module != ModuleStats::kNone) return module;
+    }
+    return ModuleStats::kNone;
+  }
+
+  // Walks the deeper of the two up the listed ancestors until they meet.
+  size_t CommonAncestor(size_t a, size_t b) const {
+    while (a != b && a != ModuleStats::kNone && b != ModuleStats::kNone) {
+      if (tree_.modules[a].depth >= tree_.modules[b].depth) {
+        a = tree_.modules[a].up;
+      } else {
+        b = tree_.modules[b].up;
+      }
+    }
+    return a == b ? a : ModuleStats::kNone;
+  }
+
+  // Totals: own counts summed into every listed ancestor, deepest modules first.
+  void SumTotals() {
+    std::vector<size_t> order(tree_.modules.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return tree_.modules[a].depth > tree_.modules[b].depth; });
+    for (ModuleStats& stats : tree_.modules) {
+      stats.total_nodes += stats.own_nodes;
+      stats.total_params += stats.own_params;
+      stats.total_bytes += stats.own_bytes;
+    }
+    for (size_t i : order) {
+      const ModuleStats& stats = tree_.modules[i];
+      if (stats.up == ModuleStats::kNone) continue;
+      ModuleStats& up = tree_.modules[stats.up];
+      up.total_nodes += stats.total_nodes;
+      up.total_params += stats.total_params;
+      up.total_bytes += stats.total_bytes;
+      up.first_node = std::min(up.first_node, stats.first_node);
+    }
+  }
+
   const TaggedFile& file_;
-  std::set<std::string> initializers_;
-  std::map<std::string, ModuleStats> modules_;
+  std::unordered_set<std::string_view> initializers_;
+  Tree tree_;
 };
 
 std::string Thousands(int64_t value) {
   std::string digits = std::to_string(value);
-  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(i, ",");
-  return digits;
+  size_t start = digits[0] == '-' ? 1 : 0;
+  std::string grouped = digits.substr(0, start);
+  for (size_t i = start; i < digits.size(); ++i) {
+    if (i > start && (digits.size() - i) % 3 == 0) grouped += ',';
+    grouped += digits[i];
+  }
+  return grouped;
 }
 
 // One CSV field (RFC 4180): quoted when it holds a comma, a quote or a line
@@ -161,14 +259,42 @@ std::string HumanBytes(int64_t bytes) {
 
 class TreePrinter {
  public:
-  TreePrinter(const std::map<std::string, ModuleStats>& modules, int depth, std::ostream& out)
-      : modules_(modules), depth_(depth), out_(out) {}
+  TreePrinter(const Tree& tree, int depth, std::ostream& out) : tree_(tree), depth_(depth), out_(out) {}
+
+  // Calls visit(module) for `root` and its descendants down to --depth, in
+  // pre-order, children as they run; a loop, not a recursion: a tree as deep
+  // as the file allows needs no stack of its depth.
+  template <typename Visit>
+  void PreOrder(size_t root, Visit visit) const {
+    std::vector<size_t> pending{root};
+    while (!pending.empty()) {
+      size_t module = pending.back();
+      pending.pop_back();
+      if (depth_ >= 0 && tree_.modules[module].depth > depth_) continue;
+      visit(module);
+      std::vector<size_t> children = Children(tree_.modules[module]);
+      pending.insert(pending.end(), children.rbegin(), children.rend());
+    }
+  }
 
   // Names hold what Python allows: every line goes out through Printable, so
   // one module is one line (--json and --csv carry the exact values).
-  void PrintText(const std::string& tag) {
-    const ModuleStats& stats = modules_.at(tag);
-    if (depth_ >= 0 && stats.depth > depth_) return;
+  void PrintText(size_t root) {
+    PreOrder(root, [&](size_t module) { PrintText(tree_.Tag(module), tree_.modules[module]); });
+  }
+
+  // Writes one CSV row for the module and its descendants (pre-order).
+  void PrintCsv(size_t root) {
+    PreOrder(root, [&](size_t module) { PrintCsv(tree_.Tag(module), tree_.modules[module]); });
+  }
+
+  // Appends the module and its descendants (pre-order) to `modules`.
+  void AddJson(size_t root, Json* modules) {
+    PreOrder(root, [&](size_t module) { AddJson(tree_.Tag(module), tree_.modules[module], modules); });
+  }
+
+ private:
+  void PrintText(const std::string& tag, const ModuleStats& stats) {
     std::string indent(2 * stats.depth, ' ');
     std::string shown = DisplayTag(tag);
     std::string segment = shown.substr(shown.rfind('/') + 1);
@@ -197,24 +323,16 @@ class TreePrinter {
       Line(indent + "    rewritten: " + rewrite->kind + (others.empty() ? "" : " with " + Join(others)) + " by " +
            rewrite->pass);
     }
-    for (const std::string& child : Children(stats)) PrintText(child);
   }
 
-  // Writes one CSV row for the module and its descendants (pre-order).
-  void PrintCsv(const std::string& tag) {
-    const ModuleStats& stats = modules_.at(tag);
-    if (depth_ >= 0 && stats.depth > depth_) return;
+  void PrintCsv(const std::string& tag, const ModuleStats& stats) {
     out_ << CsvField(tag) << ',' << CsvField(stats.entry->class_name) << ',' << CsvField(stats.entry->path) << ','
          << stats.depth << ',' << stats.own_nodes << ',' << stats.total_nodes << ',' << stats.own_params << ','
          << stats.total_params << ',' << stats.own_bytes << ',' << stats.total_bytes << ','
          << stats.entry->call_count() << ',' << (stats.entry->ran ? "true" : "false") << "\n";
-    for (const std::string& child : Children(stats)) PrintCsv(child);
   }
 
-  // Appends the module and its descendants (pre-order) to `modules`.
-  void AddJson(const std::string& tag, Json* modules) {
-    const ModuleStats& stats = modules_.at(tag);
-    if (depth_ >= 0 && stats.depth > depth_) return;
+  void AddJson(const std::string& tag, const ModuleStats& stats, Json* modules) {
     Json rewrites = Json::array();
     for (const Rewrite* rewrite : stats.rewrites) {
       rewrites.push_back(
@@ -237,10 +355,8 @@ class TreePrinter {
                         {"folded_into", stats.entry->folded_into},
                         {"rewrites", std::move(rewrites)},
                         {"ops", std::move(ops)}});
-    for (const std::string& child : Children(stats)) AddJson(child, modules);
   }
 
- private:
   void Line(std::string_view text) { out_ << Printable(text) << "\n"; }
 
   // The modules a rewrite lists besides `tag`, in its order.
@@ -265,16 +381,17 @@ class TreePrinter {
     return ops;
   }
 
-  // In the order they run (first node reading computed data), the others last, by tag.
-  std::vector<std::string> Children(const ModuleStats& stats) const {
-    std::vector<std::string> children = stats.children;
-    std::stable_sort(children.begin(), children.end(), [&](const std::string& a, const std::string& b) {
-      return modules_.at(a).first_node < modules_.at(b).first_node;
+  // In the order they run (first node reading computed data), the others last;
+  // ties by tag (the children are listed in tag order).
+  std::vector<size_t> Children(const ModuleStats& stats) const {
+    std::vector<size_t> children = stats.children;
+    std::stable_sort(children.begin(), children.end(), [&](size_t a, size_t b) {
+      return tree_.modules[a].first_node < tree_.modules[b].first_node;
     });
     return children;
   }
 
-  const std::map<std::string, ModuleStats>& modules_;
+  const Tree& tree_;
   int depth_;
   std::ostream& out_;
 };
@@ -288,16 +405,16 @@ int RunTree(const std::string& path, TreeFormat format, int depth, std::ostream&
     err << Printable(error) << "\n";
     return 2;
   }
-  std::map<std::string, ModuleStats> modules = TreeBuilder(*file).Build();
-  std::vector<std::string> roots;
-  for (const auto& [tag, stats] : modules) {
-    if (ParentTag(tag).empty()) roots.push_back(tag);
+  Tree tree = TreeBuilder(*file).Build();
+  std::vector<size_t> roots;
+  for (size_t module = 0; module < tree.modules.size(); ++module) {
+    if (ParentTag(tree.Tag(module)).empty()) roots.push_back(module);
   }
   if (roots.size() != 1) {
     err << Printable(path) << ": the module table has " << roots.size() << " root tags, not one\n";
     return 2;
   }
-  TreePrinter printer(modules, depth, out);
+  TreePrinter printer(tree, depth, out);
   switch (format) {
     case TreeFormat::kJson: {
       Json listed = Json::array();

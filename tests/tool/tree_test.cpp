@@ -294,6 +294,57 @@ TEST_F(TreeTest, ScalarInitializerIsOneElement) {
   EXPECT_EQ(Get(modules, "/Net").bytes_own, 4);
 }
 
+// A chain of `depth` modules below /Net, each one's tag its parent's plus "/B", each
+// with one Add reading its own 1-element weight; "shared" is read by level 1 and the deepest.
+ModelSpec ChainModel(int depth) {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.Initializer("shared", {1});
+  std::string tag = "/Net", value = "x";
+  model.Module(tag, "", "test.Net");
+  auto named = [](const char* prefix, int level) { return std::string(prefix).append(std::to_string(level)); };
+  for (int level = 0; level <= depth; ++level) {
+    if (level > 0) {
+      tag += "/B";
+      model.Module(tag, named("b", level), "test.B");
+    }
+    std::string weight = named("w", level), out = named("v", level);
+    model.graph.Initializer(weight, {1});
+    model.graph.Add(Node(named("n", level), "Add").In({value, weight}).Out({out}).Tag(tag));
+    value = out;
+  }
+  model.graph.Add(Node("first", "Mul").In({"x", "shared"}).Out({"f"}).Tag("/Net/B"));
+  model.graph.Add(Node("last", "Mul").In({value, "shared"}).Out({"y"}).Tag(tag));
+  model.graph.outputs = {"f", "y"};
+  return model;
+}
+
+// Check that a tree 3,000 levels deep (tags of 6,000 characters) is counted and
+// printed whole: depths, totals summed up the chain, a weight shared by level 1
+// and the deepest owned by level 1, every module in text, JSON and CSV. (The
+// counts used to walk every node's ancestors, copying their tags, and the
+// printers to recurse once per level.)
+TEST_F(TreeTest, DeepChainIsCountedAndPrintedWhole) {
+  constexpr int kDepth = 3000;
+  std::string path = WriteModel(ChainModel(kDepth));
+  std::vector<JsonModule> modules = TreeJson(ChainModel(kDepth));
+  ASSERT_EQ(modules.size(), size_t{kDepth + 1});
+  for (int level = 0; level <= kDepth; ++level) {
+    const JsonModule& module = modules[level];
+    ASSERT_EQ(module.depth, level) << module.tag.size();
+    ASSERT_EQ(module.tag.size(), size_t(4 + 2 * level));
+    EXPECT_EQ(module.nodes_own, level == 1 || level == kDepth ? 2 : 1) << level;
+    EXPECT_EQ(module.nodes_total, kDepth + 1 - level + (level <= 1 ? 2 : 1)) << level;
+    EXPECT_EQ(module.params_own, level == 1 ? 2 : 1) << level;
+    EXPECT_EQ(module.params_total, kDepth + 1 - level + (level <= 1 ? 1 : 0)) << level;
+  }
+  RunResult text = Tree(path);
+  EXPECT_EQ(text.code, 0);
+  EXPECT_EQ(std::count(text.out.begin(), text.out.end(), '\n'), 3 * (kDepth + 1)) << text.err;
+  RunResult csv = TreeCsv(path);
+  EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), kDepth + 2);
+}
+
 // Check that --depth 1 shows the root and its children only, with totals unchanged.
 TEST_F(TreeTest, DepthOneHidesDeeperModules) {
   std::vector<JsonModule> modules = TreeJson(LayeredModel(), 1);
