@@ -771,14 +771,16 @@ def _nested_nodes(node):
             yield from checks.walk_nodes(graph)
 
 
-def carry(original, transformed, by=None, feeds=None):
+def carry(original, transformed, by=None, feeds=None, data_folders=(None, None)):
     """Returns (the transformed model tagged, a summary dict). `original` is the
     tagged model (ModelProto), `transformed` a model a tool made from it
     (left unchanged); `by` names the transformation in hiertag.rewrite and the
     rewrite records (default: its producer, when it differs from the
     original's); `feeds`, arrays for the original's graph inputs, are what
     both run on to check every module call's boundary (hiertag.carry_check;
-    default: generated). Raises CarryError for models that do not correspond."""
+    default: generated); `data_folders`: where the external data of models read
+    without it lie (the check's ONNX Runtime maps it from there). Raises
+    CarryError for models that do not correspond."""
     props = checks.model_props(original)
     if core.TABLE_KEY not in props:
         raise CarryError("the tagged model is not tagged by hiertag (no hiertag.modules in its metadata_props)")
@@ -839,7 +841,7 @@ def carry(original, transformed, by=None, feeds=None):
     if feeds is None:
         feeds, _ = carry_check.generated_inputs(original)
     try:
-        proof = carry_check.Proof(original, model, carrier.c, feeds, by, carrier.regions)
+        proof = carry_check.Proof(original, model, carrier.c, feeds, by, carrier.regions, data_folders)
     except (carry_check.Unrelated, carry_check.CannotRun) as error:
         raise CarryError(str(error)) from None
     _record_run_types(model, proof)
@@ -1010,14 +1012,20 @@ def main(argv=None):
 
 def run(options):
     verbs.refuse_overwriting([options.output], models=[options.tagged, options.transformed])
-    original, _ = verbs.load_tagged(options.tagged)
-    transformed = verbs.load_model(options.transformed)
+    # Both are read without their external data, which carry never reads: the
+    # check's ONNX Runtime maps it from the models' folders, and the result's is
+    # read in only to be written (verbs.save_model: beside OUT when over 2 GiB).
+    original, _ = verbs.load_tagged(options.tagged, read_data=False)
+    transformed = verbs.load_model(options.transformed, read_data=False)
     by = options.by or describe_producer(original, transformed) or Path(options.transformed).name
+    folders = (Path(options.tagged).parent, Path(options.transformed).parent)
     try:
-        model, summary = carry(original, transformed, by)
+        model, summary = carry(original, transformed, by, data_folders=folders)
     except CarryError as error:
         verbs.fail(f"{options.tagged} -> {options.transformed}: {error}")
-    verbs.write_atomically(options.output, lambda path: onnx.save(model, path))
+    del original, transformed
+    verbs.read_external_data(model, options.transformed)
+    verbs.save_model(model, options.output, sources=[options.tagged, options.transformed])
     if options.json:
         print(json.dumps({"out": options.output, "tagged": options.tagged, "transformed": options.transformed,
                           **summary}))

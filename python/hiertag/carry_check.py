@@ -120,13 +120,13 @@ def check_io(original, transformed):
                             "not made from it")
 
 
-def _run(model, feeds, names):
+def _run(model, feeds, names, data_folder=None):
     """ONNX Runtime values of `names`, the feeds cast to the model's input types;
     its error's last line as a RuntimeError when it cannot run the model."""
     types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in model.graph.input}
     fed = {name: feeds[name].astype(types[name]) for name in types if name in feeds}
     try:
-        return checks.intermediate_values(model, fed, sorted(names))
+        return checks.intermediate_values(model, fed, sorted(names), data_folder)
     except Exception as error:  # ONNX Runtime's Fail, InvalidArgument, InvalidGraph, ...: the model
         lines = str(error).strip().splitlines()
         raise RuntimeError(lines[-1] if lines else type(error).__name__) from None
@@ -144,13 +144,16 @@ class CallResult:
 class Proof:
     """The check of every module call of a carried file (module docstring)."""
 
-    def __init__(self, original, carried, correspondence, feeds, by, regions=None):
+    def __init__(self, original, carried, correspondence, feeds, by, regions=None, data_folders=(None, None)):
         """`carried`: the transformed model with carry's tags and its fused
         records; `correspondence`: carry's (carry._Correspondence); `feeds`:
         arrays for the original's graph inputs (generated_inputs); `regions`:
-        {transformed node index: the original nodes it stands for}, carry's."""
+        {transformed node index: the original nodes it stands for}, carry's;
+        `data_folders`: where the external data of the original and of the
+        transformed model lie when they were read without it."""
         self.original, self.carried, self.c, self.by, self.feeds = original, carried, correspondence, by, feeds
         self.regions = regions or {}
+        self.o_data, self.t_data = data_folders
         self.table = checks.module_table(carried)
         self.at_export = checks.rewritten_boundaries(original)
         self.fused = {key: reason for key, reason in checks.rewritten_boundaries(carried).items()
@@ -180,11 +183,11 @@ class Proof:
         o_wanted |= {o.name for o in self.original.graph.output} | kept
         o_wanted |= {c.corr(n) for n in t_wanted} - {None}
         try:
-            self.o_values = _run(self.original, self.feeds, o_wanted & c.o.values)
+            self.o_values = _run(self.original, self.feeds, o_wanted & c.o.values, self.o_data)
         except RuntimeError as error:
             raise CannotRun(f"ONNX Runtime cannot run the tagged model: {error}") from None
         try:
-            self.t_values = _run(self.carried, self.feeds, t_wanted)
+            self.t_values = _run(self.carried, self.feeds, t_wanted, self.t_data)
         except RuntimeError as error:  # no value of it to establish anything with
             self.unrunnable = str(error)
             self.method, self.tolerance, self.drift = BY_VALUE, checks.FLOAT32_TOLERANCE, 0.0
@@ -218,8 +221,8 @@ class Proof:
         o_names = wanted(set(self.c.o.producer) - self.c.o.weights, self.c.o_shapes) - set(self.o_values)
         t_names = wanted(set(self.c.t.producer) - self.c.t.weights, self.c.t_shapes) - set(self.t_values)
         try:
-            self.o_values.update(_run(self.original, self.feeds, o_names))
-            self.t_values.update(_run(self.carried, self.feeds, t_names))
+            self.o_values.update(_run(self.original, self.feeds, o_names, self.o_data))
+            self.t_values.update(_run(self.carried, self.feeds, t_names, self.t_data))
         except RuntimeError:  # a value ONNX Runtime cannot expose: the causes rest on the values at hand
             pass
 

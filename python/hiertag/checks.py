@@ -9,9 +9,11 @@ import functools
 import json
 import os
 import sys
+import tempfile
 
 import numpy as np
 import onnx
+from google.protobuf import message
 
 from hiertag import core
 from hiertag.core import CALL_KEY, SHARED_KEY, TABLE_KEY, TAG_KEY
@@ -292,8 +294,10 @@ def _fits(graph_input, array):
     return len(shape) == array.ndim and all(not isinstance(d, int) or d == n for d, n in zip(shape, array.shape))
 
 
-def intermediate_values(model, feeds, names):
-    """ONNX Runtime values of `names` (optimizations off so every node runs)."""
+def intermediate_values(model, feeds, names, data_folder=None):
+    """ONNX Runtime values of `names` (optimizations off so every node runs).
+    `data_folder`: where the external data of a model read without it lies (ONNX
+    Runtime maps it from there instead of holding a copy)."""
     import onnxruntime
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -303,9 +307,19 @@ def intermediate_values(model, feeds, names):
             probe.graph.output.append(onnx.ValueInfoProto(name=name))
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = onnxruntime.InferenceSession(probe.SerializeToString(), options)
+    if data_folder is not None:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_folder))
     wanted = [o.name for o in probe.graph.output]
-    return dict(zip(wanted, session.run(wanted, feeds)))
+    try:
+        serialized = probe.SerializeToString()
+    except message.EncodeError:  # 2 GiB or more: ONNX Runtime reads it from a file, its weights beside it
+        with tempfile.TemporaryDirectory(prefix="hiertag-probe.") as folder:
+            path = os.path.join(folder, "probe.onnx")
+            onnx.save(probe, path, save_as_external_data=True, all_tensors_to_one_file=True, location="probe.data")
+            del probe
+            return dict(zip(wanted, onnxruntime.InferenceSession(path, options).run(wanted, feeds)))
+    del probe
+    return dict(zip(wanted, onnxruntime.InferenceSession(serialized, options).run(wanted, feeds)))
 
 
 # A value equals a tensor when no element differs by more than this share of

@@ -17,6 +17,8 @@ import importlib.machinery
 import importlib.util
 import sys
 
+from google.protobuf import message
+
 import hiertag
 
 
@@ -69,8 +71,36 @@ CallTags = _core.CallTags
 
 
 def _serialized(model):
-    """A model's bytes: `model` itself, or a ModelProto serialized."""
-    return model if isinstance(model, bytes) else model.SerializeToString()
+    """A model's bytes: `model` itself, or a ModelProto serialized. The core reads
+    the graph and never a weight's bytes, so a model protobuf cannot serialize
+    (2 GiB or more, its weights read in) is serialized with the data of its
+    large tensors left out, and given back to them after."""
+    if isinstance(model, bytes):
+        return model
+    try:
+        return model.SerializeToString()
+    except message.EncodeError:
+        pass
+    held = [(tensor, tensor.raw_data) for tensor in _tensors(model.graph) if len(tensor.raw_data) > 1024]
+    try:
+        for tensor, _ in held:
+            tensor.ClearField("raw_data")
+        return model.SerializeToString()
+    finally:
+        for tensor, data in held:
+            tensor.raw_data = data
+
+
+def _tensors(graph):
+    """Every initializer and tensor attribute of `graph` and of its subgraphs."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            for body in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                yield from _tensors(body)
 
 
 class CallTable:

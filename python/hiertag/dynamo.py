@@ -38,9 +38,7 @@ import ast
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import onnx
@@ -349,53 +347,13 @@ def _parser():
     return parser
 
 
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
-
-
-# Protocol buffers cannot serialize a message of 2 GiB or more: a model that big
-# keeps its weights in a data file beside it, as torch's exporters write them.
-INLINE_LIMIT = 2**31 - 1
-
-
 def load(path):
-    """The ModelProto at `path`, its external data read in; DynamoImportError for
-    a missing, non-ONNX or dangling file."""
-    source = Path(path)
-    if not source.is_file():
-        fail(f"{path}: no such file")
-    try:
-        model = onnx.load(str(source), load_external_data=False)
-    except Exception as error:  # protobuf's DecodeError, ...
-        fail(f"{path}: not an ONNX model ({type(error).__name__}: {_first_line(error)})")
+    """The ModelProto at `path`, its external data read in (verbs.load_model,
+    worded as every verb words it); a model with no nodes is refused too."""
+    model = verbs.load_model(path)
     if not model.graph.node:
         fail(f"{path}: not an ONNX model with a graph (no nodes)")
-    verbs.read_external_data(model, source)
     return model
-
-
-def save(model, output, sources=()):
-    """Writes OUT in a folder beside it, then renames: nothing half-written is
-    left. Self-contained (torch's dynamo exporter puts the weights of even a small
-    model into IN.onnx.data) unless it is too big for one file: then the weights
-    go to OUT.data beside it, which must not be a file the models `sources` read."""
-    target = Path(output)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
-    try:
-        staged = staging / target.name
-        if model.ByteSize() > INLINE_LIMIT:
-            data = f"{target.name}.data"
-            verbs.refuse_overwriting([target.parent / data], models=sources)
-            onnx.save(model, str(staged), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
-            # onnx creates the data file owner-only; give it the model file's mode.
-            shutil.copymode(staged, staging / data)
-            os.replace(staging / data, target.parent / data)
-        else:
-            onnx.save(model, str(staged))
-        os.replace(staged, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def import_file(source, output, torch_modules=None):
@@ -409,7 +367,7 @@ def import_file(source, output, torch_modules=None):
     if not Path(output).resolve().parent.is_dir():
         fail(f"{output}: no such directory")
     try:
-        save(model, output, sources=[source])
+        verbs.save_model(model, output, sources=[source])
     except (OSError, ValueError) as error:
         fail(f"{output}: cannot write ({error})")
     return {"input": str(source), "output": str(output), **summary}

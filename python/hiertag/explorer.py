@@ -31,7 +31,7 @@ import sys
 import onnx
 
 from hiertag import checks, core
-from hiertag.verbs import Parser, load_tagged, refuse_overwriting, run_verb, write_atomically
+from hiertag.verbs import Parser, load_tagged, refuse_overwriting, run_verb, save_model
 
 NAMESPACE_KEY = "namespace"
 
@@ -83,7 +83,7 @@ def run(options):
     refuse_overwriting([options.output], models=[options.model])
     model, _ = load_tagged(options.model)
     counts = write_namespaces(model.graph)
-    write_atomically(options.output, lambda staged: onnx.save(model, staged))
+    save_model(model, options.output, sources=[options.model])
     summary = {"output": options.output, "nodes": counts["written"], "replaced": counts["replaced"],
                "untagged": counts["untagged"], "layers": len(counts["layers"])}
     if options.json:

@@ -1,16 +1,18 @@
 """What every verb of the hiertag command shares: one-line errors (exit
 status 2, never a traceback), loading a tagged file with the native tool's
 wording, the native tool's JSON, refusing an output that is one of the verb's
-inputs, and writing a result atomically."""
+inputs, and writing a result (a model too, over 2 GiB as well) atomically."""
 
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 import onnx
+from google.protobuf import message
 from onnx import external_data_helper
 
 from hiertag import checks, core, native
@@ -97,10 +99,11 @@ def run_verb(prog, parser, run, argv):
     return 2
 
 
-def load_model(path, data_directory=None):
+def load_model(path, data_directory=None, read_data=True):
     """The ONNX model at `path`, its external data read in from `data_directory`
-    (default: the model's folder); a missing, empty, truncated or non-ONNX file,
-    and external data that cannot be read safely, is a UsageError."""
+    (default: the model's folder), or only checked when not `read_data`; a
+    missing, empty, truncated or non-ONNX file, and external data that cannot
+    be read safely, is a UsageError."""
     path = Path(path)
     if not path.is_file() or not os.access(path, os.R_OK):
         fail(f"{path}: cannot open the file (missing or unreadable)")
@@ -112,21 +115,24 @@ def load_model(path, data_directory=None):
         fail(f"{path}: not a well-formed ONNX model (truncated or another format)")
     if not model.HasField("graph"):
         fail(f"{path}: not a well-formed ONNX model (no graph)")
-    read_external_data(model, path, data_directory)
+    read_external_data(model, path, data_directory, read_data)
     return model
 
 
-def read_external_data(model, path, data_directory=None):
+def read_external_data(model, path, data_directory=None, read_data=True):
     """Reads the external data of `model` (read from `path`) in from
-    `data_directory` (default: the model's folder). A location that is not
-    safe, a missing file or a range outside it is a UsageError worded as the
-    native tool words it, and nothing is opened for it."""
+    `data_directory` (default: the model's folder); only checks it when not
+    `read_data`. A location that is not safe, a missing file or a range
+    outside it is a UsageError worded as the native tool words it, and
+    nothing is opened for it."""
     path = Path(path)
     directory = Path(data_directory) if data_directory is not None else path.parent
     for tensor, subject in external_tensors(model):
         problem = external_data_problem(directory, tensor)
         if problem:
             fail(f"{path}: {subject}: {problem}")
+    if not read_data:
+        return
     try:
         external_data_helper.load_external_data_for_model(model, str(directory))
     except Exception as error:
@@ -203,10 +209,10 @@ def is_tagged(model):
     return core.TABLE_KEY in checks.model_props(model)
 
 
-def load_tagged(path):
+def load_tagged(path, read_data=True):
     """(model, module table) of a file tagged by hiertag, or a UsageError
     worded as the native tool words it."""
-    model = load_model(path)
+    model = load_model(path, read_data=read_data)
     if not is_tagged(model):
         fail(f"{path}: not tagged by hiertag (no {core.TABLE_KEY} in the model's metadata_props)")
     try:
@@ -260,15 +266,19 @@ def refuse_overwriting(outputs, inputs=(), models=()):
                          "refusing to overwrite it")
 
 
+def _check_output(path):
+    if path.is_dir():
+        fail(f"output '{path}' is a directory")
+    if not path.parent.is_dir():
+        fail(f"output directory '{path.parent}' does not exist")
+
+
 def write_atomically(path, write):
     """Calls write(temporary path) beside `path`, then renames it to `path`: a
     reader never sees half a file, and on any error nothing is left. The file
     gets the mode a new file gets (0666 less the umask), not mkstemp's 0600."""
     path = Path(path)
-    if path.is_dir():
-        fail(f"output '{path}' is a directory")
-    if not path.parent.is_dir():
-        fail(f"output directory '{path.parent}' does not exist")
+    _check_output(path)
     handle, staged = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     os.close(handle)
     try:
@@ -280,3 +290,40 @@ def write_atomically(path, write):
     finally:
         if os.path.exists(staged):
             os.remove(staged)
+
+
+# Protocol buffers cannot serialize a message of 2 GiB or more: a model that big
+# keeps its weights in a data file beside it, as torch's exporters write them.
+INLINE_LIMIT = 2**31 - 1
+
+
+def _too_big_for_one_file(model):
+    try:
+        return model.ByteSize() > INLINE_LIMIT
+    except message.EncodeError:  # upb cannot even size a message past 2 GiB
+        return True
+
+
+def save_model(model, output, sources=()):
+    """Writes `model` to OUTPUT, self-contained (external data it was read with
+    is written inline) unless it is too big for one file: then its weights go to
+    OUTPUT.data beside it, which must not be a file the models `sources` read.
+    Both are written in a folder beside OUTPUT and renamed only when complete
+    (the data file first): no half-written file is left."""
+    path = Path(output)
+    _check_output(path)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    try:
+        staged = staging / path.name
+        if _too_big_for_one_file(model):
+            data = f"{path.name}.data"
+            refuse_overwriting([path.parent / data], models=sources)
+            onnx.save(model, str(staged), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
+            # onnx creates the data file owner-only; give it the model file's mode.
+            shutil.copymode(staged, staging / data)
+            os.replace(staging / data, path.parent / data)
+        else:
+            onnx.save(model, str(staged))
+        os.replace(staged, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

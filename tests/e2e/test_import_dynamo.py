@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, core, dynamo, native, verify, zoo
+from hiertag import OPSET, checks, core, dynamo, native, verbs, verify, zoo
 from tests.e2e.exportable import skip_unless_dynamo_export, zoo_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,7 +127,7 @@ def test_weights_torch_put_in_external_data_are_read_in(files, tmp_path):
 def test_model_too_big_for_one_file_keeps_its_weights_beside_it(files, tmp_path, monkeypatch):
     """Check that a model over the protobuf limit (the limit lowered here) is
     written as OUT + OUT.data, the data file with the model file's mode."""
-    monkeypatch.setattr(dynamo, "INLINE_LIMIT", 1000)
+    monkeypatch.setattr(verbs, "INLINE_LIMIT", 1000)
     out = tmp_path / "big.onnx"
     dynamo.import_file(files["bert"]["dynamo"], out)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data"]
@@ -304,7 +304,7 @@ def test_untagged_torchscript_file_is_refused(tmp_path):
 def test_missing_file_is_refused(tmp_path):
     """Check that a missing input is one line, exit 2."""
     out = tmp_path / "out.onnx"
-    assert_refused(run_import(tmp_path / "nothing.onnx", "-o", out), out, "no such file")
+    assert_refused(run_import(tmp_path / "nothing.onnx", "-o", out), out, "cannot open the file (missing or unreadable)")
 
 
 def test_non_onnx_file_is_refused(tmp_path):
@@ -312,7 +312,7 @@ def test_non_onnx_file_is_refused(tmp_path):
     text = tmp_path / "text.onnx"
     text.write_text("not a model\n")
     out = tmp_path / "out.onnx"
-    assert_refused(run_import(text, "-o", out), out, "not an ONNX model")
+    assert_refused(run_import(text, "-o", out), out, "not a well-formed ONNX model")
 
 
 @pytest.mark.parametrize("kind", ["hiertag", "imported"])

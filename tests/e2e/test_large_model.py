@@ -4,6 +4,9 @@ module extracted from it loads and runs in ONNX Runtime, giving the full
 model's values (its data written inline, copied beside it, or referenced)."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -13,7 +16,7 @@ import torch
 from torch import nn
 
 import hiertag
-from hiertag import OPSET, native
+from hiertag import OPSET, checks, core, native
 
 
 class Head(nn.Module):
@@ -39,6 +42,10 @@ class LargeTable(nn.Module):
 
 def tool(*args):
     return native.run_tool(args, capture_output=True, text=True)
+
+
+def hiertag_command(*args):
+    return subprocess.run([sys.executable, "-m", "hiertag", *map(str, args)], capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +110,59 @@ def test_a_copy_beside_the_model_without_its_data_is_reported(large, tmp_path):
     extracted = tool("extract", tmp_path / "moved.onnx", "--module", "/LargeTable", "-o", tmp_path / "all.onnx")
     assert extracted.returncode == 2 and not (tmp_path / "all.onnx").exists()
     assert extracted.stderr.count("\n") == 1
+
+
+def outputs_on(path, ids):
+    session = onnxruntime.InferenceSession(str(path))
+    return session.run(None, {session.get_inputs()[0].name: ids})
+
+
+def test_explorer_writes_the_weights_beside_its_output(large, tmp_path):
+    """Check that `explorer` on a model over 2 GiB writes OUT with its weights in
+    OUT.data (protobuf cannot hold them inline), every node given its namespace,
+    and that OUT computes what the tagged file computes."""
+    directory, ids = large
+    out = tmp_path / "explorer.onnx"
+    done = hiertag_command("explorer", directory / "large.onnx", "-o", out, "--json")
+    assert done.returncode == 0, done.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["explorer.onnx", "explorer.onnx.data"]
+    assert Path(f"{out}.data").stat().st_size > 2 * 1024 ** 3 > out.stat().st_size
+    assert json.loads(done.stdout)["untagged"] == 0
+    assert tool("validate", out).returncode == 0
+    for got, want in zip(outputs_on(out, ids), outputs_on(directory / "large.onnx", ids)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_carry_tags_a_transformed_copy_over_two_gib(large, tmp_path):
+    """Check that `carry` reads a transformed model over 2 GiB (here the tagged
+    file with its tags stripped, reading the same weights) and
+    writes the tagged result as OUT + OUT.data, every node tagged as before."""
+    directory, ids = large
+    tagged = onnx.load(str(directory / "large.onnx"), load_external_data=False)
+    transformed = directory / "stripped.onnx"  # beside the tagged file: the same weights, not copied
+    onnx.save(checks.strip_tags(tagged), str(transformed))
+    out = tmp_path / "carried.onnx"
+    done = hiertag_command("carry", directory / "large.onnx", transformed, "-o", out, "--json")
+    assert done.returncode == 0, done.stderr
+    assert Path(f"{out}.data").stat().st_size > 2 * 1024 ** 3
+    assert tool("validate", out).returncode == 0
+    carried = onnx.load(str(out), load_external_data=False)
+    tags = [checks.node_props(node)[core.TAG_KEY] for node in carried.graph.node]
+    assert tags == [checks.node_props(node)[core.TAG_KEY] for node in tagged.graph.node]
+    for got, want in zip(outputs_on(out, ids), outputs_on(directory / "large.onnx", ids)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_python_checks_take_a_model_read_with_its_weights(large):
+    """Check that a ModelProto over 2 GiB (its weights read in: protobuf cannot
+    serialize it) still gives the core its graph (the module boundaries equal
+    those of the graph read alone) and runs in ONNX Runtime (through a file)."""
+    directory, ids = large
+    whole = onnx.load(str(directory / "large.onnx"))
+    assert checks.module_boundaries(whole) == \
+        checks.module_boundaries(onnx.load(str(directory / "large.onnx"), load_external_data=False))
+    assert any(len(i.raw_data) > 2 * 1024 ** 3 for i in whole.graph.initializer)
+    name = whole.graph.output[0].name
+    values = checks.intermediate_values(whole, {whole.graph.input[0].name: ids}, [name])
+    # Optimizations off (every node runs) against ONNX Runtime's defaults: float32 rounding apart.
+    np.testing.assert_allclose(values[name], outputs_on(directory / "large.onnx", ids)[0], rtol=1e-6, atol=1e-7)
