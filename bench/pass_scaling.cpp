@@ -26,15 +26,15 @@
 #include <unordered_set>
 #include <vector>
 
-#include "hiertag/passes/assign_hierarchy_tags.h"
-#include "hiertag/passes/tagged_model_entries.h"
-#include "hiertag/passes/borrowed_scopes.h"
 #include "hiertag/core/module_table.h"
-#include "hiertag/core/proto_wire.h"
 #include "hiertag/core/proto_tagging.h"
+#include "hiertag/core/proto_wire.h"
+#include "hiertag/core/scope_names.h"
+#include "hiertag/passes/assign_hierarchy_tags.h"
+#include "hiertag/passes/borrowed_scopes.h"
 #include "hiertag/passes/record_cse_sharing.h"
 #include "hiertag/passes/record_rewrites.h"
-#include "hiertag/core/scope_names.h"
+#include "hiertag/passes/tagged_model_entries.h"
 
 // Heap accounting for the memory manager: every operator new block carries a
 // header saying whether it was made while counting, so a block made before

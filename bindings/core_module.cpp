@@ -78,7 +78,8 @@ TaggedFile TaggedFileOf(const nb::bytes& model) {
 // (tag, call, inputs, outputs, nodes) for every call of every module of a
 // serialized tagged model; nodes (ModuleBoundary::nodes) are positions in the
 // main graph's node list.
-using BoundaryRow = std::tuple<std::string, int64_t, std::vector<std::string>, std::vector<std::string>, std::vector<int>>;
+using BoundaryRow =
+    std::tuple<std::string, int64_t, std::vector<std::string>, std::vector<std::string>, std::vector<int>>;
 
 std::vector<BoundaryRow> ModuleBoundariesOf(nb::bytes model) {
   TaggedFile file = TaggedFileOf(model);
@@ -93,8 +94,8 @@ std::vector<BoundaryRow> ModuleBoundariesOf(nb::bytes model) {
   for (CallBoundary& call : *all) {
     std::vector<int> nodes;
     for (int index : call.boundary.nodes) nodes.push_back(position[index]);
-    rows.emplace_back(std::move(call.tag), call.call, std::move(call.boundary.inputs),
-                      std::move(call.boundary.outputs), std::move(nodes));
+    rows.emplace_back(std::move(call.tag), call.call, std::move(call.boundary.inputs), std::move(call.boundary.outputs),
+                      std::move(nodes));
   }
   return rows;
 }
@@ -272,9 +273,8 @@ NB_MODULE(_core, m) {
                         "reference ran in, and whether a reader belongs to a reference. A reference is (tag, call), "
                         "call None for every call.")
       .def(
-          "__init__",
-          [](CallTable* self, nb::bytes model) { new (self) CallTable(TaggedFileOf(model)); },
-          "model"_a, "From a serialized tagged model (bytes).")
+          "__init__", [](CallTable* self, nb::bytes model) { new (self) CallTable(TaggedFileOf(model)); }, "model"_a,
+          "From a serialized tagged model (bytes).")
       .def(
           "calls_at",
           [](const CallTable& table, const PyRef& ref, const std::string& ancestor) {
@@ -300,9 +300,12 @@ NB_MODULE(_core, m) {
           "parents before children. ValueError for a row the table refuses.")
       .def("__len__", &ModuleTable::size)
       .def("find", &ModuleTable::FindByPath, "path"_a, "The index of the module with this path, or -1.")
-      .def("path", [](const ModuleTable& t, int i) { return t.at(i).path; }, "index"_a)
-      .def("qualified_class", [](const ModuleTable& t, int i) { return t.at(i).class_name; }, "index"_a)
-      .def("short_class", [](const ModuleTable& t, int i) { return t.at(i).short_class; }, "index"_a)
+      .def(
+          "path", [](const ModuleTable& t, int i) { return t.at(i).path; }, "index"_a)
+      .def(
+          "qualified_class", [](const ModuleTable& t, int i) { return t.at(i).class_name; }, "index"_a)
+      .def(
+          "short_class", [](const ModuleTable& t, int i) { return t.at(i).short_class; }, "index"_a)
       .def("tag", &ModuleTable::TagOf, "index"_a,
            "The tag of the module's nodes (its nearest ancestor-or-self with a segment).");
 
@@ -323,5 +326,6 @@ NB_MODULE(_core, m) {
       .def("module", &CallTags::Module, "id"_a)
       .def("parent", &CallTags::Parent, "id"_a)
       .def("common_ancestor", &CallTags::CommonAncestor, "a"_a, "b"_a)
-      .def("tag", &CallTags::Tag, "id"_a, "The entry's tag; settles every segment on first use, so add every call first.");
+      .def("tag", &CallTags::Tag, "id"_a,
+           "The entry's tag; settles every segment on first use, so add every call first.");
 }

@@ -16,9 +16,7 @@ std::string_view RelativePath(std::string_view path, std::string_view ancestor_p
 
 }  // namespace
 
-CallTags::CallTags(const ModuleTable& modules) : modules_(modules) {
-  entries_.push_back({0, -1, 0, {}, {}});
-}
+CallTags::CallTags(const ModuleTable& modules) : modules_(modules) { entries_.push_back({0, -1, 0, {}, {}}); }
 
 void CallTags::MarkRan(int module) {
   if (ran_.empty()) ran_.assign(modules_.size(), false);

@@ -73,8 +73,8 @@ std::optional<ExportOptions> ReadExportOptions(const EnvironmentLookup& lookup, 
   std::string value = flag == nullptr ? "" : flag;
   if (value.empty() || value == "0") return options;
   if (value != "1") {
-    *error = "hiertag: HIERTAG='" + value +
-             "' is not valid: use 1 (tag this export) or 0, empty or unset (plain export)";
+    *error =
+        "hiertag: HIERTAG='" + value + "' is not valid: use 1 (tag this export) or 0, empty or unset (plain export)";
     return std::nullopt;
   }
   options.tag = true;

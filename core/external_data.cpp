@@ -15,8 +15,8 @@ using namespace onnx_field;  // NOLINT: the field numbers read as in onnx.proto
 namespace fs = std::filesystem;
 
 // The file `where` names and the size of the range, checked; std::nullopt with a reason.
-std::optional<std::pair<fs::path, uint64_t>> CheckedRange(const std::string& model_directory,
-                                                          const ExternalData& where, std::string* error) {
+std::optional<std::pair<fs::path, uint64_t>> CheckedRange(const std::string& model_directory, const ExternalData& where,
+                                                          std::string* error) {
   if (std::optional<std::string> unsafe = UnsafeLocationReason(where.location)) {
     *error = "external data location '" + where.location + "' " + *unsafe;
     return std::nullopt;
@@ -26,7 +26,8 @@ std::optional<std::pair<fs::path, uint64_t>> CheckedRange(const std::string& mod
   std::error_code status;
   fs::path real_folder = fs::weakly_canonical(folder, status);
   fs::path real_file = fs::weakly_canonical(file, status);
-  auto [folder_end, file_it] = std::mismatch(real_folder.begin(), real_folder.end(), real_file.begin(), real_file.end());
+  auto [folder_end, file_it] =
+      std::mismatch(real_folder.begin(), real_folder.end(), real_file.begin(), real_file.end());
   if (status || folder_end != real_folder.end()) {
     *error = "external data location '" + where.location + "' leads outside the model's folder";
     return std::nullopt;

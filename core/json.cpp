@@ -94,9 +94,7 @@ std::optional<Json> ParseJson(std::string_view text, std::string* error) {
   return std::move(parsed->value);
 }
 
-std::string WriteJson(const Json& value) {
-  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
+std::string WriteJson(const Json& value) { return value.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 const Json* FindMember(const Json& value, std::string_view key) {
   if (!value.is_object()) return nullptr;
@@ -134,8 +132,6 @@ std::optional<std::vector<int64_t>> ReadOrdinals(const Json& value) {
   return ordinals;
 }
 
-std::string WriteStringList(const std::vector<std::string>& items) {
-  return WriteJson(Json(items));
-}
+std::string WriteStringList(const std::vector<std::string>& items) { return WriteJson(Json(items)); }
 
 }  // namespace hiertag

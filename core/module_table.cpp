@@ -19,8 +19,7 @@ std::string_view LastAtom(std::string_view path) {
 
 bool IsListIndex(std::string_view atom) {
   if (atom.empty() || atom.size() > 18) return false;
-  return std::all_of(atom.begin(), atom.end(),
-                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  return std::all_of(atom.begin(), atom.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
 }
 
 std::string_view RelativePath(std::string_view path, std::string_view ancestor_path) {
@@ -30,8 +29,7 @@ std::string_view RelativePath(std::string_view path, std::string_view ancestor_p
 
 }  // namespace
 
-int ModuleTable::Add(std::string path, std::string class_name, std::string short_class,
-                     bool has_segment) {
+int ModuleTable::Add(std::string path, std::string class_name, std::string short_class, bool has_segment) {
   if (finalized_) throw std::logic_error("ModuleTable::Add after Finalize");
   ModuleRecord record;
   record.class_name = std::move(class_name);
@@ -109,9 +107,8 @@ void ModuleTable::Finalize() {
     const ModuleRecord& tag_parent = records_[records_[record.parent].tag_owner];
     std::string segment = plain[i];
     if (siblings[{records_[record.parent].tag_owner, plain[i]}].size() > 1) {
-      segment = FormatSegment(
-          {record.short_class, std::nullopt,
-           std::string(RelativePath(record.path, tag_parent.path))});
+      segment =
+          FormatSegment({record.short_class, std::nullopt, std::string(RelativePath(record.path, tag_parent.path))});
     }
     record.tag = tag_parent.tag + "/" + segment;
   }

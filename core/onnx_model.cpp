@@ -2,10 +2,10 @@
 #include "hiertag/core/onnx_model.h"
 
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
-#include <fstream>
 #include <sstream>
 
 #include "hiertag/core/onnx_fields.h"
@@ -26,13 +26,33 @@ constexpr int kMaxGraphNesting = 64;
 // Bytes per element of TensorProto.DataType (0 for strings and unknown types).
 int64_t ElementSize(uint64_t data_type) {
   switch (data_type) {
-    case 1: case 6: case 12: return 4;             // FLOAT, INT32, UINT32
-    case 2: case 3: case 9: return 1;              // UINT8, INT8, BOOL
-    case 4: case 5: case 10: case 16: return 2;    // UINT16, INT16, FLOAT16, BFLOAT16
-    case 7: case 11: case 13: case 14: return 8;   // INT64, DOUBLE, UINT64, COMPLEX64
-    case 15: return 16;                            // COMPLEX128
-    case 17: case 18: case 19: case 20: return 1;  // FLOAT8 variants
-    default: return 0;
+    case 1:
+    case 6:
+    case 12:
+      return 4;  // FLOAT, INT32, UINT32
+    case 2:
+    case 3:
+    case 9:
+      return 1;  // UINT8, INT8, BOOL
+    case 4:
+    case 5:
+    case 10:
+    case 16:
+      return 2;  // UINT16, INT16, FLOAT16, BFLOAT16
+    case 7:
+    case 11:
+    case 13:
+    case 14:
+      return 8;  // INT64, DOUBLE, UINT64, COMPLEX64
+    case 15:
+      return 16;  // COMPLEX128
+    case 17:
+    case 18:
+    case 19:
+    case 20:
+      return 1;  // FLOAT8 variants
+    default:
+      return 0;
   }
 }
 
@@ -136,7 +156,8 @@ class Decoder {
             where.location = value;
           } else if (key == "offset" || key == "length") {
             std::optional<uint64_t> number = ParseDecimal(value);
-            if (!number) return Fail("initializer '" + out->name + "': external data " + key + " '" + value + "' is no number");
+            if (!number)
+              return Fail("initializer '" + out->name + "': external data " + key + " '" + value + "' is no number");
             (key == "offset" ? where.offset : where.length.emplace()) = *number;
           }
         }
@@ -191,14 +212,14 @@ class Decoder {
         OnnxInitializer initializer;
         if (!DecodeInitializer(field.payload, &initializer)) return false;
         model_->graphs[index].initializers.push_back(std::move(initializer));
-      } else if (field.number == kGraphInput || field.number == kGraphOutput ||
-                 field.number == kGraphValueInfo) {
+      } else if (field.number == kGraphInput || field.number == kGraphOutput || field.number == kGraphValueInfo) {
         OnnxValue value{{}, field.payload};
         if (!DecodeNamed(field.payload, kValueInfoName, &value.name)) return false;
         OnnxGraph& graph = model_->graphs[index];
-        (field.number == kGraphInput ? graph.inputs
+        (field.number == kGraphInput    ? graph.inputs
          : field.number == kGraphOutput ? graph.outputs
-                                        : graph.value_info).push_back(std::move(value));
+                                        : graph.value_info)
+            .push_back(std::move(value));
       }
     }
     return true;
@@ -217,18 +238,29 @@ class Decoder {
       if (field.wire_type != kLengthDelimited) continue;
       OnnxNode& node = model_->nodes[index];
       switch (field.number) {
-        case kNodeInput: node.inputs.emplace_back(field.payload); break;
-        case kNodeOutput: node.outputs.emplace_back(field.payload); break;
-        case kNodeName: node.name = field.payload; break;
-        case kNodeOpType: node.op_type = field.payload; break;
-        case kNodeDomain: node.domain = field.payload; break;
+        case kNodeInput:
+          node.inputs.emplace_back(field.payload);
+          break;
+        case kNodeOutput:
+          node.outputs.emplace_back(field.payload);
+          break;
+        case kNodeName:
+          node.name = field.payload;
+          break;
+        case kNodeOpType:
+          node.op_type = field.payload;
+          break;
+        case kNodeDomain:
+          node.domain = field.payload;
+          break;
         case kNodeMetadataProps:
           if (!DecodeEntry(field.payload, &node.metadata)) return false;
           break;
         case kNodeAttribute:
           if (!DecodeAttribute(field.payload, index, depth)) return false;
           break;
-        default: break;
+        default:
+          break;
       }
     }
     return true;

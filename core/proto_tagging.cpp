@@ -24,7 +24,6 @@ using wire::kLengthDelimited;
 using wire::Reader;
 using namespace onnx_field;  // NOLINT: the field numbers read as in onnx.proto
 
-
 constexpr int kMaxGraphNesting = 64;
 
 }  // namespace
@@ -99,8 +98,7 @@ class PlanBuilder {
   void Borrow(Rebuilt* out, std::string_view bytes) {
     if (bytes.empty()) return;
     TaggedModelPlan::Chunk* last = out->chunks.empty() ? nullptr : &out->chunks.back();
-    if (last != nullptr && !last->borrowed.empty() &&
-        last->borrowed.data() + last->borrowed.size() == bytes.data()) {
+    if (last != nullptr && !last->borrowed.empty() && last->borrowed.data() + last->borrowed.size() == bytes.data()) {
       last->borrowed = std::string_view(last->borrowed.data(), last->borrowed.size() + bytes.size());
     } else {
       out->chunks.push_back({bytes, 0});
@@ -269,18 +267,16 @@ std::string TaggedModelPlan::ToString() const {
 }
 
 bool PlanTaggedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
-                     const std::vector<ModelMetadataEntry>& model_entries, TaggedModelPlan* plan,
-                     std::string* error) {
+                     const std::vector<ModelMetadataEntry>& model_entries, TaggedModelPlan* plan, std::string* error) {
   TaggedModelPlan built;
   if (!PlanBuilder(nodes, &built, error).BuildModel(model, model_entries)) return false;
   *plan = std::move(built);
   return true;
 }
 
-bool AddTagsToSerializedModel(std::string_view model,
-                              const std::vector<SerializedNodeTag>& nodes,
-                              const std::vector<ModelMetadataEntry>& model_entries,
-                              std::string* tagged_model, std::string* error) {
+bool AddTagsToSerializedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
+                              const std::vector<ModelMetadataEntry>& model_entries, std::string* tagged_model,
+                              std::string* error) {
   TaggedModelPlan plan;
   if (!PlanTaggedModel(model, nodes, model_entries, &plan, error)) return false;
   *tagged_model = plan.ToString();

@@ -13,13 +13,9 @@ namespace {
 constexpr char kAbsoluteMark = '~';
 
 // "#" separates a tag from a call number in call references (FormatCallRef).
-bool IsReservedInQualifier(char c) {
-  return c == '/' || c == '[' || c == ']' || c == '%' || c == '#';
-}
+bool IsReservedInQualifier(char c) { return c == '/' || c == '[' || c == ']' || c == '%' || c == '#'; }
 
-bool IsReservedInClass(char c) {
-  return IsReservedInQualifier(c) || c == '.';
-}
+bool IsReservedInClass(char c) { return IsReservedInQualifier(c) || c == '.'; }
 
 // Escapes the reserved ASCII characters, and every byte of a control character
 // or of ill-formed UTF-8: a tag is one printable line of valid UTF-8 (protobuf
@@ -74,8 +70,8 @@ bool Unescape(std::string_view escaped, bool (*reserved)(char), std::string_view
       out->push_back(static_cast<char>(hi * 16 + lo));
       i += 2;
     } else if (reserved(c)) {
-      return SetError(error, "segment '" + std::string(segment) + "' has an unescaped '" + std::string(1, c) +
-                                 "' in its " + part);
+      return SetError(
+          error, "segment '" + std::string(segment) + "' has an unescaped '" + std::string(1, c) + "' in its " + part);
     } else {
       out->push_back(c);
     }
@@ -86,8 +82,7 @@ bool Unescape(std::string_view escaped, bool (*reserved)(char), std::string_view
 bool ParseSegment(std::string_view text, TagSegment* out, std::string* error) {
   if (text.empty()) return SetError(error, "empty segment");
   size_t class_end = 0;
-  while (class_end < text.size() && text[class_end] != '.' && text[class_end] != '[' &&
-         text[class_end] != ']') {
+  while (class_end < text.size() && text[class_end] != '.' && text[class_end] != '[' && text[class_end] != ']') {
     ++class_end;
   }
   if (class_end == 0) return SetError(error, "segment '" + std::string(text) + "' has no class name");
@@ -131,13 +126,9 @@ bool ParseSegment(std::string_view text, TagSegment* out, std::string* error) {
 
 }  // namespace
 
-std::string EscapeQualifier(std::string_view raw) {
-  return PercentEscaped(raw, IsReservedInQualifier, kAbsoluteMark);
-}
+std::string EscapeQualifier(std::string_view raw) { return PercentEscaped(raw, IsReservedInQualifier, kAbsoluteMark); }
 
-std::string EscapeClassName(std::string_view raw) {
-  return PercentEscaped(raw, IsReservedInClass);
-}
+std::string EscapeClassName(std::string_view raw) { return PercentEscaped(raw, IsReservedInClass); }
 
 std::string FormatSegment(const TagSegment& segment) {
   std::string out = EscapeClassName(segment.class_name);

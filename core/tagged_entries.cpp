@@ -75,8 +75,8 @@ std::optional<RewriteEntry> ReadRewrite(const Json& record) {
     const Json* text = FindMember(record, key);
     return text != nullptr && text->is_string() ? text->get<std::string>() : std::string();
   };
-  return RewriteEntry{pass->get<std::string>(), kind->get<std::string>(), std::move(*tags), node->get<std::string>(),
-                      optional_text("reason"), optional_text("cause")};
+  return RewriteEntry{pass->get<std::string>(), kind->get<std::string>(), std::move(*tags),
+                      node->get<std::string>(), optional_text("reason"),  optional_text("cause")};
 }
 
 }  // namespace hiertag

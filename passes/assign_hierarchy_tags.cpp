@@ -1,14 +1,13 @@
 // AssignHierarchyTags: recorded scopes first, then the documented rules.
 #include "hiertag/passes/assign_hierarchy_tags.h"
 
+#include <c10/util/flat_hash_map.h>
 #include <torch/csrc/jit/jit_log.h>
 
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
-
-#include <c10/util/flat_hash_map.h>
 
 #include "hiertag/passes/scope_resolution.h"
 
@@ -21,12 +20,18 @@ using torch::jit::Value;
 
 const char* TagRuleName(TagRule rule) {
   switch (rule) {
-    case TagRule::kRecorded: return "recorded";
-    case TagRule::kParameterOwner: return "parameter-owner";
-    case TagRule::kEnclosing: return "enclosing";
-    case TagRule::kConsumers: return "consumers";
-    case TagRule::kNeighbours: return "neighbours";
-    case TagRule::kRoot: return "root";
+    case TagRule::kRecorded:
+      return "recorded";
+    case TagRule::kParameterOwner:
+      return "parameter-owner";
+    case TagRule::kEnclosing:
+      return "enclosing";
+    case TagRule::kConsumers:
+      return "consumers";
+    case TagRule::kNeighbours:
+      return "neighbours";
+    case TagRule::kRoot:
+      return "root";
   }
   return "?";
 }
@@ -77,8 +82,8 @@ bool IsSerialized(Node* node) {
 class Tagger {
  public:
   Tagger(Graph& graph, const ModuleTable& modules, CallTags& call_tags, const BorrowedScopes& borrowed,
-         const std::unordered_set<std::string>& member_names, int user_input_count,
-         const ModuleCalls* calls, const RewriteLog* rewrites)
+         const std::unordered_set<std::string>& member_names, int user_input_count, const ModuleCalls* calls,
+         const RewriteLog* rewrites)
       : graph_(graph),
         modules_(modules),
         call_tags_(call_tags),
@@ -352,8 +357,7 @@ class Tagger {
   // value of their own, they now read one they never received. A graph input
   // is the root call's; a parameter is nobody's data.
   std::vector<TagRef> RewiredCalls(const RewriteRecord& record) {
-    bool user_input = record.graph_input >= 0 &&
-                      (user_input_count_ < 0 || record.graph_input < user_input_count_);
+    bool user_input = record.graph_input >= 0 && (user_input_count_ < 0 || record.graph_input < user_input_count_);
     if (record.graph_input >= 0 && !user_input) return {};
     std::vector<TagRef> held_before;
     if (user_input) held_before.push_back({CallTags::kRoot, 0});
@@ -438,8 +442,8 @@ class Tagger {
   // The call tag of the tagged module owning the parameter: its only call tag;
   // the tag of its place in the module tree when it has none; else -1.
   int DeduplicatedParameterOwner(Node* node) const {
-    if (node->kind() != c10::onnx::Identity || node->inputs().size() != 1 ||
-        node->outputs().size() != 1 || node->input(0)->node()->kind() != c10::prim::Param) {
+    if (node->kind() != c10::onnx::Identity || node->inputs().size() != 1 || node->outputs().size() != 1 ||
+        node->input(0)->node()->kind() != c10::prim::Param) {
       return -1;
     }
     const std::string& name = node->output(0)->debugName();
@@ -557,8 +561,7 @@ class Tagger {
       }
       waiting.swap(still_waiting);
       if (progress || waiting.empty()) continue;
-      auto settled = std::find_if(waiting.begin(), waiting.end(),
-                                  [&](size_t i) { return TryRules(i, true); });
+      auto settled = std::find_if(waiting.begin(), waiting.end(), [&](size_t i) { return TryRules(i, true); });
       if (settled == waiting.end()) break;
       waiting.erase(settled);
     }
@@ -579,9 +582,9 @@ class Tagger {
   ScopeResolver resolver_;
   ska::flat_hash_map<const torch::jit::Scope*, int> call_ordinal_;  // call scope -> its tag's call
   HierarchyTagging result_;
-  ska::flat_hash_map<const Node*, size_t> later_;  // nodes no record settles for good -> index
+  ska::flat_hash_map<const Node*, size_t> later_;             // nodes no record settles for good -> index
   ska::flat_hash_map<const Node*, size_t> with_shared_with_;  // nodes shared with other calls -> index
-  std::vector<size_t> unsettled_;  // nodes no record tags, in pre-order
+  std::vector<size_t> unsettled_;                             // nodes no record tags, in pre-order
   ska::flat_hash_map<const torch::jit::Scope*, Record> record_of_scope_;
   const torch::jit::Scope* last_scope_ = nullptr;
   Record last_record_;
@@ -594,9 +597,8 @@ class Tagger {
 
 HierarchyTagging AssignHierarchyTags(Graph& graph, const ModuleTable& modules, CallTags& call_tags,
                                      const BorrowedScopes& borrowed,
-                                     const std::unordered_set<std::string>& member_names,
-                                     int user_input_count, const ModuleCalls* calls,
-                                     const RewriteLog* rewrites) {
+                                     const std::unordered_set<std::string>& member_names, int user_input_count,
+                                     const ModuleCalls* calls, const RewriteLog* rewrites) {
   return Tagger(graph, modules, call_tags, borrowed, member_names, user_input_count, calls, rewrites).Run();
 }
 

@@ -21,8 +21,8 @@ bool BorrowedScopes::ShareWith(torch::jit::Node* node, const ScopePtr& other) {
   Loan* existing = FindMutable(scope);
   const ScopePtr& recorded = existing ? existing->recorded : scope;
   if (!recorded || recorded->isRoot() || recorded->isBlank() || other == recorded) return false;
-  if (existing && std::find(existing->shared_with.begin(), existing->shared_with.end(), other) !=
-                      existing->shared_with.end()) {
+  if (existing &&
+      std::find(existing->shared_with.begin(), existing->shared_with.end(), other) != existing->shared_with.end()) {
     return false;
   }
   // A loan only this node holds (its scope is referenced by the node and by
@@ -45,9 +45,7 @@ const BorrowedScopes::Loan* BorrowedScopes::Find(const ScopePtr& scope) const {
   return &loans_[*id];
 }
 
-BorrowedScopes::Loan* BorrowedScopes::FindMutable(const ScopePtr& scope) {
-  return const_cast<Loan*>(Find(scope));
-}
+BorrowedScopes::Loan* BorrowedScopes::FindMutable(const ScopePtr& scope) { return const_cast<Loan*>(Find(scope)); }
 
 int BorrowedScopes::Restore(torch::jit::Block* block) const {
   int restored = 0;

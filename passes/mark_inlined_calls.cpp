@@ -25,8 +25,7 @@ struct RegisterCallMarkerSchemas {
   RegisterCallMarkerSchemas() {
     try {
       if (c10::Dispatcher::singleton().findSchema({"hiertag::call_begin", ""}).has_value()) return;
-      static auto* library = new torch::Library(torch::Library::FRAGMENT, "hiertag", std::nullopt,
-                                                __FILE__, __LINE__);
+      static auto* library = new torch::Library(torch::Library::FRAGMENT, "hiertag", std::nullopt, __FILE__, __LINE__);
       library->def(torch::schema("hiertag::call_begin() -> ()", c10::AliasAnalysisKind::CONSERVATIVE));
       library->def(torch::schema("hiertag::call_end() -> ()", c10::AliasAnalysisKind::CONSERVATIVE));
     } catch (const std::exception& error) {
@@ -35,14 +34,11 @@ struct RegisterCallMarkerSchemas {
   }
 } register_call_marker_schemas;
 
-bool HasBlankScope(Node* node) {
-  return !node->scope() || node->scope()->isRoot() || node->scope()->isBlank();
-}
+bool HasBlankScope(Node* node) { return !node->scope() || node->scope()->isRoot() || node->scope()->isBlank(); }
 
 // Lends the call site's scope to `node` and its nested nodes where blank. The
 // loan is taken at the first blank node, whose scope is the one Restore gives back.
-int LendToBlankNodes(Node* node, Node* call_begin, BorrowedScopes& borrowed,
-                     torch::jit::ScopePtr* lent) {
+int LendToBlankNodes(Node* node, Node* call_begin, BorrowedScopes& borrowed, torch::jit::ScopePtr* lent) {
   int count = 0;
   if (HasBlankScope(node)) {
     if (!*lent) *lent = borrowed.Lend({call_begin->scope(), node->scope(), {}});
@@ -89,8 +85,6 @@ void InsertCallMarker(torch::jit::Graph& graph, CallMarker marker) {
   graph.insertNode(graph.create(marker == CallMarker::kBegin ? kCallBegin : kCallEnd, 0));
 }
 
-int MarkInlinedCalls(torch::jit::Graph& graph, BorrowedScopes& borrowed) {
-  return MarkBlock(graph.block(), borrowed);
-}
+int MarkInlinedCalls(torch::jit::Graph& graph, BorrowedScopes& borrowed) { return MarkBlock(graph.block(), borrowed); }
 
 }  // namespace hiertag

@@ -36,8 +36,7 @@ torch::jit::Value* TracedValue(torch::jit::tracer::TracingState& state, const at
 
 }  // namespace
 
-ModuleCalls::Entered ModuleCalls::Enter(int module, const std::string& scope_name,
-                                        std::vector<at::Tensor> inputs) {
+ModuleCalls::Entered ModuleCalls::Enter(int module, const std::string& scope_name, std::vector<at::Tensor> inputs) {
   Entered entered;
   std::shared_ptr<torch::jit::tracer::TracingState> state = torch::jit::tracer::getTracingState();
   if (!state) return entered;

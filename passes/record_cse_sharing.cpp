@@ -1,9 +1,8 @@
 // RecordCseSharing: which node replaced which, across torch's CSE.
 #include "hiertag/passes/record_cse_sharing.h"
 
-#include <torch/csrc/jit/jit_log.h>
-
 #include <c10/util/flat_hash_map.h>
+#include <torch/csrc/jit/jit_log.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -105,8 +104,7 @@ class ReplacementFinder {
 
 }  // namespace
 
-int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed,
-                     const std::function<void()>& run_cse) {
+int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed, const std::function<void()>& run_cse) {
   GraphBefore before(graph.block());
 
   run_cse();

@@ -1,9 +1,8 @@
 // RecordRewrites: classifies the nodes a pass removed by what replaced them.
 #include "hiertag/passes/record_rewrites.h"
 
-#include <torch/csrc/jit/jit_log.h>
-
 #include <c10/util/flat_hash_map.h>
+#include <torch/csrc/jit/jit_log.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -44,18 +43,29 @@ size_t HashAttributes(Node* node) {
   for (c10::Symbol name : node->attributeNames()) {
     mix(static_cast<size_t>(static_cast<c10::unique_t>(name)));
     switch (node->kindOf(name)) {
-      case torch::jit::AttributeKind::i: mix(std::hash<int64_t>()(node->i(name))); break;
-      case torch::jit::AttributeKind::f: mix(std::hash<double>()(node->f(name))); break;
-      case torch::jit::AttributeKind::s: mix(std::hash<std::string>()(node->s(name))); break;
+      case torch::jit::AttributeKind::i:
+        mix(std::hash<int64_t>()(node->i(name)));
+        break;
+      case torch::jit::AttributeKind::f:
+        mix(std::hash<double>()(node->f(name)));
+        break;
+      case torch::jit::AttributeKind::s:
+        mix(std::hash<std::string>()(node->s(name)));
+        break;
       case torch::jit::AttributeKind::is:
         for (int64_t v : node->is(name)) mix(std::hash<int64_t>()(v));
         break;
       case torch::jit::AttributeKind::fs:
         for (double v : node->fs(name)) mix(std::hash<double>()(v));
         break;
-      case torch::jit::AttributeKind::t: mix(std::hash<const void*>()(node->t(name).unsafeGetTensorImpl())); break;
-      case torch::jit::AttributeKind::g: mix(std::hash<const void*>()(node->g(name).get())); break;
-      default: mix(static_cast<size_t>(node->kindOf(name)));
+      case torch::jit::AttributeKind::t:
+        mix(std::hash<const void*>()(node->t(name).unsafeGetTensorImpl()));
+        break;
+      case torch::jit::AttributeKind::g:
+        mix(std::hash<const void*>()(node->g(name).get()));
+        break;
+      default:
+        mix(static_cast<size_t>(node->kindOf(name)));
     }
   }
   return hash;
@@ -77,8 +87,8 @@ struct GraphBefore {
   std::vector<Node*> nodes;  // every node and block return, pre-order
   std::vector<c10::Symbol> kinds;
   std::vector<ScopePtr> scopes;
-  std::vector<size_t> attributes;      // HashAttributes
-  std::vector<size_t> first_output;    // the unique() of its first output; kNoOutput
+  std::vector<size_t> attributes;       // HashAttributes
+  std::vector<size_t> first_output;     // the unique() of its first output; kNoOutput
   std::vector<uint8_t> scalar_outputs;  // every output a number or a 0-d tensor
   std::vector<uint32_t> input_begin;
   std::vector<Value*> inputs;
@@ -150,13 +160,13 @@ struct GraphBefore {
 // consolidate them, which costs as much again).
 struct RewriteRecorder::Arrays {
   GraphBefore before;
-  std::vector<Node*> after;                   // every node and block return after the pass
-  ska::flat_hash_map<Node*, Index> index;     // a node before the pass -> its index
-  std::vector<uint8_t> alive;                 // per node before: still in the graph
-  std::vector<uint8_t> inputs_changed;        // per node before: alive, reading other values
-  std::vector<uint8_t> grouped;               // per node before: in a group classified
-  std::vector<uint8_t> members;               // per node before: in the group being classified; all 0 between groups
-  std::vector<uint32_t> seen;                 // per node before: the last walk that reached it
+  std::vector<Node*> after;                // every node and block return after the pass
+  ska::flat_hash_map<Node*, Index> index;  // a node before the pass -> its index
+  std::vector<uint8_t> alive;              // per node before: still in the graph
+  std::vector<uint8_t> inputs_changed;     // per node before: alive, reading other values
+  std::vector<uint8_t> grouped;            // per node before: in a group classified
+  std::vector<uint8_t> members;            // per node before: in the group being classified; all 0 between groups
+  std::vector<uint32_t> seen;              // per node before: the last walk that reached it
   ska::flat_hash_map<const Value*, Index> producers;
   std::vector<std::pair<const Value*, Index>> readers;  // (input, reader) before the pass, sorted
 };
@@ -295,7 +305,9 @@ class Observer {
   }
   bool Created(Node* node) const { return created_.count(node) > 0; }
   // A node alive after the pass whose attributes the pass changed.
-  bool AttributesChanged(Index i) const { return alive_[i] && before_.attributes[i] != HashAttributes(before_.nodes[i]); }
+  bool AttributesChanged(Index i) const {
+    return alive_[i] && before_.attributes[i] != HashAttributes(before_.nodes[i]);
+  }
 
   // A fresh mark for the walks below (seen_[i] == stamp_: visited in this walk).
   uint32_t NewWalk() { return ++stamp_; }
@@ -553,9 +565,7 @@ class Observer {
   // Whether `value` existed before the pass (a node made it that is still
   // there, or it is a graph input): only then can a pointer noted before the
   // pass be compared with it (a freed value's address can be reused).
-  bool Existed(Value* value) const {
-    return inputs_before_.count(value) || Alive(value->node());
-  }
+  bool Existed(Value* value) const { return inputs_before_.count(value) || Alive(value->node()); }
 
   // The nodes, before the pass, on a path from `from` to `to` (`to` included),
   // in graph order; empty when `to` was not computed from `from`. Nodes before
@@ -602,15 +612,14 @@ class Observer {
   // that is data (not a constant) is recorded with who made and read it before.
   void RecordRewired(const Use& use, Value* now) {
     Node* user = use.user;
-    if (IsScalarLike(now) || now->node()->kind() == c10::onnx::Constant ||
-        now->node()->kind() == c10::prim::Constant) {
+    if (IsScalarLike(now) || now->node()->kind() == c10::onnx::Constant || now->node()->kind() == c10::prim::Constant) {
       return;
     }
     Index reader = IndexOf(user);
     Index replaced = ProducerOf(before_.InputsOf(reader).at(use.index));
     if (replaced == kNotBefore) return;
     RewriteRecord record{RewriteRecord::Kind::kRewired, pass_, {}, 0, before_.scopes[reader],
-                         before_.scopes[replaced], {}, -1};
+                         before_.scopes[replaced],      {},    -1};
     if (now->node()->kind() == c10::prim::Param && now->node()->owningBlock() == graph_.block()) {
       record.graph_input = static_cast<int>(now->offset());
     } else if (Index made = IndexOf(now->node()); made != kNotBefore) {
@@ -680,8 +689,8 @@ class Observer {
     }
     std::vector<std::pair<Index, bool>> work;  // node, walking downstream
     if (Created(absorber)) {
-      auto made_from = std::find_if(anchors.begin(), anchors.end(),
-                                    [&](const auto& anchor) { return anchor.first == absorber; });
+      auto made_from =
+          std::find_if(anchors.begin(), anchors.end(), [&](const auto& anchor) { return anchor.first == absorber; });
       if (made_from == anchors.end()) return group;
       for (Index i : made_from->second) work.emplace_back(i, true);
     } else {
@@ -732,8 +741,8 @@ class Observer {
     if (i == kNotBefore || !alive_[i]) return false;
     if (AttributesChanged(i)) return true;
     return inputs_changed_[i] && std::any_of(node->inputs().begin(), node->inputs().end(), [&](Value* input) {
-      return new_inputs_.count(input) || Created(input->node());
-    });
+             return new_inputs_.count(input) || Created(input->node());
+           });
   }
 
   // A node's loan as this pass grows it: copied from the node's loan once, and
@@ -811,13 +820,13 @@ class Observer {
   bool readers_built_ = false;
   uint32_t stamp_ = 0;
   ska::flat_hash_map<Node*, uint32_t> created_;  // a made node -> its index in created_order_
-  std::vector<Node*> created_order_;            // made nodes, in graph order
-  std::vector<ScopePtr> created_scope_;         // a made node's scope before any loan
+  std::vector<Node*> created_order_;             // made nodes, in graph order
+  std::vector<ScopePtr> created_scope_;          // a made node's scope before any loan
   ska::flat_hash_map<const torch::jit::Scope*, std::vector<uint32_t>> made_in_scope_;  // -> created_order_ indices
   std::unordered_set<Value*> inputs_before_;
   std::unordered_set<Value*> new_inputs_;
   std::unordered_set<Node*> absorbed_;
-  std::vector<GrowingLoan> growing_;                // in the order the pass first grew them
+  std::vector<GrowingLoan> growing_;                 // in the order the pass first grew them
   ska::flat_hash_map<Node*, size_t> growing_index_;  // -> growing_
 };
 
@@ -828,7 +837,8 @@ RewriteRecorder::RewriteRecorder(BorrowedScopes& borrowed, RewriteLog& log)
 
 RewriteRecorder::~RewriteRecorder() = default;
 
-void RewriteRecorder::Observe(torch::jit::Graph& graph, const std::string& pass, const std::function<void()>& run_pass) {
+void RewriteRecorder::Observe(torch::jit::Graph& graph, const std::string& pass,
+                              const std::function<void()>& run_pass) {
   {
     Observer observer(graph, pass, borrowed_, log_, *arrays_);
     run_pass();
@@ -837,8 +847,8 @@ void RewriteRecorder::Observe(torch::jit::Graph& graph, const std::string& pass,
   arrays_->before.ReleaseScopes();
 }
 
-void RecordRewrites(torch::jit::Graph& graph, const std::string& pass, BorrowedScopes& borrowed,
-                    RewriteLog& log, const std::function<void()>& run_pass) {
+void RecordRewrites(torch::jit::Graph& graph, const std::string& pass, BorrowedScopes& borrowed, RewriteLog& log,
+                    const std::function<void()>& run_pass) {
   RewriteRecorder(borrowed, log).Observe(graph, pass, run_pass);
 }
 

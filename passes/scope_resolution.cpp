@@ -113,8 +113,7 @@ ResolvedScope ScopeResolver::Resolve(const ScopePtr& scope,
 
 int ScopeResolver::MatchChild(int parent, std::string_view variable, std::string_view class_name) const {
   const std::string& parent_path = modules_.at(parent).path;
-  std::string path = parent_path.empty() ? std::string(variable)
-                                         : parent_path + "." + std::string(variable);
+  std::string path = parent_path.empty() ? std::string(variable) : parent_path + "." + std::string(variable);
   int exact = modules_.FindByPath(path);
   if (exact >= 0 && (class_name.empty() || modules_.at(exact).class_name == class_name)) return exact;
   // A container that pushed no scope sits between parent and child.

@@ -22,17 +22,20 @@ std::string NodeName(torch::jit::Node* node) {
 
 const char* KindName(RewriteRecord::Kind kind) {
   switch (kind) {
-    case RewriteRecord::Kind::kRemoved: return "removed";
-    case RewriteRecord::Kind::kFolded: return "folded";
-    case RewriteRecord::Kind::kRewired: return "rewired";
+    case RewriteRecord::Kind::kRemoved:
+      return "removed";
+    case RewriteRecord::Kind::kFolded:
+      return "folded";
+    case RewriteRecord::Kind::kRewired:
+      return "rewired";
   }
   return "?";
 }
 
 }  // namespace
 
-TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags& call_tags,
-                                       const ModuleTable& modules, const torch::jit::Graph& graph) {
+TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags& call_tags, const ModuleTable& modules,
+                                       const torch::jit::Graph& graph) {
   TaggedModelEntries entries;
   std::vector<RewriteEntry> rewrites;
   // "TAG", or "TAG#K" for one call of a tag called more than once.
@@ -40,8 +43,8 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
     std::vector<std::string> texts;
     for (const TagRef& ref : refs) {
       bool one_call = ref.call != TagRef::kEveryCall && tagging.CallCount(ref.tag) > 1;
-      std::string text = FormatCallRef(call_tags.Tag(ref.tag), one_call ? std::optional<int64_t>(ref.call)
-                                                                         : std::nullopt);
+      std::string text =
+          FormatCallRef(call_tags.Tag(ref.tag), one_call ? std::optional<int64_t>(ref.call) : std::nullopt);
       if (std::find(texts.begin(), texts.end(), text) == texts.end()) texts.push_back(std::move(text));
     }
     std::sort(texts.begin(), texts.end());

@@ -16,17 +16,21 @@ namespace hiertag {
 
 const char* ExportStageName(ExportStage stage) {
   switch (stage) {
-    case ExportStage::kTracing: return "tracing";
-    case ExportStage::kOptimizing: return "optimizing";
-    case ExportStage::kTagged: return "tagged";
-    case ExportStage::kPlanned: return "planned";
-    case ExportStage::kWritten: return "written";
+    case ExportStage::kTracing:
+      return "tracing";
+    case ExportStage::kOptimizing:
+      return "optimizing";
+    case ExportStage::kTagged:
+      return "tagged";
+    case ExportStage::kPlanned:
+      return "planned";
+    case ExportStage::kWritten:
+      return "written";
   }
   return "?";
 }
 
-ExportSession::ExportSession(ModuleTable modules, std::unordered_set<std::string> member_names,
-                             ExportOptions options)
+ExportSession::ExportSession(ModuleTable modules, std::unordered_set<std::string> member_names, ExportOptions options)
     : modules_(std::move(modules)), member_names_(std::move(member_names)), options_(std::move(options)) {}
 
 void ExportSession::Expect(std::initializer_list<ExportStage> allowed, const char* step) const {

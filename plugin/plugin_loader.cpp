@@ -67,7 +67,7 @@ std::string RunningTorchVersion() {
   if (!sys_get || !dict_get || !get_attr || !as_utf8 || !dec_ref || !ensure || !release || !clear) return "";
   int gil = ensure();
   std::string version;
-  void* modules = sys_get("modules");                                 // borrowed
+  void* modules = sys_get("modules");                                       // borrowed
   void* torch = modules != nullptr ? dict_get(modules, "torch") : nullptr;  // borrowed
   if (torch != nullptr) {
     if (void* text = get_attr(torch, "__version__")) {
@@ -82,9 +82,7 @@ std::string RunningTorchVersion() {
 
 // "2.14.1" of "2.14.1+cu130": builds of one release differ only in their
 // devices (CPU, CUDA), not in the CPU libraries the plugin links.
-std::string_view Release(std::string_view version) {
-  return version.substr(0, version.find('+'));
-}
+std::string_view Release(std::string_view version) { return version.substr(0, version.find('+')); }
 
 void LoadPythonSide() {
   if (!PythonIsRunning()) return;
@@ -105,8 +103,7 @@ void LoadPythonSide() {
   }
   std::string path = info.dli_fname;
   size_t slash = path.rfind('/');
-  path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
-         "libhiertag_python.so";
+  path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "libhiertag_python.so";
   if (dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
     std::string message = std::string("hiertag: plugin not installed: ") + dlerror();
     std::fprintf(stderr, "%s\n", message.c_str());

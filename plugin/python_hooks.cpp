@@ -66,18 +66,12 @@ constexpr const char* kInstallFailureMarker = "_hiertag_plugin_install_failure";
 // observer; the conversion and canonicalize return new graphs (scopes copied
 // one to one); dead code elimination removes only unused nodes.
 constexpr const char* kObservedPasses[] = {
-    "_jit_pass_constant_propagation",
-    "_jit_pass_peephole",
-    "_jit_pass_fuse_addmm",
-    "_jit_pass_onnx_remove_inplace_ops_for_onnx",
-    "_jit_pass_onnx_preprocess",
-    "_jit_pass_prepare_division_for_onnx",
-    "_jit_pass_erase_number_types",
-    "_jit_pass_onnx_scalar_type_analysis",
-    "_jit_pass_onnx_peephole",
-    "_jit_pass_onnx_eval_peephole",
-    "_jit_pass_onnx_constant_fold",
-    "_jit_pass_onnx_graph_shape_type_inference",
+    "_jit_pass_constant_propagation", "_jit_pass_peephole",
+    "_jit_pass_fuse_addmm",           "_jit_pass_onnx_remove_inplace_ops_for_onnx",
+    "_jit_pass_onnx_preprocess",      "_jit_pass_prepare_division_for_onnx",
+    "_jit_pass_erase_number_types",   "_jit_pass_onnx_scalar_type_analysis",
+    "_jit_pass_onnx_peephole",        "_jit_pass_onnx_eval_peephole",
+    "_jit_pass_onnx_constant_fold",   "_jit_pass_onnx_graph_shape_type_inference",
 };
 
 // A module's original `forward` entry in its instance __dict__ (or none), so
@@ -221,8 +215,8 @@ void WarnOfUnknownTorchModules(const TorchModuleSegments& segments) {
       work.push_back(py::reinterpret_borrow<py::object>(subclass));
     }
   }
-  std::string warning = UnknownTorchModulesWarning(
-      segments, [&](std::string_view name) { return torch_classes.count(name) > 0; });
+  std::string warning =
+      UnknownTorchModulesWarning(segments, [&](std::string_view name) { return torch_classes.count(name) > 0; });
   if (!warning.empty()) py::module_::import("sys").attr("stderr").attr("write")(warning);
 }
 
@@ -246,8 +240,8 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
     std::string qualified;
     std::string short_name;
     if (py::isinstance(module, script_module)) {
-      qualified = UnmangleTorchScriptTypeName(
-          module.attr("_c").attr("_type")().attr("qualified_name")().cast<std::string>());
+      qualified =
+          UnmangleTorchScriptTypeName(module.attr("_c").attr("_type")().attr("qualified_name")().cast<std::string>());
       short_name = module.attr("original_name").cast<std::string>();
     } else {
       py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(module.ptr()));
@@ -283,9 +277,7 @@ std::string_view BytesView(const py::handle& bytes) {
   return std::string_view(data, static_cast<size_t>(size));
 }
 
-std::string TorchVersion() {
-  return py::str(py::module_::import("torch").attr("__version__")).cast<std::string>();
-}
+std::string TorchVersion() { return py::str(py::module_::import("torch").attr("__version__")).cast<std::string>(); }
 
 // ---- The hooks: (the function each replaces, the call's arguments). ----
 
@@ -316,8 +308,7 @@ py::object SetupTraceModuleMap(const py::object& original, py::args args, py::kw
 }
 
 py::object CallScriptFunction(const py::object& original, py::args args, py::kwargs kwargs) {
-  std::shared_ptr<torch::jit::tracer::TracingState> state =
-      Session() ? torch::jit::tracer::getTracingState() : nullptr;
+  std::shared_ptr<torch::jit::tracer::TracingState> state = Session() ? torch::jit::tracer::getTracingState() : nullptr;
   if (!state) return original(*args, **kwargs);
   InsertCallMarker(*state->graph, CallMarker::kBegin);
   py::object result = original(*args, **kwargs);
@@ -428,7 +419,9 @@ py::object DynamoExport(const py::object& original, py::args args, py::kwargs kw
   if (ReadOptionsOrThrow().tag) {
     throw py::value_error(
         "hiertag: HIERTAG=1 tags torch's TorchScript-based exporter, and this call runs the dynamo exporter "
-        "(torch " + TorchVersion() + "'s default); nothing written: pass dynamo=False to torch.onnx.export, "
+        "(torch " +
+        TorchVersion() +
+        "'s default); nothing written: pass dynamo=False to torch.onnx.export, "
         "or turn a dynamo export's own metadata into tags with `hiertag import-dynamo`");
   }
   return original(*args, **kwargs);
@@ -448,10 +441,10 @@ py::object ResetTraceModuleMap(const py::object& original, py::args args, py::kw
 // Where a hooked function lives: a module (found when the plugin loads), or
 // a class of it (then the hook is a method).
 enum class Owner {
-  kTorchC,             // torch._C
-  kExporter,           // the TorchScript exporter's module (above)
-  kExporterProtoUtils, // the module the exporter writes files through
-  kDynamoExporter,     // kDynamoExporter
+  kTorchC,              // torch._C
+  kExporter,            // the TorchScript exporter's module (above)
+  kExporterProtoUtils,  // the module the exporter writes files through
+  kDynamoExporter,      // kDynamoExporter
 };
 
 py::object TorchScriptExporter() {
@@ -514,9 +507,9 @@ std::string SiteName(const HookSite& site, const py::object& owner) {
   std::string module;
   if (owner && py::hasattr(owner, "__name__")) module = py::str(owner.attr("__name__"));
   if (module.empty()) {
-    module = site.owner == Owner::kTorchC ? "torch._C"
+    module = site.owner == Owner::kTorchC           ? "torch._C"
              : site.owner == Owner::kDynamoExporter ? kDynamoExporter
-                                                     : "the TorchScript exporter";
+                                                    : "the TorchScript exporter";
   }
   return module + "." + (site.owner_class ? std::string(site.owner_class) + "." : "") + site.name;
 }
@@ -552,9 +545,8 @@ void Install() {
     py::object original = owners[i].attr(site.name);
     Hook hook = site.hook;
     auto call = [original, hook](py::args args, py::kwargs kwargs) { return hook(original, args, kwargs); };
-    owners[i].attr(site.name) = site.owner_class
-                                    ? py::cpp_function(call, py::name(site.name), py::is_method(owners[i]))
-                                    : py::cpp_function(call, py::name(site.name));
+    owners[i].attr(site.name) = site.owner_class ? py::cpp_function(call, py::name(site.name), py::is_method(owners[i]))
+                                                 : py::cpp_function(call, py::name(site.name));
   }
   c.attr(kInstalledMarker) = true;
 }

@@ -35,15 +35,14 @@
 #include "hiertag/core/proto_wire.h"
 #include "hiertag/core/tag_format.h"
 #include "hiertag/tool/module_boundaries.h"
+#include "hiertag/tool/tagged_file.h"
 #include "hiertag/tool/tool_commands.h"
 #include "hiertag/tool/value_types.h"
-#include "hiertag/tool/tagged_file.h"
 
 namespace hiertag {
 namespace {
 
 using namespace onnx_field;  // NOLINT: the field numbers read as in onnx.proto
-
 
 size_t EditDistance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
@@ -156,7 +155,8 @@ class Extractor {
           if (!entry_.ran) {
             // No boundary was ever claimed for it: its caller reached past it
             // to its children, and ran code of its own between them.
-            *error = Described() + " never ran (its caller reached past it to its children) and its children's "
+            *error = Described() +
+                     " never ran (its caller reached past it to its children) and its children's "
                      "nodes are interleaved with its caller's: node " +
                      DescribeNode(file_.model.nodes[producer]) + " lies between them";
             return false;
@@ -289,7 +289,8 @@ class Extractor {
     fs::path target_folder = fs::weakly_canonical(fs::absolute(output_path_).parent_path(), status);
     fs::path relative = fs::weakly_canonical(source_folder / where.location, status).lexically_relative(target_folder);
     if (status || relative.empty() || UnsafeLocationReason(relative.string())) {
-      return fail("its data file '" + where.location + "' is not inside the output's folder; write it with "
+      return fail("its data file '" + where.location +
+                  "' is not inside the output's folder; write it with "
                   "--external-data copy or inline");
     }
     return TensorWithExternalData(initializer.raw, {relative.string(), where.offset, where.length});
@@ -485,8 +486,8 @@ int RunExtract(const std::string& path, const std::string& tag, std::optional<in
   return RunExtract(path, tag, ExtractOptions{call, out_path, external_data, "", json}, out, err);
 }
 
-int RunExtract(const std::string& path, const std::string& requested, const ExtractOptions& options,
-               std::ostream& out, std::ostream& err) {
+int RunExtract(const std::string& path, const std::string& requested, const ExtractOptions& options, std::ostream& out,
+               std::ostream& err) {
   const std::optional<int64_t>& call = options.call;
   const bool json = options.json;
   // Names come from Python and from the command line: every line goes out
@@ -525,7 +526,8 @@ int RunExtract(const std::string& path, const std::string& requested, const Extr
       return fail("hiertag extract: " + *refused);
     }
     std::string partial = data_path + ".hiertag-partial";
-    if (!WriteDataFile(partial, extractor.data_copies(), &error) || std::rename(partial.c_str(), data_path.c_str()) != 0) {
+    if (!WriteDataFile(partial, extractor.data_copies(), &error) ||
+        std::rename(partial.c_str(), data_path.c_str()) != 0) {
       std::remove(partial.c_str());
       return fail(path + ": " + (error.empty() ? "cannot write " + data_path : error));
     }

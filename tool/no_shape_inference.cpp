@@ -5,8 +5,9 @@
 namespace hiertag {
 
 std::optional<ValueTypeMap> InferValueTypes(std::string_view, std::string* error) {
-  *error = "this build of the tool has no ONNX shape inference; give the types with --value-types FILE "
-           "(the Python package's `hiertag extract` does)";
+  *error =
+      "this build of the tool has no ONNX shape inference; give the types with --value-types FILE "
+      "(the Python package's `hiertag extract` does)";
   return std::nullopt;
 }
 

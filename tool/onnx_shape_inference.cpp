@@ -1,9 +1,9 @@
 // InferValueTypes with ONNX's shape inference (an ONNX library of this build's
 // C++ ABI: Debian's libonnx-dev in a checkout).
-#include <map>
-
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
+
+#include <map>
 
 #include "hiertag/tool/value_types.h"
 
@@ -47,7 +47,8 @@ void ListShapeInputs(onnx::GraphProto* graph) {
 
 std::optional<ValueTypeMap> InferValueTypes(std::string_view model, std::string* error) {
   onnx::ModelProto proto;
-  if (model.size() > static_cast<size_t>(INT32_MAX) || !proto.ParseFromArray(model.data(), static_cast<int>(model.size()))) {
+  if (model.size() > static_cast<size_t>(INT32_MAX) ||
+      !proto.ParseFromArray(model.data(), static_cast<int>(model.size()))) {
     *error = "the model cannot be read by ONNX's shape inference";
     return std::nullopt;
   }

@@ -11,8 +11,7 @@ namespace {
 void ReadRewrites(TaggedFile* file) {
   auto text = file->model.metadata.find(std::string(kRewritesKey));
   std::string error;
-  std::optional<Json> records =
-      text == file->model.metadata.end() ? std::nullopt : ParseJson(text->second, &error);
+  std::optional<Json> records = text == file->model.metadata.end() ? std::nullopt : ParseJson(text->second, &error);
   std::set<std::string> fused_nodes;
   if (records && records->is_array()) {
     for (const Json& record : *records) {
@@ -27,8 +26,8 @@ void ReadRewrites(TaggedFile* file) {
     if (!spans || fused_nodes.count(node.name)) continue;
     auto pass = node.metadata.find(std::string(kRewriteKey));
     // A node without the pass's name is reported by validate; the rewrite still stands.
-    file->rewrites.push_back({pass == node.metadata.end() ? "an export pass" : pass->second, "fused",
-                              std::move(*spans), node.name});
+    file->rewrites.push_back(
+        {pass == node.metadata.end() ? "an export pass" : pass->second, "fused", std::move(*spans), node.name});
   }
 }
 
@@ -68,8 +67,7 @@ std::optional<TaggedFile> TaggedFileOf(std::optional<OnnxModel> model, const std
   }
   auto table_text = model->metadata.find(std::string(kModuleTableKey));
   if (table_text == model->metadata.end()) {
-    *error = name + ": not tagged by hiertag (no " + std::string(kModuleTableKey) +
-             " in the model's metadata_props)";
+    *error = name + ": not tagged by hiertag (no " + std::string(kModuleTableKey) + " in the model's metadata_props)";
     return std::nullopt;
   }
   std::string table_error;
@@ -108,9 +106,7 @@ const std::string* NodeTag(const OnnxNode& node) {
   return found == node.metadata.end() ? nullptr : &found->second;
 }
 
-std::string DescribeNode(const OnnxNode& node) {
-  return "'" + node.name + "' (" + node.op_type + ")";
-}
+std::string DescribeNode(const OnnxNode& node) { return "'" + node.name + "' (" + node.op_type + ")"; }
 
 std::optional<std::vector<std::string>> NodeTagList(const OnnxNode& node, std::string_view key) {
   auto found = node.metadata.find(std::string(key));

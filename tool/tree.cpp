@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <iomanip>
 #include <map>
-#include <set>
 #include <ostream>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <unordered_map>
@@ -14,8 +14,8 @@
 
 #include "hiertag/core/printable.h"
 #include "hiertag/core/tag_format.h"
-#include "hiertag/tool/tool_commands.h"
 #include "hiertag/tool/tagged_file.h"
+#include "hiertag/tool/tool_commands.h"
 
 namespace hiertag {
 namespace {
@@ -28,10 +28,10 @@ struct ModuleStats {
   int64_t own_nodes = 0, total_nodes = 0;
   int64_t own_params = 0, total_params = 0;
   int64_t own_bytes = 0, total_bytes = 0;
-  std::map<std::string, int64_t> ops;  // own nodes by op type
-  std::vector<size_t> children;        // modules whose parent tag is this one's
+  std::map<std::string, int64_t> ops;    // own nodes by op type
+  std::vector<size_t> children;          // modules whose parent tag is this one's
   std::vector<const Rewrite*> rewrites;  // the rewrites listing this module
-  size_t up = kNone;                   // the nearest ancestor the table lists
+  size_t up = kNone;                     // the nearest ancestor the table lists
   static constexpr size_t kNone = SIZE_MAX;
 };
 
@@ -328,15 +328,17 @@ class TreePrinter {
   void PrintCsv(const std::string& tag, const ModuleStats& stats) {
     out_ << CsvField(tag) << ',' << CsvField(stats.entry->class_name) << ',' << CsvField(stats.entry->path) << ','
          << stats.depth << ',' << stats.own_nodes << ',' << stats.total_nodes << ',' << stats.own_params << ','
-         << stats.total_params << ',' << stats.own_bytes << ',' << stats.total_bytes << ','
-         << stats.entry->call_count() << ',' << (stats.entry->ran ? "true" : "false") << "\n";
+         << stats.total_params << ',' << stats.own_bytes << ',' << stats.total_bytes << ',' << stats.entry->call_count()
+         << ',' << (stats.entry->ran ? "true" : "false") << "\n";
   }
 
   void AddJson(const std::string& tag, const ModuleStats& stats, Json* modules) {
     Json rewrites = Json::array();
     for (const Rewrite* rewrite : stats.rewrites) {
-      rewrites.push_back(
-          {{"pass", rewrite->pass}, {"kind", rewrite->kind}, {"with", OtherModules(*rewrite, tag)}, {"node", rewrite->node}});
+      rewrites.push_back({{"pass", rewrite->pass},
+                          {"kind", rewrite->kind},
+                          {"with", OtherModules(*rewrite, tag)},
+                          {"node", rewrite->node}});
     }
     Json ops = Json::object();
     for (const auto& [op_type, count] : SortedOps(stats)) ops[op_type] = count;
@@ -385,9 +387,8 @@ class TreePrinter {
   // ties by tag (the children are listed in tag order).
   std::vector<size_t> Children(const ModuleStats& stats) const {
     std::vector<size_t> children = stats.children;
-    std::stable_sort(children.begin(), children.end(), [&](size_t a, size_t b) {
-      return tree_.modules[a].first_node < tree_.modules[b].first_node;
-    });
+    std::stable_sort(children.begin(), children.end(),
+                     [&](size_t a, size_t b) { return tree_.modules[a].first_node < tree_.modules[b].first_node; });
     return children;
   }
 

@@ -15,8 +15,8 @@
 #include "hiertag/core/external_data.h"
 #include "hiertag/core/printable.h"
 #include "hiertag/core/tag_format.h"
-#include "hiertag/tool/tool_commands.h"
 #include "hiertag/tool/tagged_file.h"
+#include "hiertag/tool/tool_commands.h"
 
 namespace hiertag {
 namespace {
@@ -26,8 +26,7 @@ constexpr const char* kTableSubject = "module table";
 // True when module path `child` lies strictly inside module path `parent`.
 bool IsPathInside(const std::string& child, const std::string& parent) {
   if (parent.empty()) return !child.empty();
-  return child.size() > parent.size() && child.compare(0, parent.size(), parent) == 0 &&
-         child[parent.size()] == '.';
+  return child.size() > parent.size() && child.compare(0, parent.size(), parent) == 0 && child[parent.size()] == '.';
 }
 
 // The module path a disambiguated segment names: a relative qualifier is
@@ -110,8 +109,7 @@ class Validator {
       std::string caller = module_tree_ ? "" : std::string(ParentTag(tag));
       auto [other, inserted] = tag_of_path.emplace(std::pair{caller, read->path}, tag);
       if (!inserted) {
-        Add(nullptr, "tags '" + other->second + "' and '" + tag + "' both name module path '" +
-                         read->path + "'");
+        Add(nullptr, "tags '" + other->second + "' and '" + tag + "' both name module path '" + read->path + "'");
       }
       CheckTableFields(tag, entry);
     }
@@ -130,8 +128,8 @@ class Validator {
         continue;
       }
       if (module_tree_ && !IsPathInside(path, found->second)) {
-        Add(nullptr, "tag '" + tag + "' names path '" + path + "', which is not inside its parent's '" +
-                         found->second + "'");
+        Add(nullptr,
+            "tag '" + tag + "' names path '" + path + "', which is not inside its parent's '" + found->second + "'");
       }
       CheckQualifier(tag, path, found->second);
       CheckParentCalls(tag, found->first);
@@ -188,8 +186,8 @@ class Validator {
       return;
     }
     if (static_cast<int64_t>(ordinals->size()) != entry->call_count()) {
-      Add(nullptr, "tag '" + tag + "': \"parent_calls\" has " + std::to_string(ordinals->size()) +
-                       " elements for " + std::to_string(entry->call_count()) + " calls");
+      Add(nullptr, "tag '" + tag + "': \"parent_calls\" has " + std::to_string(ordinals->size()) + " elements for " +
+                       std::to_string(entry->call_count()) + " calls");
       return;
     }
     for (size_t call = 0; call < ordinals->size(); ++call) {
@@ -376,15 +374,18 @@ int RunValidate(const std::string& path, bool json, std::ostream& out, std::ostr
       item["problem"] = problem.text;
       listed.push_back(std::move(item));
     }
-    Json result = {{"file", path}, {"valid", problems.empty()}, {"nodes", nodes}, {"modules", modules},
+    Json result = {{"file", path},
+                   {"valid", problems.empty()},
+                   {"nodes", nodes},
+                   {"modules", modules},
                    {"problems", std::move(listed)}};
     out << WriteJson(result) << "\n";
   } else {
     // Tags, paths and node names hold what Python allows: each problem is one
     // line through Printable (--json carries the exact text).
     for (const Problem& problem : problems) {
-      out << Printable(path + ": " + (problem.node ? "node " + DescribeNode(*problem.node) : problem.subject) +
-                       ": " + problem.text)
+      out << Printable(path + ": " + (problem.node ? "node " + DescribeNode(*problem.node) : problem.subject) + ": " +
+                       problem.text)
           << "\n";
     }
     if (problems.empty()) {

@@ -34,7 +34,8 @@ ValueTypeMap RecordedValueTypes(const OnnxModel& model) {
   return types;
 }
 
-ValueTypes::ValueTypes(const OnnxModel& model, ValueTypeMap supplied) : model_(model), known_(RecordedValueTypes(model)) {
+ValueTypes::ValueTypes(const OnnxModel& model, ValueTypeMap supplied)
+    : model_(model), known_(RecordedValueTypes(model)) {
   known_.merge(supplied);  // the file's own type wins where both have one
 }
 

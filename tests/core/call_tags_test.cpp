@@ -39,8 +39,7 @@ ModuleTable NetTable() {
   EXPECT_EQ(table.Add("layers.0", "pkg.Layer", "Layer", true), kLayer0);
   EXPECT_EQ(table.Add("layers.0.attn", "pkg.Attn", "Attn", true), kAttn0);
   EXPECT_EQ(table.Add("layers.0.ff", "pkg.FF", "FF", true), kFf0);
-  EXPECT_EQ(table.Add("layers.0.sublayer", "torch.nn.modules.container.ModuleList", "ModuleList", false),
-            kSublayers0);
+  EXPECT_EQ(table.Add("layers.0.sublayer", "torch.nn.modules.container.ModuleList", "ModuleList", false), kSublayers0);
   EXPECT_EQ(table.Add("layers.0.sublayer.0", "pkg.Sublayer", "Sublayer", true), kSublayer0);
   EXPECT_EQ(table.Add("layers.0.sublayer.1", "pkg.Sublayer", "Sublayer", true), kSublayer1);
   EXPECT_EQ(table.Add("layers.0.norm", "torch.nn.modules.normalization.LayerNorm", "LayerNorm", false), kNorm0);

@@ -73,8 +73,9 @@ TEST(ExportOptionsTest, MalformedTorchModuleListIsAnError) {
   // Check that a list entry that is no class name is an error naming the value.
   std::string error;
   EXPECT_FALSE(Read({{"HIERTAG", "1"}, {"HIERTAG_TORCH_MODULES", "LayerNorm,,x-y"}}, &error));
-  EXPECT_EQ(error, "hiertag: HIERTAG_TORCH_MODULES='LayerNorm,,x-y' is not valid: use 0, 1 or a comma list of "
-                   "class names (LayerNorm,Embedding)");
+  EXPECT_EQ(error,
+            "hiertag: HIERTAG_TORCH_MODULES='LayerNorm,,x-y' is not valid: use 0, 1 or a comma list of "
+            "class names (LayerNorm,Embedding)");
 }
 
 TEST(ExportOptionsTest, ReportIsAskedForWithOne) {

@@ -110,8 +110,12 @@ TEST(JsonTest, OrdinalsAreWholeNumbersInRange) {
 
 TEST(JsonTest, InvalidUtf8IsWrittenWithReplacement) {
   // Check that a string that is not UTF-8 is written (JSON cannot hold raw bytes) rather than thrown on.
-  std::string text = WriteJson(Json(std::string("a\xff" "b")));
-  EXPECT_EQ(text, "\"a\xef\xbf\xbd" "b\"");
+  std::string text =
+      WriteJson(Json(std::string("a\xff"
+                                 "b")));
+  EXPECT_EQ(text,
+            "\"a\xef\xbf\xbd"
+            "b\"");
 }
 
 }  // namespace

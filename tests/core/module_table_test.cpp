@@ -47,10 +47,8 @@ ModuleTable BertTable() {
   table.Add("encoder.layer", "torch.nn.modules.container.ModuleList", "ModuleList", false);
   table.Add("encoder.layer.0", "transformers.BertLayer", "BertLayer", true);
   table.Add("encoder.layer.0.attention", "transformers.BertAttention", "BertAttention", true);
-  table.Add("encoder.layer.0.attention.self", "transformers.BertSdpaSelfAttention",
-            "BertSdpaSelfAttention", true);
-  table.Add("encoder.layer.0.attention.self.query", "torch.nn.modules.linear.Linear", "Linear",
-            false);
+  table.Add("encoder.layer.0.attention.self", "transformers.BertSdpaSelfAttention", "BertSdpaSelfAttention", true);
+  table.Add("encoder.layer.0.attention.self.query", "torch.nn.modules.linear.Linear", "Linear", false);
   table.Add("encoder.layer.1", "transformers.BertLayer", "BertLayer", true);
   table.Finalize();
   return table;
@@ -97,8 +95,7 @@ TEST(ModuleTableTest, HfStyleTagsFollowTheModuleTree) {
   EXPECT_EQ(TagAt(table, "encoder"), "/BertModel/BertEncoder");
   EXPECT_EQ(TagAt(table, "encoder.layer.0"), "/BertModel/BertEncoder/BertLayer.0");
   EXPECT_EQ(TagAt(table, "encoder.layer.1"), "/BertModel/BertEncoder/BertLayer.1");
-  EXPECT_EQ(TagAt(table, "encoder.layer.0.attention"),
-            "/BertModel/BertEncoder/BertLayer.0/BertAttention");
+  EXPECT_EQ(TagAt(table, "encoder.layer.0.attention"), "/BertModel/BertEncoder/BertLayer.0/BertAttention");
   EXPECT_EQ(TagAt(table, "encoder.layer.0.attention.self"),
             "/BertModel/BertEncoder/BertLayer.0/BertAttention/BertSdpaSelfAttention");
   ExpectTagsUniqueAndWellFormed(table);
@@ -133,8 +130,7 @@ TEST(ModuleTableTest, FilteredModuleCollapsesOntoNearestTaggedAncestor) {
   EXPECT_FALSE(table.at(query).has_segment);
   EXPECT_TRUE(table.at(query).tag.empty());
   EXPECT_EQ(table.TagOwner(query), self);
-  EXPECT_EQ(table.TagOf(query),
-            "/BertModel/BertEncoder/BertLayer.0/BertAttention/BertSdpaSelfAttention");
+  EXPECT_EQ(table.TagOf(query), "/BertModel/BertEncoder/BertLayer.0/BertAttention/BertSdpaSelfAttention");
   EXPECT_EQ(table.TagOwner(list), encoder);
   EXPECT_EQ(table.TagOf(list), "/BertModel/BertEncoder");
   EXPECT_EQ(table.TagOf(table.FindByPath("embeddings.LayerNorm")), "/BertModel/BertEmbeddings");
@@ -170,8 +166,7 @@ TEST(ModuleTableTest, SameClassSiblingsAreQualified) {
   EXPECT_EQ(TagAt(table, "h.0.mlp.c_proj"), "/GPT2Model/GPT2Block.0/GPT2MLP/Conv1D[c_proj]");
   EXPECT_EQ(TagAt(table, "h.1.attn.c_proj"), "/GPT2Model/GPT2Block.1/GPT2Attention/Conv1D[c_proj]");
   EXPECT_EQ(table.TagOf(table.FindByPath("h.0.ln_1")), "/GPT2Model/GPT2Block.0");
-  EXPECT_EQ(table.TagOf(table.FindByPath("h.1.attn.attn_dropout")),
-            "/GPT2Model/GPT2Block.1/GPT2Attention");
+  EXPECT_EQ(table.TagOf(table.FindByPath("h.1.attn.attn_dropout")), "/GPT2Model/GPT2Block.1/GPT2Attention");
   ExpectTagsUniqueAndWellFormed(table);
 }
 
@@ -274,8 +269,9 @@ TEST(ModuleTableTest, NamesNoTagCanHoldAreRefusedInOneLine) {
     table.Add("c", "pkg.", "", true);
     ADD_FAILURE() << "a class without a name was accepted";
   } catch (const std::invalid_argument& refused) {
-    EXPECT_EQ(std::string(refused.what()), "hiertag: module 'c' has a class with an empty name (pkg.): its tag "
-                                           "segment needs one");
+    EXPECT_EQ(std::string(refused.what()),
+              "hiertag: module 'c' has a class with an empty name (pkg.): its tag "
+              "segment needs one");
   }
 }
 

@@ -15,13 +15,17 @@ TEST(PrintableTest, ControlCharactersAreEscaped) {
   EXPECT_EQ(Printable("esc\x1b[31m"), "esc\\x1b[31m");
   EXPECT_EQ(Printable(std::string("nul\0x", 5)), "nul\\x00x");
   EXPECT_EQ(Printable("del\x7f"), "del\\x7f");
-  EXPECT_EQ(Printable("csi\xc2\x9b" "2J"), "csi\\u009b2J");
+  EXPECT_EQ(Printable("csi\xc2\x9b"
+                      "2J"),
+            "csi\\u009b2J");
   EXPECT_EQ(Printable("nel\xc2\x85"), "nel\\u0085");
 }
 
 TEST(PrintableTest, PrintableTextIsUnchanged) {
   // Check that quotes, backslashes, spaces and letters beyond ASCII pass as they are.
-  for (std::string text : {"say \"hi\"", "it's", "back\\slash", "a/b[c]%d#e~f", "gr\xc3\xb6\xc3\x9f" "e",
+  for (std::string text : {"say \"hi\"", "it's", "back\\slash", "a/b[c]%d#e~f",
+                           "gr\xc3\xb6\xc3\x9f"
+                           "e",
                            "\xe5\xb1\xa4", "\xf0\x9f\x99\x82", "nbsp\xc2\xa0", ""}) {
     EXPECT_EQ(Printable(text), text);
   }
@@ -29,12 +33,16 @@ TEST(PrintableTest, PrintableTextIsUnchanged) {
 
 TEST(PrintableTest, IllFormedUtf8IsEscapedByteByByte) {
   // Check that bytes starting no well-formed sequence come out as \xHH and the rest of the text is kept.
-  EXPECT_EQ(Printable("a\xff" "b"), "a\\xffb");
-  EXPECT_EQ(Printable("\xc3"), "\\xc3");                           // truncated sequence
-  EXPECT_EQ(Printable("\xc0\x80"), "\\xc0\\x80");                  // overlong NUL
-  EXPECT_EQ(Printable("\xed\xa0\x80" "x"), "\\xed\\xa0\\x80x");    // a UTF-16 surrogate
+  EXPECT_EQ(Printable("a\xff"
+                      "b"),
+            "a\\xffb");
+  EXPECT_EQ(Printable("\xc3"), "\\xc3");           // truncated sequence
+  EXPECT_EQ(Printable("\xc0\x80"), "\\xc0\\x80");  // overlong NUL
+  EXPECT_EQ(Printable("\xed\xa0\x80"
+                      "x"),
+            "\\xed\\xa0\\x80x");                                     // a UTF-16 surrogate
   EXPECT_EQ(Printable("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // above U+10FFFF
-  EXPECT_EQ(Printable("\x80\xc3\xbc"), "\\x80\xc3\xbc");           // a stray continuation byte, then "ü"
+  EXPECT_EQ(Printable("\x80\xc3\xbc"), "\\x80\xc3\xbc");             // a stray continuation byte, then "ü"
 }
 
 TEST(PrintableTest, SequenceLengthsFollowRfc3629) {

@@ -38,15 +38,13 @@ std::string BytesField(uint32_t number, std::string_view payload) {
   return out;
 }
 
-std::string NodeProto(std::string_view op_type, std::string_view name,
-                      const std::string& attributes = "") {
+std::string NodeProto(std::string_view op_type, std::string_view name, const std::string& attributes = "") {
   return BytesField(kNodeInput, "x") + BytesField(kNodeOutput, std::string(name) + "_out") +
          BytesField(kNodeName, name) + BytesField(kNodeOpType, op_type) + attributes;
 }
 
 std::string GraphAttribute(std::string_view name, const std::string& graph) {
-  return BytesField(kNodeAttribute, BytesField(kAttributeName, name) +
-                                        BytesField(kAttributeGraph, graph) +
+  return BytesField(kNodeAttribute, BytesField(kAttributeName, name) + BytesField(kAttributeGraph, graph) +
                                         VarintField(kAttributeType, 5 /* GRAPH */));
 }
 
@@ -126,8 +124,7 @@ struct SeenNode {
 // Every NodeProto of `graph` in pre-order: a node, then its graph attributes' nodes.
 void CollectNodes(std::string_view graph, std::vector<SeenNode>* out) {
   for (const std::string& node : Payloads(graph, kGraphNode)) {
-    out->push_back({Only(node, kNodeOpType), Only(node, kNodeName),
-                    MetadataEntries(node, kNodeMetadataProps)});
+    out->push_back({Only(node, kNodeOpType), Only(node, kNodeName), MetadataEntries(node, kNodeMetadataProps)});
     for (const std::string& attribute : Payloads(node, kNodeAttribute)) {
       for (const std::string& body : Payloads(attribute, kAttributeGraph)) CollectNodes(body, out);
     }
@@ -166,9 +163,8 @@ std::string StripNode(std::string_view node) {
 std::string StripGraph(std::string_view graph) {
   std::string out;
   for (const wire::Field& field : Decode(graph)) {
-    out += field.number == kGraphNode && field.wire_type == 2
-               ? BytesField(kGraphNode, StripNode(field.payload))
-               : field.raw;
+    out += field.number == kGraphNode && field.wire_type == 2 ? BytesField(kGraphNode, StripNode(field.payload))
+                                                              : field.raw;
   }
   return out;
 }
@@ -177,8 +173,7 @@ std::string StripModel(std::string_view model) {
   std::string out;
   for (const wire::Field& field : Decode(model)) {
     if (field.number == kModelMetadataProps) continue;
-    out += field.number == kModelGraph ? BytesField(kModelGraph, StripGraph(field.payload))
-                                       : field.raw;
+    out += field.number == kModelGraph ? BytesField(kModelGraph, StripGraph(field.payload)) : field.raw;
   }
   return out;
 }
@@ -190,29 +185,26 @@ const std::vector<ModelMetadataEntry> kModelEntries = {
 
 // Two top-level nodes, then a Loop whose body holds two nodes, then one more node.
 std::string LoopModel(const std::string& after_graph = "") {
-  std::string body = GraphProto({NodeProto("Add", "/layer.1/Add"), NodeProto("Mul", "/layer.1/Mul")},
-                                BytesField(kGraphName, "body"));
+  std::string body =
+      GraphProto({NodeProto("Add", "/layer.1/Add"), NodeProto("Mul", "/layer.1/Mul")}, BytesField(kGraphName, "body"));
   return ModelProto(
       GraphProto({NodeProto("Relu", "/layer.0/Relu"), NodeProto("Constant", "/Constant"),
-                  NodeProto("Loop", "/layer.1/Loop", GraphAttribute("body", body)),
-                  NodeProto("Identity", "/Identity")},
+                  NodeProto("Loop", "/layer.1/Loop", GraphAttribute("body", body)), NodeProto("Identity", "/Identity")},
                  BytesField(kGraphName, "main_graph") + BytesField(kGraphInitializer, Initializer())),
       after_graph);
 }
 
 std::vector<SerializedNodeTag> LoopModelTags() {
-  return {{"Relu", "/Net/Layer.0", {}, {}},    {"Constant", "/Net", {}, {}},
-          {"Loop", "/Net/Layer.1", {}, {}},    {"Add", "/Net/Layer.1/Attn", {}, {}},
-          {"Mul", "/Net/Layer.1", {}, {}},     {"Identity", "/Net", {}, {}}};
+  return {{"Relu", "/Net/Layer.0", {}, {}},     {"Constant", "/Net", {}, {}},    {"Loop", "/Net/Layer.1", {}, {}},
+          {"Add", "/Net/Layer.1/Attn", {}, {}}, {"Mul", "/Net/Layer.1", {}, {}}, {"Identity", "/Net", {}, {}}};
 }
 
 TEST(ProtoTaggingTest, EveryNodeGainsItsTag) {
   // Check that each top-level NodeProto gains exactly one hierarchy_tag entry with its tag.
   std::string model = ModelProto(GraphProto({NodeProto("Relu", "/l0/Relu"), NodeProto("Sigmoid", "/l1/Sigmoid")}));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(
-      model, {{"Relu", "/Net/Layer.0", {}, {}}, {"Sigmoid", "/Net/Layer.1", {}, {}}}, kModelEntries, &tagged,
-      &error))
+  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Relu", "/Net/Layer.0", {}, {}}, {"Sigmoid", "/Net/Layer.1", {}, {}}},
+                                       kModelEntries, &tagged, &error))
       << error;
   std::vector<SeenNode> nodes = NodesOf(tagged);
   ASSERT_EQ(nodes.size(), 2u);
@@ -237,8 +229,7 @@ TEST(ProtoTaggingTest, NodeBytesArePreservedBeforeTheTag) {
 TEST(ProtoTaggingTest, LoopBodyNodesAreTaggedInPreOrder) {
   // Check that a Loop's body nodes take the tags right after the Loop, before the next top-level node.
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(), LoopModelTags(), kModelEntries, &tagged, &error))
-      << error;
+  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(), LoopModelTags(), kModelEntries, &tagged, &error)) << error;
   std::vector<SeenNode> nodes = NodesOf(tagged);
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"/layer.0/Relu", "/Net/Layer.0"}, {"/Constant", "/Net"},
@@ -258,8 +249,7 @@ TEST(ProtoTaggingTest, BodyNodesStayInsideTheBody) {
   std::vector<std::string> top = Payloads(Only(tagged, kModelGraph), kGraphNode);
   ASSERT_EQ(top.size(), 4u);
   std::string attribute = Only(top[2], kNodeAttribute);
-  EXPECT_EQ(FieldNumbers(attribute),
-            (std::vector<uint32_t>{kAttributeName, kAttributeGraph, kAttributeType}));
+  EXPECT_EQ(FieldNumbers(attribute), (std::vector<uint32_t>{kAttributeName, kAttributeGraph, kAttributeType}));
   std::string body = Only(attribute, kAttributeGraph);
   EXPECT_EQ(Payloads(body, kGraphNode).size(), 2u);
   EXPECT_EQ(Only(body, kGraphName), "body");
@@ -270,15 +260,13 @@ TEST(ProtoTaggingTest, SharedNodeGetsSharedWithEntry) {
   std::string model = ModelProto(GraphProto({NodeProto("Shape", "/l0/Shape"), NodeProto("Relu", "/l1/Relu")}));
   std::string tagged, error;
   ASSERT_TRUE(AddTagsToSerializedModel(
-      model,
-      {{"Shape", "/Net/Layer.0", {"/Net/Layer.1", "/Net/Layer.2"}, {}}, {"Relu", "/Net/Layer.1", {}, {}}},
-      {}, &tagged, &error))
+      model, {{"Shape", "/Net/Layer.0", {"/Net/Layer.1", "/Net/Layer.2"}, {}}, {"Relu", "/Net/Layer.1", {}, {}}}, {},
+      &tagged, &error))
       << error;
   std::vector<SeenNode> nodes = NodesOf(tagged);
   ASSERT_EQ(nodes.size(), 2u);
-  EXPECT_EQ(nodes[0].metadata,
-            (Entries{{"hierarchy_tag", "/Net/Layer.0"},
-                     {"hiertag.shared_with", R"(["/Net/Layer.1","/Net/Layer.2"])"}}));
+  EXPECT_EQ(nodes[0].metadata, (Entries{{"hierarchy_tag", "/Net/Layer.0"},
+                                        {"hiertag.shared_with", R"(["/Net/Layer.1","/Net/Layer.2"])"}}));
   EXPECT_EQ(nodes[1].metadata, (Entries{{"hierarchy_tag", "/Net/Layer.1"}}));
 }
 
@@ -286,8 +274,7 @@ TEST(ProtoTaggingTest, UnsharedNodeGetsNoSharedWithEntry) {
   // Check that an empty shared_with writes no hiertag.shared_with entry.
   std::string model = ModelProto(GraphProto({NodeProto("Shape", "/l0/Shape")}));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Shape", "/Net/Layer.0", {}, {}}}, {}, &tagged, &error))
-      << error;
+  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Shape", "/Net/Layer.0", {}, {}}}, {}, &tagged, &error)) << error;
   std::string node = Only(Only(tagged, kModelGraph), kGraphNode);
   EXPECT_EQ(Payloads(node, kNodeMetadataProps).size(), 1u);
   EXPECT_EQ(tagged.find("hiertag.shared_with"), std::string::npos);
@@ -297,8 +284,7 @@ TEST(ProtoTaggingTest, SharedWithTagsAreJsonQuoted) {
   // Check that a tag holding a '"' or '\' is JSON-escaped inside the shared_with array.
   std::string model = ModelProto(GraphProto({NodeProto("Shape", "/l0/Shape")}));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Shape", "/Net", {"/Net/Odd[a\"b\\c]"}, {}}}, {},
-                                       &tagged, &error))
+  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Shape", "/Net", {"/Net/Odd[a\"b\\c]"}, {}}}, {}, &tagged, &error))
       << error;
   std::vector<SeenNode> nodes = NodesOf(tagged);
   ASSERT_EQ(nodes.size(), 1u);
@@ -310,12 +296,11 @@ TEST(ProtoTaggingTest, ModelEntriesGoBeforeHigherFields) {
   // Check that the model's field-14 entries are written before a field 20 that follows the graph.
   std::string training_info = BytesField(kModelTrainingInfo, VarintField(1, 3));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(training_info), LoopModelTags(), kModelEntries,
-                                       &tagged, &error))
+  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(training_info), LoopModelTags(), kModelEntries, &tagged, &error))
       << error;
   EXPECT_EQ(FieldNumbers(tagged),
-            (std::vector<uint32_t>{kModelIrVersion, kModelGraph, kModelOpsetImport,
-                                   kModelMetadataProps, kModelMetadataProps, kModelTrainingInfo}));
+            (std::vector<uint32_t>{kModelIrVersion, kModelGraph, kModelOpsetImport, kModelMetadataProps,
+                                   kModelMetadataProps, kModelTrainingInfo}));
   EXPECT_EQ(MetadataEntries(tagged, kModelMetadataProps),
             (Entries{{"hiertag.modules", R"({"/Net":{"path":"","class":"pkg.Net"}})"},
                      {"hiertag.format_version", std::string(kFormatVersion)}}));
@@ -325,8 +310,7 @@ TEST(ProtoTaggingTest, ModelEntriesGoBeforeHigherFields) {
 TEST(ProtoTaggingTest, ModelEntriesGoLastWithoutHigherFields) {
   // Check that without fields above 14 the model entries are appended at the end.
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(), LoopModelTags(), kModelEntries, &tagged, &error))
-      << error;
+  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(), LoopModelTags(), kModelEntries, &tagged, &error)) << error;
   EXPECT_EQ(FieldNumbers(tagged), (std::vector<uint32_t>{kModelIrVersion, kModelGraph, kModelOpsetImport,
                                                          kModelMetadataProps, kModelMetadataProps}));
 }
@@ -336,8 +320,7 @@ TEST(ProtoTaggingTest, ExistingModelMetadataIsKeptBeforeOurs) {
   std::string own = BytesField(kModelMetadataProps, BytesField(kEntryKey, "author") + BytesField(kEntryValue, "me"));
   std::string training_info = BytesField(kModelTrainingInfo, VarintField(1, 3));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(own + training_info), LoopModelTags(), kModelEntries,
-                                       &tagged, &error))
+  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(own + training_info), LoopModelTags(), kModelEntries, &tagged, &error))
       << error;
   EXPECT_EQ(MetadataEntries(tagged, kModelMetadataProps),
             (Entries{{"author", "me"},
@@ -359,8 +342,7 @@ TEST(ProtoTaggingTest, AllOtherBytesArePreserved) {
 TEST(ProtoTaggingTest, InitializerIsByteIdentical) {
   // Check that the graph's initializer (field 5) is copied through unchanged.
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(), LoopModelTags(), kModelEntries, &tagged, &error))
-      << error;
+  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(), LoopModelTags(), kModelEntries, &tagged, &error)) << error;
   std::string graph = Only(tagged, kModelGraph);
   EXPECT_EQ(Only(graph, kGraphInitializer), Initializer());
   EXPECT_EQ(Only(graph, kGraphName), "main_graph");
@@ -370,8 +352,8 @@ TEST(ProtoTaggingTest, OpTypeMismatchFailsNamingBoth) {
   // Check that a node whose op_type differs from the expected one fails, naming both, output untouched.
   std::string model = ModelProto(GraphProto({NodeProto("Relu", "/l0/Relu"), NodeProto("Sigmoid", "/l1/Sigmoid")}));
   std::string tagged = "untouched", error;
-  EXPECT_FALSE(AddTagsToSerializedModel(
-      model, {{"Relu", "/Net/Layer.0", {}, {}}, {"Tanh", "/Net/Layer.1", {}, {}}}, kModelEntries, &tagged, &error));
+  EXPECT_FALSE(AddTagsToSerializedModel(model, {{"Relu", "/Net/Layer.0", {}, {}}, {"Tanh", "/Net/Layer.1", {}, {}}},
+                                        kModelEntries, &tagged, &error));
   EXPECT_EQ(tagged, "untouched");
   EXPECT_NE(error.find("Sigmoid"), std::string::npos) << error;
   EXPECT_NE(error.find("Tanh"), std::string::npos) << error;
@@ -420,8 +402,7 @@ TEST(ProtoTaggingTest, TruncatedModelFailsCleanly) {
   for (size_t size = 1; size < model.size(); ++size) {
     if (field_boundaries.count(size)) continue;
     std::string tagged = "untouched", error;
-    EXPECT_FALSE(AddTagsToSerializedModel(model.substr(0, size), LoopModelTags(), kModelEntries,
-                                          &tagged, &error))
+    EXPECT_FALSE(AddTagsToSerializedModel(model.substr(0, size), LoopModelTags(), kModelEntries, &tagged, &error))
         << "accepted a model cut to " << size << " of " << model.size() << " bytes";
     EXPECT_EQ(tagged, "untouched");
     EXPECT_FALSE(error.empty()) << size;
@@ -431,8 +412,8 @@ TEST(ProtoTaggingTest, TruncatedModelFailsCleanly) {
 TEST(ProtoTaggingTest, WholeModelIsAccepted) {
   // Check that the untruncated model used by the truncation test is accepted.
   std::string tagged, error;
-  EXPECT_TRUE(AddTagsToSerializedModel(LoopModel(BytesField(kModelTrainingInfo, VarintField(1, 3))),
-                                       LoopModelTags(), kModelEntries, &tagged, &error))
+  EXPECT_TRUE(AddTagsToSerializedModel(LoopModel(BytesField(kModelTrainingInfo, VarintField(1, 3))), LoopModelTags(),
+                                       kModelEntries, &tagged, &error))
       << error;
 }
 
@@ -448,8 +429,8 @@ TEST(ProtoTaggingTest, NodeWithoutOpTypeFails) {
   // Check that a NodeProto without op_type is rejected rather than tagged blindly.
   std::string node = BytesField(kNodeInput, "x") + BytesField(kNodeName, "/n");
   std::string tagged = "untouched", error;
-  EXPECT_FALSE(AddTagsToSerializedModel(ModelProto(GraphProto({node})), {{"Relu", "/Net", {}, {}}}, {},
-                                        &tagged, &error));
+  EXPECT_FALSE(
+      AddTagsToSerializedModel(ModelProto(GraphProto({node})), {{"Relu", "/Net", {}, {}}}, {}, &tagged, &error));
   EXPECT_EQ(tagged, "untouched");
   EXPECT_FALSE(error.empty());
 }
@@ -488,8 +469,9 @@ TEST(ProtoTaggingTest, NodeWhoseOutputsNoEntryMakesFails) {
   std::string tagged = "untouched", error;
   EXPECT_FALSE(AddTagsToSerializedModel(LoopModel(), tags, kModelEntries, &tagged, &error));
   EXPECT_EQ(tagged, "untouched");
-  EXPECT_EQ(error, "the model's Relu node making '/layer.0/Relu_out' has no tag: the graph has no node with those "
-                   "outputs");
+  EXPECT_EQ(error,
+            "the model's Relu node making '/layer.0/Relu_out' has no tag: the graph has no node with those "
+            "outputs");
 }
 
 TEST(ProtoTaggingTest, SameOutputsWithAnotherOpTypeFail) {

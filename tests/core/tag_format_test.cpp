@@ -70,8 +70,7 @@ TEST(TagFormatTest, QualifiedSegmentRoundTrips) {
 
 TEST(TagFormatTest, QualifierWithDotsIsNotEscaped) {
   // Check that '.' in a qualifier (a relative module path) is kept literally, not escaped.
-  EXPECT_EQ(FormatSegment({"Bottleneck", std::nullopt, std::string("layer1.0")}),
-            "Bottleneck[layer1.0]");
+  EXPECT_EQ(FormatSegment({"Bottleneck", std::nullopt, std::string("layer1.0")}), "Bottleneck[layer1.0]");
   auto parsed = ParseTag("/ResNet/Bottleneck[layer1.0]");
   ASSERT_TRUE(parsed.has_value());
   ASSERT_EQ(parsed->size(), 2u);
@@ -272,8 +271,8 @@ TEST(TagFormatTest, ParentTagOfRootIsEmpty) {
 
 TEST(TagFormatTest, ClassNameWithReservedCharactersIsEscapedAndRoundTrips) {
   // Check that a class name holding "/", ".", "[", "]", "%" or "#" is %-escaped and reads back.
-  for (const std::string& name : {std::string("Blk[x]"), std::string("Block.1"), std::string("A/B"),
-                                   std::string("H#1"), std::string("50%")}) {
+  for (const std::string& name :
+       {std::string("Blk[x]"), std::string("Block.1"), std::string("A/B"), std::string("H#1"), std::string("50%")}) {
     std::string segment = FormatSegment({name, std::nullopt, std::nullopt});
     EXPECT_EQ(segment.find_first_of("/.[]#"), std::string::npos) << segment;
     std::string error;
@@ -316,8 +315,10 @@ TEST(TagFormatTest, ControlCharactersAndIllFormedUtf8AreEscapedByteByByte) {
 
 TEST(TagFormatTest, PrintableCharactersBeyondTheReservedOnesAreNotEscaped) {
   // Check that quotes, spaces, "::", "|" and letters beyond ASCII stay as they are.
-  EXPECT_EQ(EscapeQualifier("say \"hi\" it's col::on pipe|x gr\xc3\xb6\xc3\x9f" "e \xe5\xb1\xa4"),
-            "say \"hi\" it's col::on pipe|x gr\xc3\xb6\xc3\x9f" "e \xe5\xb1\xa4");
+  EXPECT_EQ(EscapeQualifier("say \"hi\" it's col::on pipe|x gr\xc3\xb6\xc3\x9f"
+                            "e \xe5\xb1\xa4"),
+            "say \"hi\" it's col::on pipe|x gr\xc3\xb6\xc3\x9f"
+            "e \xe5\xb1\xa4");
   EXPECT_EQ(EscapeClassName("\xe5\xb1\xa4"), "\xe5\xb1\xa4");
 }
 

@@ -29,10 +29,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const hiertag::ModuleEntry& entry = file->modules[(hash >> 4) % file->modules.size()];
     tag = entry.tag;
     switch ((hash >> 20) & 3) {
-      case 0: break;
-      case 1: call = 0; break;
-      case 2: call = static_cast<int64_t>((hash >> 24) % static_cast<uint64_t>(entry.call_count())); break;
-      case 3: call = entry.call_count(); break;  // out of range
+      case 0:
+        break;
+      case 1:
+        call = 0;
+        break;
+      case 2:
+        call = static_cast<int64_t>((hash >> 24) % static_cast<uint64_t>(entry.call_count()));
+        break;
+      case 3:
+        call = entry.call_count();
+        break;  // out of range
     }
   }
   static constexpr hiertag::ExternalDataMode kModes[] = {

@@ -133,7 +133,10 @@ class WorkFolder {
     std::string passwd = ReadFile("/etc/passwd");
     passwd_head_ = passwd.substr(0, std::min<size_t>(passwd.find('\n'), 32));
     if (passwd_head_.size() < 8) passwd_head_.clear();
-    std::atexit([] { std::error_code status; fs::remove_all(Get().root_, status); });
+    std::atexit([] {
+      std::error_code status;
+      fs::remove_all(Get().root_, status);
+    });
   }
 
   fs::path root_;

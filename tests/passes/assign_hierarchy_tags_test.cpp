@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "graph_test_support.h"
-#include "hiertag/passes/scope_resolution.h"
 #include "hiertag/core/tag_format.h"
+#include "hiertag/passes/scope_resolution.h"
 #include "hiertag/passes/tagged_model_entries.h"
 
 namespace hiertag {
@@ -35,8 +35,7 @@ class AssignHierarchyTagsTest : public testing::GraphTest {
  protected:
   void SetUp() override {
     EXPECT_EQ(modules_.Add("", "pkg.Net", "Net", true), kNet);
-    EXPECT_EQ(modules_.Add("layers", "torch.nn.modules.container.ModuleList", "ModuleList", false),
-              kLayers);
+    EXPECT_EQ(modules_.Add("layers", "torch.nn.modules.container.ModuleList", "ModuleList", false), kLayers);
     EXPECT_EQ(modules_.Add("layers.0", "pkg.Layer", "Layer", true), kLayer0);
     EXPECT_EQ(modules_.Add("layers.0.attn", "pkg.Attn", "Attn", true), kAttn0);
     EXPECT_EQ(modules_.Add("layers.0.attn.ln", kLayerNorm, "LayerNorm", false), kLn0);
@@ -554,11 +553,9 @@ TEST_F(AssignHierarchyTagsTest, DescribedNodesListOpTypesAndTagsInPreOrder) {
   HierarchyTagging tagging = Tag();
   std::vector<SerializedNodeTag> serialized = Describe(tagging).nodes;
   const std::vector<std::pair<std::string, std::string>> expected = {
-      {"Constant", "/Net"},           {"Constant", "/Net"},
-      {"Identity", "/Net/Layer.1/Attn"}, {"Add", "/Net/Layer.0"},
-      {"Neg", "/Net/Layer.0"},        {"Mul", "/Net/Layer.0/Attn"},
-      {"Loop", "/Net/Layer.1"},       {"Add", "/Net/Layer.1"},
-      {"Add", "/Net/Layer.1/Attn"}};
+      {"Constant", "/Net"},     {"Constant", "/Net"},    {"Identity", "/Net/Layer.1/Attn"},
+      {"Add", "/Net/Layer.0"},  {"Neg", "/Net/Layer.0"}, {"Mul", "/Net/Layer.0/Attn"},
+      {"Loop", "/Net/Layer.1"}, {"Add", "/Net/Layer.1"}, {"Add", "/Net/Layer.1/Attn"}};
   ASSERT_EQ(serialized.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(serialized[i].op_type, expected[i].first) << i;
@@ -700,7 +697,8 @@ graph(%input : Tensor):
   SetScope("out", net_);
   HierarchyTagging tagging = Tag();
   // %c: read by layer 1's attention, which runs inside layer 1.
-  EXPECT_EQ(TagsOf(Tagged(tagging, "c").shared_with()), (std::vector<std::string>{"/Net/Layer.1", "/Net/Layer.1/Attn"}));
+  EXPECT_EQ(TagsOf(Tagged(tagging, "c").shared_with()),
+            (std::vector<std::string>{"/Net/Layer.1", "/Net/Layer.1/Attn"}));
   // %d: read by a node of layer 0 also shared with layer 1, not by layer 1's attention.
   EXPECT_EQ(TagsOf(Tagged(tagging, "d").shared_with()), (std::vector<std::string>{"/Net/Layer.1"}));
   // A node with inputs keeps every call it was merged for.
@@ -731,7 +729,8 @@ graph(%input : Tensor):
   return (%n)
 )IR");
   ScopePtr net = testing::PushScope(root_, "__torch__.pkg.Net::");
-  SetScope("a0", testing::PushScope(testing::PushScope(net, "__torch__.pkg.Layer::layers.0"), "__torch__.pkg.Attn::attn"));
+  SetScope("a0",
+           testing::PushScope(testing::PushScope(net, "__torch__.pkg.Layer::layers.0"), "__torch__.pkg.Attn::attn"));
   SetScope("r1", testing::PushScope(net, "__torch__.pkg.Layer::layers.1"));
   SetScope("n", net);
   HierarchyTagging tagging = Tag();
@@ -748,8 +747,10 @@ graph(%input : Tensor):
   %a0 : Tensor = onnx::Relu(%input)
   return (%a0)
 )IR");
-  ScopePtr layer0 = testing::PushScope(testing::PushScope(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Layer::layers.0");
-  SetScope("a0", testing::PushScope(testing::PushScope(layer0, "__torch__.pkg.Mystery::nowhere"), "__torch__.pkg.Attn::attn"));
+  ScopePtr layer0 =
+      testing::PushScope(testing::PushScope(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Layer::layers.0");
+  SetScope("a0", testing::PushScope(testing::PushScope(layer0, "__torch__.pkg.Mystery::nowhere"),
+                                    "__torch__.pkg.Attn::attn"));
   HierarchyTagging tagging = Tag();
   EXPECT_EQ(TagAndRule(tagging, "a0"), "/Net/Layer.0 (recorded)");
   EXPECT_EQ(tagging.unresolved_scope_levels, 1);
@@ -762,7 +763,8 @@ graph(%input : Tensor):
   %m1 : Tensor = onnx::Mul(%input, %input)
   return (%m1)
 )IR");
-  ScopePtr layer1 = testing::PushScope(testing::PushScope(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Layer::layers.1");
+  ScopePtr layer1 =
+      testing::PushScope(testing::PushScope(root_, "__torch__.pkg.Net::"), "__torch__.pkg.Layer::layers.1");
   SetScope("m1", testing::PushScope(layer1, "__torch__.torch.nn.modules.normalization.LayerNorm::ln"));
   HierarchyTagging tagging = Tag();
   // The chain reads Layer.1 -> ln: the filtered LayerNorm adds no level to its caller's tag.
@@ -919,8 +921,7 @@ graph(%input : Tensor):
   EXPECT_EQ(TagAndRule(tagging, "c"), "/Net/Layer.0 (recorded)");
   EXPECT_EQ(TagsOf(folded.folded_from()), (std::vector<std::string>{"/Net/Layer.1/Attn"}));
   EXPECT_TRUE(folded.spans().empty());
-  EXPECT_EQ(TagsOf(tagging.UsedTags()),
-            (std::vector<std::string>{"/Net/Layer.0", "/Net/Layer.1/Attn"}));
+  EXPECT_EQ(TagsOf(tagging.UsedTags()), (std::vector<std::string>{"/Net/Layer.0", "/Net/Layer.1/Attn"}));
   std::string table = ModelEntry(Describe(tagging), kModuleTableKey);
   EXPECT_NE(table.find("\"/Net/Layer.1/Attn\":{\"path\":\"layers.1.attn\",\"class\":\"pkg.Attn\","
                        "\"folded_into\":[\"c\"]}"),

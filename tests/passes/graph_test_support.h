@@ -9,8 +9,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "hiertag/passes/borrowed_scopes.h"
 #include "hiertag/core/scope_names.h"
+#include "hiertag/passes/borrowed_scopes.h"
 
 namespace hiertag::testing {
 

@@ -74,8 +74,7 @@ TEST_F(MarkInlinedCallsTest, BlankNodesBetweenMarkersBorrowCallSiteScope) {
     EXPECT_EQ(loan->recorded, layer1_) << name;
     EXPECT_TRUE(loan->shared_with.empty()) << name;
     EXPECT_EQ(NodeOf(name)->scope()->parent(), layer1_) << name;
-    EXPECT_TRUE(ParseBorrowedScopeName(NodeOf(name)->scope()->name().toUnqualString()).has_value())
-        << name;
+    EXPECT_TRUE(ParseBorrowedScopeName(NodeOf(name)->scope()->name().toUnqualString()).has_value()) << name;
   }
   EXPECT_EQ(NodeOf("b")->scope(), NodeOf("c")->scope());
   EXPECT_EQ(testing::CountKind(graph_->block(), kCallBegin), 0);
@@ -220,8 +219,7 @@ TEST_F(MarkInlinedCallsTest, RestoreAfterScopedFirstNodeGivesBlankBack) {
 
   EXPECT_EQ(Restore(), 1);
   EXPECT_EQ(NodeOf("b")->scope(), layer0_);
-  EXPECT_EQ(NodeOf("c")->scope(), blank) << "c was given back "
-                                         << NodeOf("c")->scope()->namesFromRoot();
+  EXPECT_EQ(NodeOf("c")->scope(), blank) << "c was given back " << NodeOf("c")->scope()->namesFromRoot();
 }
 
 TEST_F(MarkInlinedCallsTest, IrShowsCallSiteScopeLentAndMarkersGone) {

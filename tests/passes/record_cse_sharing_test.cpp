@@ -21,8 +21,7 @@ using torch::jit::Value;
 class RecordCseSharingTest : public testing::GraphTest {
  protected:
   int RunPass() {
-    int lent = RecordCseSharing(*graph_, borrowed_,
-                                [&] { torch::jit::EliminateCommonSubexpression(graph_); });
+    int lent = RecordCseSharing(*graph_, borrowed_, [&] { torch::jit::EliminateCommonSubexpression(graph_); });
     graph_->lint();
     return lent;
   }

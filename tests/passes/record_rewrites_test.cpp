@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "graph_test_support.h"
-#include "hiertag/passes/assign_hierarchy_tags.h"
 #include "hiertag/core/call_tags.h"
 #include "hiertag/core/module_table.h"
+#include "hiertag/passes/assign_hierarchy_tags.h"
 
 namespace hiertag {
 namespace {
@@ -884,7 +884,8 @@ TEST_F(RecordRewritesTest, PassChangingNothingRecordsNothing) {
 }
 
 TEST_F(RecordRewritesTest, NumberHandedBetweenModulesIsNotRecordedRemoved) {
-  // Check that a NumToTensor in to_last and the Int reading it in to_first, both dropped, record nothing: a number crossed.
+  // Check that a NumToTensor in to_last and the Int reading it in to_first, both dropped, record nothing: a number
+  // crossed.
   Parse(R"IR(
 graph(%n : int, %x : Tensor):
   %t : Long(requires_grad=0, device=cpu) = prim::NumToTensor(%n)
@@ -995,7 +996,8 @@ std::function<void()> FuseKeyTransposes(torch::jit::Graph& graph, std::unordered
   return [&graph, shape, k, kt, r] {
     std::vector<Value*> parts;
     for (Value* dim : shape->inputs()) {
-      Node* unsqueeze = graph.create(c10::Symbol::onnx("Unsqueeze"), {dim}, 1)->insertBefore(shape)->copyMetadata(shape);
+      Node* unsqueeze =
+          graph.create(c10::Symbol::onnx("Unsqueeze"), {dim}, 1)->insertBefore(shape)->copyMetadata(shape);
       parts.push_back(unsqueeze->output());
     }
     Node* concat = graph.create(c10::Symbol::onnx("Concat"), parts, 1)->insertBefore(shape)->copyMetadata(shape);
@@ -1213,9 +1215,9 @@ TEST_F(RecordRewritesTest, TransposeFusedAcrossANestedCallSpansEveryCallBetween)
   }
   ASSERT_NE(fused, nullptr);
   EXPECT_EQ(call_tags_->Tag(fused->tag), "/Net/Encoder");
-  EXPECT_EQ(TagsOf(fused->spans()), (std::vector<std::string>{"/Net/Encoder", "/Net/Encoder/Layer#0",
-                                                              "/Net/Encoder/Layer/Output#0",
-                                                              "/Net/Encoder/Layer/Output/Norm"}));
+  EXPECT_EQ(TagsOf(fused->spans()),
+            (std::vector<std::string>{"/Net/Encoder", "/Net/Encoder/Layer#0", "/Net/Encoder/Layer/Output#0",
+                                      "/Net/Encoder/Layer/Output/Norm"}));
 }
 
 TEST_F(RecordRewritesTest, BlankConstantFoldedFromTwoModulesIsRecordedTheSameEveryTime) {

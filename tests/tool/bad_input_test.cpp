@@ -39,14 +39,10 @@ class BadInputTest : public ToolTest {
 };
 
 // Check that an existing tagged model is read by both commands.
-TEST_F(BadInputTest, ExistingFileIsRead) {
-  ExpectGoodInput(WriteModel(LayeredModel()));
-}
+TEST_F(BadInputTest, ExistingFileIsRead) { ExpectGoodInput(WriteModel(LayeredModel())); }
 
 // Check that a missing file is bad input.
-TEST_F(BadInputTest, MissingFileIsBadInput) {
-  ExpectBadInput((dir_ / "missing.onnx").string(), "missing");
-}
+TEST_F(BadInputTest, MissingFileIsBadInput) { ExpectBadInput((dir_ / "missing.onnx").string(), "missing"); }
 
 // Check that a tagged model with no nodes at all is still good input.
 TEST_F(BadInputTest, TaggedModelWithoutNodesIsRead) {
@@ -56,9 +52,7 @@ TEST_F(BadInputTest, TaggedModelWithoutNodesIsRead) {
 }
 
 // Check that an empty file is bad input.
-TEST_F(BadInputTest, EmptyFileIsBadInput) {
-  ExpectBadInput(Write(""), "empty");
-}
+TEST_F(BadInputTest, EmptyFileIsBadInput) { ExpectBadInput(Write(""), "empty"); }
 
 // Check that a directory given as the model is bad input named as unreadable, not as an empty file.
 TEST_F(BadInputTest, DirectoryIsBadInput) {
@@ -70,9 +64,7 @@ TEST_F(BadInputTest, DirectoryIsBadInput) {
 }
 
 // Check that the uncut bytes of the model the truncation test cuts are good input.
-TEST_F(BadInputTest, UncutModelIsRead) {
-  ExpectGoodInput(Write(LayeredModel().Bytes()));
-}
+TEST_F(BadInputTest, UncutModelIsRead) { ExpectGoodInput(Write(LayeredModel().Bytes())); }
 
 // Check that a model cut anywhere inside its graph field is bad input, named as truncated.
 TEST_F(BadInputTest, ModelCutInsideGraphIsBadInput) {
@@ -94,15 +86,13 @@ TEST_F(BadInputTest, ModelCutInsideGraphIsBadInput) {
 }
 
 // Check that a plain text file is bad input, named as not ONNX.
-TEST_F(BadInputTest, TextFileIsBadInput) {
-  ExpectBadInput(Write("This is not an ONNX model.\n", "notes.txt"), "ONNX");
-}
+TEST_F(BadInputTest, TextFileIsBadInput) { ExpectBadInput(Write("This is not an ONNX model.\n", "notes.txt"), "ONNX"); }
 
 // Check that an ONNX model in text format (not the binary protobuf) is bad input.
 TEST_F(BadInputTest, OnnxTextFormatIsBadInput) {
-  ExpectBadInput(Write("ir_version: 8\ngraph {\n  node { op_type: \"Relu\" input: \"x\" output: \"y\" }\n}\n",
-                       "model.textproto"),
-                 "ONNX");
+  ExpectBadInput(
+      Write("ir_version: 8\ngraph {\n  node { op_type: \"Relu\" input: \"x\" output: \"y\" }\n}\n", "model.textproto"),
+      "ONNX");
 }
 
 // Check that a protobuf message without a graph is bad input.
@@ -216,7 +206,8 @@ TEST_F(BadInputTest, ExtractOfWideNestedBodyIsFast) {
   model.graph.Type("x", {2}).Type("a", {2}).Type("y", {2});
   model.graph.Add(Node("relu", "Relu").In({"x"}).Out({"a"}).Tag("/Net/Layer.0"))
       .Add(Node("loop", "Loop").In({"", "", "x"}).Out({"y"}).Tag("/Net/Layer.1").Body(body));
-  model.Module("/Net", "", "test.Net").Module("/Net/Layer.0", "layers.0", "test.Block")
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Layer.0", "layers.0", "test.Block")
       .Module("/Net/Layer.1", "layers.1", "test.Block");
   std::string path = WriteModel(model);
   auto start = std::chrono::steady_clock::now();

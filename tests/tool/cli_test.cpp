@@ -47,9 +47,7 @@ TEST_F(CliTest, ToolHelpPrintsUsage) {
 }
 
 // Check that no command at all is a usage error.
-TEST_F(CliTest, NoCommandIsUsageError) {
-  ExpectUsageError({}, "no command");
-}
+TEST_F(CliTest, NoCommandIsUsageError) { ExpectUsageError({}, "no command"); }
 
 // Check that validate --help prints validate's usage, even with a model and options around it.
 TEST_F(CliTest, ValidateHelpPrintsUsage) {
@@ -60,7 +58,8 @@ TEST_F(CliTest, ValidateHelpPrintsUsage) {
 // Check that tree --help prints tree's usage, even with a model and options around it.
 TEST_F(CliTest, TreeHelpPrintsUsage) {
   ExpectUsage({"tree", "--help"}, "usage: hiertag tree MODEL.onnx [--json | --csv] [--depth N]");
-  ExpectUsage({"tree", "missing.onnx", "--depth", "1", "-h"}, "usage: hiertag tree MODEL.onnx [--json | --csv] [--depth N]");
+  ExpectUsage({"tree", "missing.onnx", "--depth", "1", "-h"},
+              "usage: hiertag tree MODEL.onnx [--json | --csv] [--depth N]");
 }
 
 // Check that a known command with a model runs it.
@@ -155,8 +154,8 @@ TEST_F(CliTest, BadInputThroughCommandLine) {
     EXPECT_EQ(result.code, 2) << command;
     EXPECT_EQ(result.out, "") << command;
     EXPECT_EQ(Lines(result.err).size(), 1u) << command << ": " << result.err;
-    EXPECT_EQ(result.err, "hiertag " + std::string(command) + ": " + missing +
-                              ": cannot open the file (missing or unreadable)\n");
+    EXPECT_EQ(result.err,
+              "hiertag " + std::string(command) + ": " + missing + ": cannot open the file (missing or unreadable)\n");
   }
 }
 

@@ -410,8 +410,9 @@ TEST_F(ExtractTest, UnknownHostileModuleIsOneLine) {
   std::string path = WriteModel(HostileNameModel("/Net/Expert[line\nbreak]"));
   RunResult result = Extract(path, "/Net/Expert[line\x1b[2Jbreak]", OutPath());
   EXPECT_EQ(result.code, 2);
-  EXPECT_EQ(result.err, path + ": unknown module '/Net/Expert[line\\x1b[2Jbreak]'; closest: /Net/Expert[line%0Abreak], "
-                               "/Net\n");
+  EXPECT_EQ(result.err, path +
+                            ": unknown module '/Net/Expert[line\\x1b[2Jbreak]'; closest: /Net/Expert[line%0Abreak], "
+                            "/Net\n");
   EXPECT_FALSE(std::filesystem::exists(OutPath()));
 }
 
@@ -521,8 +522,7 @@ TEST_F(ExtractTest, ConvexModuleIsWritten) {
 TEST_F(ExtractTest, LongDetourIsRefused) {
   ModelSpec model = DetourModel("/Net/A");
   model.graph.Find("a1").In({"q2", "p"});
-  model.graph.nodes.insert(model.graph.nodes.begin() + 2,
-                           Node("c0", "Relu").In({"q"}).Out({"q2"}).Tag("/Net/C"));
+  model.graph.nodes.insert(model.graph.nodes.begin() + 2, Node("c0", "Relu").In({"q"}).Out({"q2"}).Tag("/Net/C"));
   model.graph.Type("q2", {2, 3});
   model.Module("/Net/C", "c", "test.C");
   ExpectRefused(model, "/Net/A", "not a convex region");
@@ -639,7 +639,8 @@ ModelSpec ConstantModuleModel(const std::string& add_tag) {
   model.graph.Add(Node("table", "Sin").In({"w"}).Out({"t"}).Tag("/Net/Table"))
       .Add(Node("scale", "Mul").In({"t", "w"}).Out({"s"}).Tag("/Net/Table"))
       .Add(Node("add", "Add").In({"x", "s"}).Out({"y"}).Tag(add_tag));
-  model.Module("/Net", "", "test.Net").Module("/Net/Table", "table", "test.Table")
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Table", "table", "test.Table")
       .Module("/Net/Layer.1", "layers.1", "test.Block");
   return model;
 }
@@ -693,9 +694,7 @@ TEST_F(ExtractTest, RecordedTypeTypesValueOfUnknownOp) {
 }
 
 // Check that a value nothing can type is refused with "no type for value" and nothing is written.
-TEST_F(ExtractTest, UntypableValueIsRefused) {
-  ExpectRefused(CustomOpModel(), kLayer1, "no type for value 'v'");
-}
+TEST_F(ExtractTest, UntypableValueIsRefused) { ExpectRefused(CustomOpModel(), kLayer1, "no type for value 'v'"); }
 
 // Check that a graph input the file declares without a type, which nothing can type, is
 // refused rather than written as an untyped input.
@@ -844,11 +843,12 @@ ModelSpec FusedModel() {
   model.graph.outputs = {"y"};
   for (const char* value : {"x", "c", "r", "y"}) model.graph.Type(value, {1, 1, 2, 2});
   model.graph.Initializer("w", {1, 1, 1, 1});
-  model.graph.Add(Node("conv_bn", "Conv")
-                      .In({"x", "w"})
-                      .Out({"c"})
-                      .Tag("/Net/Block")
-                      .Spans({"/Net/Block/Conv", "/Net/Block"}, kEvalPeephole))
+  model.graph
+      .Add(Node("conv_bn", "Conv")
+               .In({"x", "w"})
+               .Out({"c"})
+               .Tag("/Net/Block")
+               .Spans({"/Net/Block/Conv", "/Net/Block"}, kEvalPeephole))
       .Add(Node("relu", "Relu").In({"c"}).Out({"r"}).Tag("/Net/Block"))
       .Add(Node("head", "Neg").In({"r"}).Out({"y"}).Tag("/Net/Head"));
   model.Module("/Net", "", "test.Net")
@@ -1045,8 +1045,9 @@ ModelSpec TwoCallModel() {
       .Add(Node("i1", "Relu").In({"h2"}).Out({"c"}).Tag("/Net/Block/Inner").Call(1))
       .Add(Node("i2", "Relu").In({"c"}).Out({"d"}).Tag("/Net/Block/Inner").Call(2))
       .Add(Node("b1", "Neg").In({"d"}).Out({"y"}).Tag("/Net/Block").Call(1));
-  model.Module("/Net", "", "test.Net").Module("/Net/Block", "block", "test.Block").Module(
-      "/Net/Block/Inner", "block.inner", "test.Inner");
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Block", "block", "test.Block")
+      .Module("/Net/Block/Inner", "block.inner", "test.Inner");
   model.FindModule("/Net/Block").Calls({0, 1});
   model.FindModule("/Net/Block/Inner").Calls({0, 1, 2}).ParentCalls({0, 1, 1});
   return model;
@@ -1112,8 +1113,8 @@ TEST_F(ExtractTest, CallOutOfRangeIsRefused) {
     RunResult result = Extract(path, "/Net/Block", OutPath(), /*json=*/false, call);
     EXPECT_EQ(result.code, 2);
     EXPECT_EQ(result.out, "");
-    EXPECT_EQ(result.err, path + ": module '/Net/Block' has 2 calls; --call takes K < 2, not " +
-                              std::to_string(call) + "\n");
+    EXPECT_EQ(result.err,
+              path + ": module '/Net/Block' has 2 calls; --call takes K < 2, not " + std::to_string(call) + "\n");
   }
   RunResult result = Extract(path, "/Net", OutPath(), /*json=*/false, 1);
   EXPECT_EQ(result.err, path + ": module '/Net' has 1 calls; --call takes K < 1, not 1\n");
@@ -1188,8 +1189,7 @@ TEST_F(ExtractTest, SharedCallOutOfRangeIsInvalid) {
   model.graph.Find("m0").Tag("/Net/Block").SharedWith({"/Net/Block#2"});
   RunResult result = Validate(WriteModel(model));
   EXPECT_EQ(result.code, 1);
-  EXPECT_NE(result.out.find("shared tag '/Net/Block#2' names call 2, but '/Net/Block' has 2 calls"),
-            std::string::npos)
+  EXPECT_NE(result.out.find("shared tag '/Net/Block#2' names call 2, but '/Net/Block' has 2 calls"), std::string::npos)
       << result.out;
 }
 
@@ -1332,20 +1332,22 @@ TEST_F(ExtractExternalDataTest, ReferenceOutsideTheOutputsFolderIsRefused) {
   std::string out = (dir_ / "elsewhere" / "out.onnx").string();
   RunResult result = ExtractWith(path, ExternalDataMode::kReference, out);
   EXPECT_EQ(result.code, 2);
-  EXPECT_EQ(result.err, path + ": initializer 'w1': its data file 'weights.bin' is not inside the output's folder; "
-                               "write it with --external-data copy or inline\n");
+  EXPECT_EQ(result.err, path +
+                            ": initializer 'w1': its data file 'weights.bin' is not inside the output's folder; "
+                            "write it with --external-data copy or inline\n");
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 // Check that a location leading outside the model's folder is refused, nothing opened or written.
 TEST_F(ExtractExternalDataTest, TraversingLocationIsRefused) {
   std::string path = WriteModel(ExternalWeightModel("../../etc/passwd"));
-  for (ExternalDataMode mode : {ExternalDataMode::kAuto, ExternalDataMode::kInline, ExternalDataMode::kCopy,
-                                ExternalDataMode::kReference}) {
+  for (ExternalDataMode mode :
+       {ExternalDataMode::kAuto, ExternalDataMode::kInline, ExternalDataMode::kCopy, ExternalDataMode::kReference}) {
     RunResult result = ExtractWith(path, mode, OutPath());
     EXPECT_EQ(result.code, 2);
-    EXPECT_EQ(result.err, path + ": initializer 'w1': external data location '../../etc/passwd' leads outside the "
-                                 "model's folder\n");
+    EXPECT_EQ(result.err, path +
+                              ": initializer 'w1': external data location '../../etc/passwd' leads outside the "
+                              "model's folder\n");
     EXPECT_FALSE(std::filesystem::exists(OutPath()));
     EXPECT_FALSE(std::filesystem::exists(OutPath() + ".data"));
   }
@@ -1397,11 +1399,9 @@ TEST_F(ExtractExternalDataTest, SymbolicLinkLeadingOutIsRefused) {
   std::string path = WriteModel(ExternalWeightModel(), "model/model.onnx");
   RunResult result = ExtractWith(path, ExternalDataMode::kInline, OutPath());
   EXPECT_EQ(result.code, 2);
-  EXPECT_NE(result.err.find("external data location 'weights.bin' leads outside the model's folder"),
-            std::string::npos)
+  EXPECT_NE(result.err.find("external data location 'weights.bin' leads outside the model's folder"), std::string::npos)
       << result.err;
 }
-
 
 // The bytes of a file ("" when it cannot be read).
 std::string FileBytes(const std::filesystem::path& path) {

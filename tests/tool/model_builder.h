@@ -34,13 +34,11 @@ inline constexpr uint64_t kAttributeTypeTensor = 4;
 inline constexpr uint64_t kAttributeTypeGraph = 5;
 
 // TensorProto.DataType values the tests use.
-inline constexpr uint64_t kFloat = 1;  // 4 bytes
-inline constexpr uint64_t kInt64 = 7;  // 8 bytes
+inline constexpr uint64_t kFloat = 1;     // 4 bytes
+inline constexpr uint64_t kInt64 = 7;     // 8 bytes
 inline constexpr uint64_t kFloat16 = 10;  // 2 bytes
 
-inline size_t ElementBytes(uint64_t data_type) {
-  return data_type == kInt64 ? 8 : data_type == kFloat16 ? 2 : 4;
-}
+inline size_t ElementBytes(uint64_t data_type) { return data_type == kInt64 ? 8 : data_type == kFloat16 ? 2 : 4; }
 
 inline void AppendVarintField(std::string* out, uint32_t field, uint64_t value) {
   wire::AppendVarint(out, (static_cast<uint64_t>(field) << 3) | wire::kVarint);
@@ -65,9 +63,7 @@ struct TensorTypeSpec {
   uint64_t elem_type = kFloat;
   std::vector<int64_t> dims;
 
-  bool operator==(const TensorTypeSpec& other) const {
-    return elem_type == other.elem_type && dims == other.dims;
-  }
+  bool operator==(const TensorTypeSpec& other) const { return elem_type == other.elem_type && dims == other.dims; }
 };
 
 // A ValueInfoProto naming `name` with a tensor type, as torch records graph inputs and outputs.
@@ -105,7 +101,7 @@ struct InitializerSpec {
   std::string name;
   std::vector<int64_t> dims;
   uint64_t data_type = kFloat;
-  bool packed_dims = false;  // dims as one packed field, as proto3 writers do
+  bool packed_dims = false;                             // dims as one packed field, as proto3 writers do
   std::optional<ExternalData> external = std::nullopt;  // data kept in a file beside the model
 
   std::string Bytes() const {
@@ -138,8 +134,8 @@ struct NodeSpec {
   std::string domain;  // NodeProto.domain; "" is the default ONNX domain
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
-  std::vector<std::pair<std::string, std::string>> metadata;  // NodeProto.metadata_props, in order
-  std::vector<GraphSpec> bodies;                              // graph attributes "body", in order
+  std::vector<std::pair<std::string, std::string>> metadata;     // NodeProto.metadata_props, in order
+  std::vector<GraphSpec> bodies;                                 // graph attributes "body", in order
   std::vector<std::pair<std::string, InitializerSpec>> tensors;  // tensor attributes, in order
 
   NodeSpec& In(std::vector<std::string> names) {
@@ -294,9 +290,7 @@ struct ModuleSpec {
     return *this;
   }
   ModuleSpec& Calls(const std::vector<int64_t>& ordinals) { return Field("calls", JsonNumbers(ordinals)); }
-  ModuleSpec& ParentCalls(const std::vector<int64_t>& ordinals) {
-    return Field("parent_calls", JsonNumbers(ordinals));
-  }
+  ModuleSpec& ParentCalls(const std::vector<int64_t>& ordinals) { return Field("parent_calls", JsonNumbers(ordinals)); }
   ModuleSpec& FoldedInto(const std::vector<std::string>& initializers) {
     return Field("folded_into", JsonArray(initializers));
   }

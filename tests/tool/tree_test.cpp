@@ -464,7 +464,8 @@ TEST_F(TreeTest, OneRootIsATree) {
   std::string path = WriteModel(model);
   RunResult result = Tree(path);
   EXPECT_EQ(result.code, 0) << result.err;
-  EXPECT_EQ(result.out, "Net  test.Net  (root)\n    nodes 1 own / 1 total;  params 0 own / 0 total (0 B)\n    ops Relu 1\n");
+  EXPECT_EQ(result.out,
+            "Net  test.Net  (root)\n    nodes 1 own / 1 total;  params 0 own / 0 total (0 B)\n    ops Relu 1\n");
 }
 
 // Check that a table with two root tags is bad input: one line on err, exit 2.
@@ -616,7 +617,8 @@ TEST_F(TreeTest, CsvRespectsDepth) {
   EXPECT_EQ(lines[1].substr(0, 5), "/Net,");
   EXPECT_EQ(lines[2].substr(0, 13), "/Net/Layer.0,");
   EXPECT_EQ(lines[3].substr(0, 13), "/Net/Layer.1,");
-  EXPECT_EQ(Lines(TreeCsv(path, 0).out), (std::vector<std::string>{kCsvHeader, "/Net,test.Net,,0,1,7,2,57,16,236,1,true"}));
+  EXPECT_EQ(Lines(TreeCsv(path, 0).out),
+            (std::vector<std::string>{kCsvHeader, "/Net,test.Net,,0,1,7,2,57,16,236,1,true"}));
 }
 
 // Check that a tag, class or path holding commas or quotes is quoted, its quotes doubled; plain fields are not.

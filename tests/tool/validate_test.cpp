@@ -18,8 +18,8 @@ class ValidateTest : public ToolTest {
     std::string path = WriteModel(model);
     RunResult result = Validate(path);
     EXPECT_EQ(result.code, 0) << result.out;
-    EXPECT_EQ(result.out, path + ": valid: " + std::to_string(nodes) + " nodes tagged, " +
-                              std::to_string(modules) + " modules\n");
+    EXPECT_EQ(result.out,
+              path + ": valid: " + std::to_string(nodes) + " nodes tagged, " + std::to_string(modules) + " modules\n");
     EXPECT_EQ(result.err, "");
   }
 
@@ -65,7 +65,12 @@ TEST_F(ValidateTest, HostileNamesAreValid) {
 // escaped, and that --json carries them exactly.
 TEST_F(ValidateTest, ProblemLinesEscapeControlCharacters) {
   ModelSpec model = HostileNameModel();
-  model.graph.nodes[1] = Node("n1\x1b]0;title\x07", "Neg").In({"r"}).Out({"y"}).Tag("/Net/Gone\n\x1b" "7");
+  model.graph.nodes[1] = Node("n1\x1b]0;title\x07", "Neg")
+                             .In({"r"})
+                             .Out({"y"})
+                             .Tag(
+                                 "/Net/Gone\n\x1b"
+                                 "7");
   ExpectProblems(model, {"node 'n1\\x1b]0;title\\x07' (Neg): tag '/Net/Gone\\n\\x1b7' is not in the module table"});
   RunResult json = Validate(WriteModel(model, "json.onnx"), /*json=*/true);
   std::string error;
@@ -73,13 +78,13 @@ TEST_F(ValidateTest, ProblemLinesEscapeControlCharacters) {
   ASSERT_TRUE(parsed) << error;
   const Json& problem = (*parsed)["problems"][0];
   EXPECT_EQ(problem["node"], "n1\x1b]0;title\x07");
-  EXPECT_EQ(problem["problem"], "tag '/Net/Gone\n\x1b" "7' is not in the module table");
+  EXPECT_EQ(problem["problem"],
+            "tag '/Net/Gone\n\x1b"
+            "7' is not in the module table");
 }
 
 // Check that a fully tagged model is valid and the summary counts its nodes and modules.
-TEST_F(ValidateTest, FullyTaggedModelIsValid) {
-  ExpectValid(LayeredModel(), 7, 4);
-}
+TEST_F(ValidateTest, FullyTaggedModelIsValid) { ExpectValid(LayeredModel(), 7, 4); }
 
 // Check that a node without hierarchy_tag is reported by name and op type.
 TEST_F(ValidateTest, NodeWithoutTagIsReported) {
@@ -107,8 +112,7 @@ TEST_F(ValidateTest, TagNotInTableIsReported) {
 // Check that disambiguated segments, %-escapes included, parse and validate.
 TEST_F(ValidateTest, QualifiedTagsAreValid) {
   ModelSpec model = LayeredModel();
-  model.Module("/Net/Conv1D[c_attn]", "c_attn", "test.Conv1D")
-      .Module("/Net/Conv1D[h%5B0%5D]", "h[0]", "test.Conv1D");
+  model.Module("/Net/Conv1D[c_attn]", "c_attn", "test.Conv1D").Module("/Net/Conv1D[h%5B0%5D]", "h[0]", "test.Conv1D");
   model.graph.Find("n1").metadata.clear();
   model.graph.Find("n1").Tag("/Net/Conv1D[c_attn]");
   model.graph.Find("n2").metadata.clear();
@@ -257,9 +261,10 @@ TEST_F(ValidateTest, RootWithNonEmptyPathIsReported) {
   ModelSpec model = LayeredModel();
   model.format_version = "1";
   model.FindModule("/Net").path = "net";
-  ExpectProblems(model, {"module table: root tag '/Net' names path 'net', not the root ''",
-                         "module table: tag '/Net/Layer.0' names path 'layers.0', which is not inside its parent's 'net'",
-                         "module table: tag '/Net/Layer.1' names path 'layers.1', which is not inside its parent's 'net'"});
+  ExpectProblems(model,
+                 {"module table: root tag '/Net' names path 'net', not the root ''",
+                  "module table: tag '/Net/Layer.0' names path 'layers.0', which is not inside its parent's 'net'",
+                  "module table: tag '/Net/Layer.1' names path 'layers.1', which is not inside its parent's 'net'"});
 }
 
 // Check that a table entry without a string "class" is reported, and nodes using it too.
@@ -383,9 +388,7 @@ TEST_F(ValidateTest, Format1FileIsValid) {
 }
 
 // Check that in format 2 (the call tree) a module under the caller that does not own it is valid.
-TEST_F(ValidateTest, CalleeOutsideCallersPathIsValidInFormat2) {
-  ExpectValid(CallTreeModel(), 3, 4);
-}
+TEST_F(ValidateTest, CalleeOutsideCallersPathIsValidInFormat2) { ExpectValid(CallTreeModel(), 3, 4); }
 
 // Check that the same table in format 1 (the module tree) is reported: the path is not inside the parent's.
 TEST_F(ValidateTest, CalleeOutsideCallersPathIsReportedInFormat1) {
@@ -410,8 +413,8 @@ TEST_F(ValidateTest, TwoCallersOfOneModuleAreValidInFormat2) {
 TEST_F(ValidateTest, TwoCallersOfOneModuleAreReportedInFormat1) {
   ModelSpec model = LayeredModel();
   model.format_version = "1";
-  model.Module("/Net/Layer.0/Norm", "layers.0.norm", "test.Norm").Module("/Net/Layer.1/Norm", "layers.0.norm",
-                                                                          "test.Norm");
+  model.Module("/Net/Layer.0/Norm", "layers.0.norm", "test.Norm")
+      .Module("/Net/Layer.1/Norm", "layers.0.norm", "test.Norm");
   ExpectProblems(model, {"module table: tags '/Net/Layer.0/Norm' and '/Net/Layer.1/Norm' both name module path "
                          "'layers.0.norm'",
                          "module table: tag '/Net/Layer.1/Norm' names path 'layers.0.norm', which is not inside its "
@@ -484,10 +487,10 @@ TEST_F(ValidateTest, MalformedCallsAreReported) {
   model.FindModule("/Net/Layer.1").Field("calls", "[0,1.5]");
   model.FindModule("/Net").Calls({2, 1});
   const std::string malformed = "\"calls\" is not a non-empty array of whole numbers >= 0";
-  ExpectProblems(model, {"module table: tag '/Net/Layer.0': " + malformed,
-                         "module table: tag '/Net/Layer.0/Attn': " + malformed,
-                         "module table: tag '/Net/Layer.1': " + malformed,
-                         "module table: tag '/Net': \"calls\" is not increasing (the calls in the order they ran)"});
+  ExpectProblems(
+      model, {"module table: tag '/Net/Layer.0': " + malformed, "module table: tag '/Net/Layer.0/Attn': " + malformed,
+              "module table: tag '/Net/Layer.1': " + malformed,
+              "module table: tag '/Net': \"calls\" is not increasing (the calls in the order they ran)"});
 }
 
 // Check that "parent_calls" of another length than the calls, or naming a call the parent does not
@@ -592,13 +595,15 @@ TEST_F(ValidateTest, MalformedRewriteRecordsAreReported) {
                          "hiertag.rewrites: record 2 has no \"modules\" array of tags"});
 }
 
-// Check that a record's reason (hiertag carry's declarations name their cause) is valid as a string, reported otherwise.
+// Check that a record's reason (hiertag carry's declarations name their cause) is valid as a string, reported
+// otherwise.
 TEST_F(ValidateTest, RewriteReasonMustBeAString) {
   ModelSpec model = LayeredModel();
   model.rewrites.push_back({"carry: onnxsim", "rewired", {"/Net/Layer.0"}, "", "carry could not establish it"});
   ExpectValid(model, 7, 4);
   model.rewrites.clear();
-  model.rewrites_text = R"([{"pass":"carry: onnxsim","kind":"rewired","modules":["/Net/Layer.0"],"node":"","reason":1}])";
+  model.rewrites_text =
+      R"([{"pass":"carry: onnxsim","kind":"rewired","modules":["/Net/Layer.0"],"node":"","reason":1}])";
   ExpectProblems(model, {"hiertag.rewrites: record 0 has a \"reason\" that is no string"});
 }
 
@@ -627,7 +632,8 @@ TEST_F(ValidateTest, JsonNamesSubjectOfRewriteProblem) {
   EXPECT_EQ(FindMember(problem, "node"), nullptr);
   ASSERT_NE(FindMember(problem, "subject"), nullptr) << result.out;
   EXPECT_EQ(FindMember(problem, "subject")->get<std::string>(), "hiertag.rewrites");
-  EXPECT_EQ(FindMember(problem, "problem")->get<std::string>(), "record 0 has no \"kind\" fused, removed, folded or rewired");
+  EXPECT_EQ(FindMember(problem, "problem")->get<std::string>(),
+            "record 0 has no \"kind\" fused, removed, folded or rewired");
 }
 
 }  // namespace

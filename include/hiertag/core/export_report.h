@@ -28,10 +28,10 @@ struct ExportReport {
   int fused = 0;
   int merged = 0;
   size_t removed_or_folded = 0;
-  double own_milliseconds = 0;    // hiertag's own work, torch's excluded
+  double own_milliseconds = 0;  // hiertag's own work, torch's excluded
   // Its parts (set-up, inlining, passes, cse, tagging, entries, plan), in milliseconds.
   std::vector<std::pair<std::string, double>> own_parts;
-  int observed_passes = 0;  // torch passes RecordRewrites observed
+  int observed_passes = 0;        // torch passes RecordRewrites observed
   double write_milliseconds = 0;  // writing the file (hiertag replaces torch's write)
 };
 

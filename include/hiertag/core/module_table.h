@@ -29,14 +29,14 @@
 namespace hiertag {
 
 struct ModuleRecord {
-  std::string path;          // qualified name as in named_modules(); "" for the root
-  std::string class_name;    // fully qualified class name (torch.typename)
-  std::string short_class;   // the class name used in the tag segment
-  bool has_segment = true;   // false: a filtered torch.nn module
-  int parent = -1;           // module-tree parent; -1 for the root
-  int tag_owner = -1;        // nearest ancestor-or-self with a segment (after Finalize)
-  int tag_depth = 0;         // depth of tag_owner in the tag tree (root = 0)
-  std::string tag;           // set for modules with a segment (after Finalize)
+  std::string path;         // qualified name as in named_modules(); "" for the root
+  std::string class_name;   // fully qualified class name (torch.typename)
+  std::string short_class;  // the class name used in the tag segment
+  bool has_segment = true;  // false: a filtered torch.nn module
+  int parent = -1;          // module-tree parent; -1 for the root
+  int tag_owner = -1;       // nearest ancestor-or-self with a segment (after Finalize)
+  int tag_depth = 0;        // depth of tag_owner in the tag tree (root = 0)
+  std::string tag;          // set for modules with a segment (after Finalize)
 };
 
 class ModuleTable {

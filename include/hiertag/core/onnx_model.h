@@ -25,12 +25,12 @@ struct OnnxNode {
   std::string name;
   std::string op_type;
   std::string domain;
-  std::vector<std::string> inputs;    // "" for an omitted optional input
+  std::vector<std::string> inputs;  // "" for an omitted optional input
   std::vector<std::string> outputs;
   std::map<std::string, std::string> metadata;  // NodeProto.metadata_props
-  int graph = 0;                      // the graph holding the node
-  std::vector<int> subgraphs;         // graphs of its graph-valued attributes
-  std::string_view raw;               // the NodeProto bytes
+  int graph = 0;                                // the graph holding the node
+  std::vector<int> subgraphs;                   // graphs of its graph-valued attributes
+  std::string_view raw;                         // the NodeProto bytes
 };
 
 struct OnnxValue {
@@ -40,21 +40,21 @@ struct OnnxValue {
 
 // Where a tensor stored outside the model keeps its data (TensorProto.external_data).
 struct ExternalData {
-  std::string location;            // relative to the model's folder, as written
+  std::string location;  // relative to the model's folder, as written
   uint64_t offset = 0;
   std::optional<uint64_t> length;  // absent: to the end of the file
 };
 
 struct OnnxInitializer {
   std::string name;
-  int64_t elements = 0;  // product of dims (saturating at INT64_MAX)
-  int64_t bytes = 0;     // elements times the element size of its data type
+  int64_t elements = 0;                  // product of dims (saturating at INT64_MAX)
+  int64_t bytes = 0;                     // elements times the element size of its data type
   std::optional<ExternalData> external;  // data_location EXTERNAL
   std::string_view raw;
 };
 
 struct OnnxGraph {
-  int holder = -1;        // the node whose attribute this graph is; -1 for the main graph
+  int holder = -1;         // the node whose attribute this graph is; -1 for the main graph
   std::vector<int> nodes;  // in graph order
   std::vector<OnnxValue> inputs;
   std::vector<OnnxValue> outputs;

@@ -38,9 +38,9 @@
 namespace hiertag {
 
 struct SerializedNodeTag {
-  std::string op_type;                  // expected NodeProto.op_type
-  std::string tag;                      // value of hierarchy_tag
-  std::vector<std::string> shared_with;  // empty: no hiertag.shared_with entry
+  std::string op_type;                                    // expected NodeProto.op_type
+  std::string tag;                                        // value of hierarchy_tag
+  std::vector<std::string> shared_with;                   // empty: no hiertag.shared_with entry
   std::vector<std::pair<std::string, std::string>> more;  // further entries, key and value, in order
   // The node's identity: its output names as torch's naming pass set them,
   // which NodeProto.output holds. A node without outputs is matched by its
@@ -74,13 +74,11 @@ class TaggedModelPlan {
 };
 
 bool PlanTaggedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
-                     const std::vector<ModelMetadataEntry>& model_entries, TaggedModelPlan* plan,
-                     std::string* error);
+                     const std::vector<ModelMetadataEntry>& model_entries, TaggedModelPlan* plan, std::string* error);
 
 // PlanTaggedModel + ToString.
-bool AddTagsToSerializedModel(std::string_view model,
-                              const std::vector<SerializedNodeTag>& nodes,
-                              const std::vector<ModelMetadataEntry>& model_entries,
-                              std::string* tagged_model, std::string* error);
+bool AddTagsToSerializedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
+                              const std::vector<ModelMetadataEntry>& model_entries, std::string* tagged_model,
+                              std::string* error);
 
 }  // namespace hiertag

@@ -129,8 +129,7 @@ std::optional<std::string> CanonicalTag(std::string_view tag);
 
 // Parses a whole tag. Returns std::nullopt and sets *error (when given) to a
 // one-line reason if the tag does not follow the grammar.
-std::optional<std::vector<TagSegment>> ParseTag(std::string_view tag,
-                                                std::string* error = nullptr);
+std::optional<std::vector<TagSegment>> ParseTag(std::string_view tag, std::string* error = nullptr);
 
 // True when `ancestor` equals `tag` or is a proper segment-wise prefix of it.
 bool IsTagAncestorOrSelf(std::string_view ancestor, std::string_view tag);

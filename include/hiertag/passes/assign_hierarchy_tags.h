@@ -61,11 +61,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "hiertag/passes/borrowed_scopes.h"
 #include "hiertag/core/call_tags.h"
-#include "hiertag/passes/module_calls.h"
 #include "hiertag/core/module_table.h"
 #include "hiertag/core/proto_tagging.h"
+#include "hiertag/passes/borrowed_scopes.h"
+#include "hiertag/passes/module_calls.h"
 #include "hiertag/passes/record_rewrites.h"
 
 namespace hiertag {
@@ -81,27 +81,25 @@ struct TagRef {
   int call = kEveryCall;  // which call of `tag`; kEveryCall when not known
 
   bool operator==(const TagRef& other) const { return tag == other.tag && call == other.call; }
-  bool operator<(const TagRef& other) const {
-    return tag != other.tag ? tag < other.tag : call < other.call;
-  }
+  bool operator<(const TagRef& other) const { return tag != other.tag ? tag < other.tag : call < other.call; }
 };
 
 // What export passes recorded on a node beyond its tag. Few nodes have any, so
 // they are held apart: a TaggedNode stays 32 bytes on graphs of a million nodes.
 struct NodeRecords {
-  std::vector<TagRef> shared_with;     // other calls it also computes for (its own tag's among them)
-  std::vector<TagRef> spans;           // calls whose nodes a pass fused into it
-  std::string rewrite;                 // that pass
-  std::vector<int> folded_from;        // call tags whose nodes a pass folded into this constant
+  std::vector<TagRef> shared_with;  // other calls it also computes for (its own tag's among them)
+  std::vector<TagRef> spans;        // calls whose nodes a pass fused into it
+  std::string rewrite;              // that pass
+  std::vector<int> folded_from;     // call tags whose nodes a pass folded into this constant
 
   bool empty() const { return shared_with.empty() && spans.empty() && folded_from.empty(); }
 };
 
 struct TaggedNode {
   torch::jit::Node* node = nullptr;
-  int tag = -1;                        // call tag (CallTags)
-  int tag_module = -1;                 // the module of that call tag (ModuleTable index)
-  int call = 0;                        // which call of its tag the node belongs to
+  int tag = -1;         // call tag (CallTags)
+  int tag_module = -1;  // the module of that call tag (ModuleTable index)
+  int call = 0;         // which call of its tag the node belongs to
   TagRule rule = TagRule::kRoot;
   std::unique_ptr<NodeRecords> records;  // nullptr: none
 
@@ -126,15 +124,15 @@ struct TagCalls {
 struct TagRewrite {
   RewriteRecord::Kind kind = RewriteRecord::Kind::kRemoved;
   std::string pass;
-  std::vector<TagRef> refs;   // the calls whose nodes it removed or folded, ascending
-  size_t initializer = 0;     // folded: the initializer value's unique()
+  std::vector<TagRef> refs;  // the calls whose nodes it removed or folded, ascending
+  size_t initializer = 0;    // folded: the initializer value's unique()
 };
 
 struct HierarchyTagging {
-  std::vector<TaggedNode> nodes;        // serialization pre-order (see proto_tagging.h)
-  std::map<int, TagCalls> calls;        // call tag -> its recorded calls
-  std::vector<TagRewrite> rewrites;     // removed across tags, and every fold
-  std::set<int> never_ran;              // tags of containers whose forward never ran
+  std::vector<TaggedNode> nodes;     // serialization pre-order (see proto_tagging.h)
+  std::map<int, TagCalls> calls;     // call tag -> its recorded calls
+  std::vector<TagRewrite> rewrites;  // removed across tags, and every fold
+  std::set<int> never_ran;           // tags of containers whose forward never ran
   int rule_counts[kTagRuleCount] = {};
   int unresolved_scope_levels = 0;
 
@@ -152,10 +150,9 @@ struct HierarchyTagging {
 // when its name is not in `member_names`.
 // `calls`: the module calls recorded while tracing, or nullptr; `rewrites`: the
 // export passes' rewrites (RecordRewrites), or nullptr.
-HierarchyTagging AssignHierarchyTags(torch::jit::Graph& graph, const ModuleTable& modules,
-                                     CallTags& call_tags, const BorrowedScopes& borrowed,
-                                     const std::unordered_set<std::string>& member_names,
-                                     int user_input_count = -1, const ModuleCalls* calls = nullptr,
-                                     const RewriteLog* rewrites = nullptr);
+HierarchyTagging AssignHierarchyTags(torch::jit::Graph& graph, const ModuleTable& modules, CallTags& call_tags,
+                                     const BorrowedScopes& borrowed,
+                                     const std::unordered_set<std::string>& member_names, int user_input_count = -1,
+                                     const ModuleCalls* calls = nullptr, const RewriteLog* rewrites = nullptr);
 
 }  // namespace hiertag

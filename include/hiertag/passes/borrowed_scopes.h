@@ -31,8 +31,8 @@ namespace hiertag {
 class BorrowedScopes {
  public:
   struct Loan {
-    torch::jit::ScopePtr recorded;  // the scope the node belongs to (call site / primary)
-    torch::jit::ScopePtr original;  // what torch gave the node: restored by Restore()
+    torch::jit::ScopePtr recorded;                  // the scope the node belongs to (call site / primary)
+    torch::jit::ScopePtr original;                  // what torch gave the node: restored by Restore()
     std::vector<torch::jit::ScopePtr> shared_with;  // shared node: the merged duplicates' scopes
     std::vector<torch::jit::ScopePtr> spans;        // fused node: scopes of the nodes fused into it
     std::string rewrite;                            // fused node: the pass that fused them

@@ -18,8 +18,6 @@ inline void CollectNodesAndReturns(torch::jit::Block* block, std::vector<torch::
 }
 
 // True for a scope that records no module call.
-inline bool IsBlankScope(const torch::jit::ScopePtr& scope) {
-  return !scope || scope->isRoot() || scope->isBlank();
-}
+inline bool IsBlankScope(const torch::jit::ScopePtr& scope) { return !scope || scope->isRoot() || scope->isBlank(); }
 
 }  // namespace hiertag

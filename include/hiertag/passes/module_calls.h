@@ -48,16 +48,16 @@
 namespace hiertag {
 
 struct ModuleCall {
-  int module = -1;                 // index into the ModuleTable
-  torch::jit::ScopePtr scope;      // the call's scope (instance or direct scope)
+  int module = -1;             // index into the ModuleTable
+  torch::jit::ScopePtr scope;  // the call's scope (instance or direct scope)
 };
 
 class ModuleCalls {
  public:
   struct Entered {
-    bool recorded = false;   // false: no tracer, nothing to undo
-    bool pushed = false;     // a direct scope was pushed
-    torch::jit::Node* last_before = nullptr;  // the trace's last node when the call began
+    bool recorded = false;                                          // false: no tracer, nothing to undo
+    bool pushed = false;                                            // a direct scope was pushed
+    torch::jit::Node* last_before = nullptr;                        // the trace's last node when the call began
     std::vector<std::pair<at::Tensor, torch::jit::Value*>> inputs;  // traced inputs before the call
     std::vector<int64_t> versions;
   };

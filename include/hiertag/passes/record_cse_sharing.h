@@ -32,7 +32,6 @@
 namespace hiertag {
 
 // Returns the number of kept nodes that were lent a shared scope.
-int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed,
-                     const std::function<void()>& run_cse);
+int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed, const std::function<void()>& run_cse);
 
 }  // namespace hiertag

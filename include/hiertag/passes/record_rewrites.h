@@ -126,7 +126,7 @@ class RewriteRecorder {
 
 // Observes one pass: runs `run_pass` on `graph` (which it changes in place)
 // and records into `log`.
-void RecordRewrites(torch::jit::Graph& graph, const std::string& pass, BorrowedScopes& borrowed,
-                    RewriteLog& log, const std::function<void()>& run_pass);
+void RecordRewrites(torch::jit::Graph& graph, const std::string& pass, BorrowedScopes& borrowed, RewriteLog& log,
+                    const std::function<void()>& run_pass);
 
 }  // namespace hiertag

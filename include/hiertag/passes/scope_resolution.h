@@ -28,9 +28,8 @@
 // module_calls.h) count as calls.
 #pragma once
 
-#include <torch/csrc/jit/ir/ir.h>
-
 #include <c10/util/flat_hash_map.h>
+#include <torch/csrc/jit/ir/ir.h>
 
 #include <optional>
 #include <vector>

@@ -17,10 +17,10 @@
 
 #include <vector>
 
-#include "hiertag/passes/assign_hierarchy_tags.h"
 #include "hiertag/core/call_tags.h"
 #include "hiertag/core/module_table.h"
 #include "hiertag/core/proto_tagging.h"
+#include "hiertag/passes/assign_hierarchy_tags.h"
 
 namespace hiertag {
 
@@ -30,7 +30,7 @@ struct TaggedModelEntries {
 };
 
 // `graph`: the graph tagged, its values named by torch.
-TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags& call_tags,
-                                       const ModuleTable& modules, const torch::jit::Graph& graph);
+TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags& call_tags, const ModuleTable& modules,
+                                       const torch::jit::Graph& graph);
 
 }  // namespace hiertag

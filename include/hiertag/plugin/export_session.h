@@ -23,9 +23,8 @@
 // export too. Knows nothing about Python.
 #pragma once
 
-#include <torch/csrc/jit/ir/ir.h>
-
 #include <c10/util/flat_hash_map.h>
+#include <torch/csrc/jit/ir/ir.h>
 
 #include <array>
 #include <chrono>

@@ -88,7 +88,7 @@ class MainGraphIndex {
   std::set<std::string> model_outputs_;
   std::unordered_map<int, std::vector<std::string>> reads_;
   std::unordered_map<int, std::vector<CallRef>> refs_;  // its own reference first, then hiertag.shared_with's
-  std::unordered_map<int, std::string> ref_errors_;      // nodes with malformed references: why
+  std::unordered_map<int, std::string> ref_errors_;     // nodes with malformed references: why
   std::unordered_map<std::string, int> producer_;
   std::unordered_map<std::string, std::vector<int>> consumers_;
   std::set<int> weight_nodes_;
