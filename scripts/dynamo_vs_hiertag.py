@@ -5,11 +5,11 @@ hiertag's TorchScript-based tags, scored by the same verifier on the bundled mod
 Per model, each in a fresh process, all three exports making the same call (the
 forward narrowed to the supplied arguments, as `hiertag export` does):
   hiertag   the tagged TorchScript export (HIERTAG=1, dynamo=False), checked by
-            the verifier (hiertag.verify.verify_file): every call of every module
+            the verifier (hiertag.verbs.verify.verify_file): every call of every module
             of its table extracted and boundary-checked against eager PyTorch;
   dynamo    torch.onnx.export(..., dynamo=True) with HIERTAG unset, as torch's
             default call makes it (optimize=True) and with optimize=False, each
-            converted by hiertag.dynamo, checked by `hiertag validate` and by the
+            converted by hiertag.verbs.import_dynamo, checked by `hiertag validate` and by the
             same verifier against its own table; its passing calls matched to
             hiertag's by module path and instance call;
   tags      for every module path both tables list, whether the import's tag is
@@ -91,17 +91,17 @@ def compare_tables(hiertag_table, dynamo_table):
 
 def narrowed(model, args):
     """The model with its forward narrowed to the parameters `args` supplies
-    (hiertag.hf_export.bind_inputs, as `hiertag export` does), so both exporters
+    (hiertag.verbs.export.bind_inputs, as `hiertag export` does), so both exporters
     and the eager recording of the boundary check make the same call: the
     TorchScript exporter would otherwise pass every later parameter's default
     positionally, traced as a tensor (GPT-2's logits_to_keep=0 then selects one
     position), while the dynamo exporter leaves defaults alone."""
     import inspect
 
-    from hiertag import dynamo, hf_export
-    positional, keywords = dynamo.export_arguments(args)
+    from hiertag.verbs import export, import_dynamo
+    positional, keywords = import_dynamo.export_arguments(args)
     names = list(inspect.signature(model.forward).parameters)[:len(positional)] + list(keywords)
-    return hf_export.bind_inputs(model, names), args
+    return export.bind_inputs(model, names), args
 
 
 def measure(name):
@@ -112,7 +112,8 @@ def measure(name):
     import torch
 
     import hiertag
-    from hiertag import OPSET, checks, verify, zoo
+    from hiertag import OPSET, checks, zoo
+    from hiertag.verbs import verify
 
     onnxruntime.set_default_logger_severity(3)
     torch.ops.load_library(hiertag.library_path())
@@ -150,19 +151,20 @@ def dynamo_side(build, work, optimize, hiertag_table):
     import torch
 
     import hiertag
-    from hiertag import checks, dynamo, verify
+    from hiertag import checks
+    from hiertag.verbs import import_dynamo, verify
 
     work.mkdir()
     exported = work / "dynamo.onnx"
     model, args = build()
-    positional, keywords = dynamo.export_arguments(args)
+    positional, keywords = import_dynamo.export_arguments(args)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             torch.onnx.export(model, positional, str(exported), kwargs=keywords, dynamo=True, optimize=optimize)
     except Exception as error:
         return {"export": first_line(error)}
     imported = work / "imported.onnx"
-    summary = dynamo.import_file(exported, imported)
+    summary = import_dynamo.import_file(exported, imported)
     validate = subprocess.run([hiertag.tool_path(), "validate", str(imported)], capture_output=True, text=True)
     table = checks.module_table(onnx.load(imported))
     rows, failures = verify.verify_file(imported, *build(), work)
@@ -237,7 +239,7 @@ def render(results, environment):
         "(`dynamo=False`, `HIERTAG=1`); torch's default export (`dynamo=True`, its default `optimize=True`, HIERTAG "
         "unset); and the same with `optimize=False`. The dynamo files are turned into tags by `hiertag "
         "import-dynamo` and checked with `hiertag validate`. All files are scored by the verifier "
-        "(`hiertag.verify.verify_file`), each against its own module table: per module call, *boundary* the values "
+        "(`hiertag.verbs.verify.verify_file`), each against its own module table: per module call, *boundary* the values "
         "its nodes read from outside equal tensors it received in eager PyTorch and the values they hand out equal "
         "tensors it returned; *extract* `hiertag extract` cuts it out and, fed the full model's values, it "
         "reproduces them (or refuses with the reason its file records). *hiertag's calls* counts the calls of "

@@ -10,7 +10,7 @@ must tag every node with a tag of the module table, name real module paths
 and classes there, pass the checker (full_check) and `hiertag validate`, give
 ONNX Runtime outputs identical to torch's file, and equal torch's file once
 hiertag's entries are stripped; and every call of every module must pass the
-verifier (hiertag verify, hiertag/verify.py): its boundary check, and its extraction
+verifier (hiertag verify, hiertag/verbs/verify.py): its boundary check, and its extraction
 reproducing the full model's values, or a refusal the file records.
 
 usage: .venv/bin/python scripts/sweep.py [--models a,b,...] [--out DIR] [--timeout S] [--build DIR]
@@ -70,7 +70,7 @@ def worker(name, out_json, build_dir):
     import torch
     import hiertag
     from hiertag import checks, core
-    from hiertag import verify
+    from hiertag.verbs import verify
 
     if build_dir:
         os.environ["HIERTAG_NATIVE_DIR"] = build_dir

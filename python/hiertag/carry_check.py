@@ -1,7 +1,7 @@
 """hiertag carry's proof: which module calls of a carried file keep, on values,
 the boundary they had in the tagged original.
 
-carry (hiertag/carry.py) places every node of a transformed model by
+carry (hiertag/verbs/carry.py) places every node of a transformed model by
 correspondence with the tagged original; a placement is an inference, and a
 wrong one would move a module call's boundary (README "Module boundaries") to
 values the call never received or handed out. Here both files run once in

@@ -1,5 +1,5 @@
 """Reading a tagged ONNX file back, and the module-boundary check: shared by
-the verifier (hiertag verify, hiertag/verify.py) and the end-to-end tests.
+the verifier (hiertag verify, hiertag/verbs/verify.py) and the end-to-end tests.
 
 torch and onnxruntime are imported by the functions that run a model, so the
 verbs that only read files (select, report, graphml, explorer, compare without

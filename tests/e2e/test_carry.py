@@ -17,9 +17,10 @@ import numpy as np
 import onnx
 import pytest
 
-from hiertag import carry, carry_check, checks, core, zoo
+from hiertag import carry_check, checks, core, zoo
+from hiertag.verbs import carry
 from hiertag.zoo import sweep_models
-from hiertag.hf_export import quiet
+from hiertag.verbs.export import quiet
 from tests.e2e.exportable import skip_unless_torch_exports, torch_export_error, zoo_model
 from tests.e2e.test_export import run_tool
 

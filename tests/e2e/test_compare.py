@@ -11,7 +11,8 @@ from onnxconverter_common import float16
 from onnxruntime.quantization import quantize_dynamic
 
 import hiertag
-from hiertag import OPSET, checks, compare, core, select
+from hiertag import OPSET, checks, core
+from hiertag.verbs import compare, select
 from tests.e2e.exportable import zoo_model
 
 

@@ -10,7 +10,8 @@ import torch
 from model_explorer_onnx.main import ONNXAdapter
 
 import hiertag
-from hiertag import OPSET, checks, core, explorer
+from hiertag import OPSET, checks, core
+from hiertag.verbs import explorer
 from tests.e2e.exportable import zoo_model
 
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, core, graphml
+from hiertag import OPSET, checks, core
+from hiertag.verbs import graphml
 from tests.e2e.exportable import zoo_model
 
 NS = {"g": graphml.GRAPHML_NS, "y": graphml.YFILES_NS}

@@ -20,7 +20,8 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, core, dynamo, native, verbs, verify, zoo
+from hiertag import OPSET, checks, core, native, verbs, zoo
+from hiertag.verbs import import_dynamo, verify
 from tests.e2e.exportable import skip_unless_dynamo_export, zoo_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +35,7 @@ MODELS = ["bert", "resnet", "called_twice", "containers", "odd_class_names"]
 def dynamo_export(name, path):
     skip_unless_dynamo_export()
     model, args = zoo_model(name)
-    positional, keywords = dynamo.export_arguments(args)
+    positional, keywords = import_dynamo.export_arguments(args)
     with contextlib.redirect_stdout(io.StringIO()):  # the exporter's progress lines
         torch.onnx.export(model, positional, str(path), kwargs=keywords, dynamo=True)
 
@@ -129,7 +130,7 @@ def test_model_too_big_for_one_file_keeps_its_weights_beside_it(files, tmp_path,
     written as OUT + OUT.data, the data file with the model file's mode."""
     monkeypatch.setattr(verbs, "INLINE_LIMIT", 1000)
     out = tmp_path / "big.onnx"
-    dynamo.import_file(files["bert"]["dynamo"], out)
+    import_dynamo.import_file(files["bert"]["dynamo"], out)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data"]
     assert Path(f"{out}.data").stat().st_mode == out.stat().st_mode
     assert out.stat().st_size < 1_000_000 < Path(f"{out}.data").stat().st_size
@@ -215,9 +216,9 @@ def test_nodes_the_optimizer_made_take_their_neighbours_common_ancestor(tmp_path
     metadata) are tagged by the neighbours rule with the attention they sit in."""
     exported, imported = tmp_path / "gpt2.dynamo.onnx", tmp_path / "gpt2.onnx"
     dynamo_export("gpt2", exported)
-    summary = dynamo.import_file(exported, imported)
+    summary = import_dynamo.import_file(exported, imported)
     model = onnx.load(imported)
-    splits = [node for node in model.graph.node if dynamo.NAME_SCOPES_KEY not in checks.node_props(node)]
+    splits = [node for node in model.graph.node if import_dynamo.NAME_SCOPES_KEY not in checks.node_props(node)]
     assert [node.op_type for node in splits] == ["Split", "Split"]
     assert summary["tagged_by"]["neighbours"] == 2 and summary["tagged_by"]["metadata"] == summary["nodes"] - 2
     assert [checks.node_props(node)[core.TAG_KEY] for node in splits] == [
@@ -236,7 +237,7 @@ def test_constants_without_metadata_take_their_readers_common_ancestor(tmp_path)
     skip_unless_dynamo_export()
     exported = tmp_path / "called_twice.dynamo.onnx"
     model, args = zoo_model("called_twice")
-    positional, keywords = dynamo.export_arguments(args)
+    positional, keywords = import_dynamo.export_arguments(args)
     with contextlib.redirect_stdout(io.StringIO()):
         torch.onnx.export(model, positional, str(exported), kwargs=keywords, dynamo=True, optimize=False)
     model = onnx.load(exported)
@@ -244,7 +245,7 @@ def test_constants_without_metadata_take_their_readers_common_ancestor(tmp_path)
     assert constants
     for node in constants:
         del node.metadata_props[:]
-    summary = dynamo.tag_dynamo_model(model)
+    summary = import_dynamo.tag_dynamo_model(model)
     assert summary["tagged_by"]["consumers"] == len(constants)
     for node in constants:
         readers = [checks.node_props(reader)[core.TAG_KEY] for reader in model.graph.node
@@ -273,10 +274,10 @@ def test_nodes_in_if_bodies_take_the_tag_of_the_node_holding_them(tmp_path):
     exported, imported = tmp_path / "gate.dynamo.onnx", tmp_path / "gate.onnx"
     with contextlib.redirect_stdout(io.StringIO()):
         torch.onnx.export(Gate().eval(), (torch.randn(4, 8),), str(exported), dynamo=True)
-    summary = dynamo.import_file(exported, imported)
+    summary = import_dynamo.import_file(exported, imported)
     model = onnx.load(imported)
     branch = next(node for node in model.graph.node if node.op_type == "If")
-    body = [node for graph in dynamo._subgraphs(branch) for node in checks.walk_nodes(graph)]
+    body = [node for graph in import_dynamo._subgraphs(branch) for node in checks.walk_nodes(graph)]
     assert body and summary["tagged_by"]["enclosing"] == len(body)
     assert {checks.node_props(node)[core.TAG_KEY] for node in body} == {checks.node_props(branch)[core.TAG_KEY]}
     assert checks.node_props(branch)[core.TAG_KEY] == "/Gate"
@@ -367,9 +368,10 @@ def test_flag_off_dynamo_export_is_torchs_own(tmp_path, monkeypatch):
     never_loaded = tmp_path / "never_loaded.onnx"
     script = textwrap.dedent(f"""
         import contextlib, io, sys, torch
-        from hiertag import dynamo, zoo
+        from hiertag import zoo
+        from hiertag.verbs import import_dynamo
         model, args = zoo.ALL["called_twice"]()
-        positional, keywords = dynamo.export_arguments(args)
+        positional, keywords = import_dynamo.export_arguments(args)
         with contextlib.redirect_stdout(io.StringIO()):
             torch.onnx.export(model, positional, {str(never_loaded)!r}, kwargs=keywords, dynamo=True)
     """)
@@ -388,4 +390,4 @@ def test_flag_off_dynamo_export_is_torchs_own(tmp_path, monkeypatch):
     assert not any(key == core.TAG_KEY or key.startswith("hiertag.")
                    for node in checks.walk_nodes(model.graph) for key in checks.node_props(node))
     assert not any(key.startswith("hiertag.") for key in checks.model_props(model))
-    assert all(dynamo.NAME_SCOPES_KEY in checks.node_props(node) for node in model.graph.node)
+    assert all(import_dynamo.NAME_SCOPES_KEY in checks.node_props(node) for node in model.graph.node)

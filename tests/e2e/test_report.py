@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, core, report, verify
+from hiertag import OPSET, checks, core
+from hiertag.verbs import report, verify
 from tests.e2e.exportable import zoo_model
 
 

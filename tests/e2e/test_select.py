@@ -12,7 +12,8 @@ import torch
 from onnxruntime.quantization import quantize_dynamic
 
 import hiertag
-from hiertag import OPSET, checks, core, select
+from hiertag import OPSET, checks, core
+from hiertag.verbs import select
 from tests.e2e.exportable import zoo_model
 
 TORCH_MODULES = ["Embedding", "LayerNorm", "Linear"]

@@ -19,8 +19,9 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, cli, dynamo, verify
-from hiertag.hf_export import quiet
+from hiertag import OPSET, checks, cli
+from hiertag.verbs import import_dynamo, verify
+from hiertag.verbs.export import quiet
 from tests.e2e.exportable import DYNAMO_EXPORT, skip_unless_dynamo_export, zoo_model
 
 MODEL = "containers"  # small, same-class siblings: quick to export, profile and carry
@@ -45,7 +46,7 @@ def originals(tmp_path_factory):
     options.optimized_model_filepath = str(folder / "t.onnx")
     onnxruntime.InferenceSession(str(folder / "m.onnx"), options, providers=["CPUExecutionProvider"])
     if DYNAMO_EXPORT:  # else the tests reading d.onnx skip (dynamo_input)
-        positional, keywords = dynamo.export_arguments(args)
+        positional, keywords = import_dynamo.export_arguments(args)
         with contextlib.redirect_stdout(io.StringIO()):
             torch.onnx.export(model, positional, str(folder / "d.onnx"), kwargs=keywords, dynamo=True)
         # torch keeps a small model's weights inline (and leaves d.onnx.data empty): put them there.

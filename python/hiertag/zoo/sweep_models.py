@@ -6,7 +6,7 @@ as torch.onnx.export takes them."""
 import torch
 import transformers
 
-from hiertag.hf_export import prepare_for_torchscript_export
+from hiertag.verbs.export import prepare_for_torchscript_export
 
 
 def _ids(vocab=100, length=8):

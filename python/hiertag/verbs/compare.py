@@ -131,12 +131,12 @@ def numpy_type(value):
 
 def input_feeds(model, specs):
     """({name: array} for A's graph inputs, notes on the defaults used)."""
-    from hiertag import hf_export
+    from hiertag.verbs import export
     overrides = {}
     for spec in specs:
         try:
-            name, tensor = hf_export.parse_input_spec(spec)
-        except hf_export.ExportError as error:
+            name, tensor = export.parse_input_spec(spec)
+        except export.ExportError as error:
             fail(str(error))
         overrides[name] = tensor.numpy()
     inputs = graph_inputs(model)
