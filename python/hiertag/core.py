@@ -73,34 +73,48 @@ CallTags = _core.CallTags
 def _serialized(model):
     """A model's bytes: `model` itself, or a ModelProto serialized. The core reads
     the graph and never a weight's bytes, so a model protobuf cannot serialize
-    (2 GiB or more, its weights read in) is serialized with the data of its
-    large tensors left out, and given back to them after."""
+    (2 GiB or more, its weights read in) is serialized from a copy whose main
+    graph's large initializers hold no data; `model` is left as it is, and no
+    weight's bytes are read (a tensor over 2 GiB in a Constant or a subgraph
+    still cannot be serialized)."""
     if isinstance(model, bytes):
         return model
     try:
         return model.SerializeToString()
     except message.EncodeError:
         pass
-    held = [(tensor, tensor.raw_data) for tensor in _tensors(model.graph) if len(tensor.raw_data) > 1024]
+    light = type(model)()
+    _copy_fields(model, light, skip={"graph"})
+    _copy_fields(model.graph, light.graph, skip={"initializer"})
+    for tensor in model.graph.initializer:
+        _copy_fields(tensor, light.graph.initializer.add(), skip=_DATA_FIELDS if _is_large(tensor) else ())
+    return light.SerializeToString()
+
+
+# TensorProto's fields that hold its values.
+_DATA_FIELDS = {"raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data"}
+
+
+def _is_large(tensor):
     try:
-        for tensor, _ in held:
-            tensor.ClearField("raw_data")
-        return model.SerializeToString()
-    finally:
-        for tensor, data in held:
-            tensor.raw_data = data
+        return tensor.ByteSize() > 1024
+    except message.EncodeError:  # past 2 GiB, upb cannot even size it
+        return True
 
 
-def _tensors(graph):
-    """Every initializer and tensor attribute of `graph` and of its subgraphs."""
-    yield from graph.initializer
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.HasField("t"):
-                yield attribute.t
-            yield from attribute.tensors
-            for body in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
-                yield from _tensors(body)
+def _copy_fields(source, target, skip=()):
+    """Copies every field of `source` into `target` but those named in `skip`,
+    which are never read."""
+    for field in source.DESCRIPTOR.fields:
+        if field.name in skip or (field.has_presence and not source.HasField(field.name)):
+            continue
+        value = getattr(source, field.name)
+        if field.is_repeated:
+            getattr(target, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
 
 
 class CallTable:

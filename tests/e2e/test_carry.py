@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import pytest
 
-from hiertag import carry_check, checks, core, zoo
+from hiertag import carry_check, checks, core, verbs, zoo
 from hiertag.verbs import carry
 from hiertag.zoo import sweep_models
 from hiertag.verbs.export import quiet
@@ -208,6 +208,32 @@ def test_carrying_onto_the_untransformed_file_changes_no_entry_and_verifies_ever
 def hiertag_carry(*arguments):
     return subprocess.run([sys.executable, "-m", "hiertag", "carry", *map(str, arguments)],
                           capture_output=True, text=True)
+
+
+def test_files_keeping_every_tensor_in_a_data_file_are_carried_as_the_same_files_inline(tmp_path):
+    """Check that `carry`, which reads no weight it does not need, gives files that
+    keep every tensor in a data file (shape inputs in Constants too) the tags and
+    the established calls it gives the same files inline, and writes OUT whole."""
+    import torch
+    import hiertag
+    from hiertag import OPSET
+    model, args = zoo_model("bert")
+    with quiet(), hiertag.tagging():
+        torch.onnx.export(model, args, str(tmp_path / "inline.onnx"), dynamo=False, opset_version=OPSET)
+    (tmp_path / "outside").mkdir()
+    onnx.save(onnx.load(tmp_path / "inline.onnx"), tmp_path / "outside" / "model.onnx", save_as_external_data=True,
+              all_tensors_to_one_file=True, location="model.data", size_threshold=0, convert_attribute=True)
+    carried = {}
+    for kind, path in (("inline", tmp_path / "inline.onnx"), ("outside", tmp_path / "outside" / "model.onnx")):
+        out = tmp_path / f"{kind}.carried.onnx"
+        done = hiertag_carry(path, path, "-o", out, "--json")
+        assert done.returncode == 0, done.stderr
+        carried[kind] = json.loads(done.stdout)["calls"], onnx.load(out, load_external_data=False)
+    (calls, inline), (calls_outside, outside) = carried["inline"], carried["outside"]
+    assert calls_outside == calls and calls["verified"] > 0
+    assert [checks.node_props(n) for n in checks.walk_nodes(outside.graph)] == \
+        [checks.node_props(n) for n in checks.walk_nodes(inline.graph)]
+    assert not list(verbs.external_tensors(outside))
 
 
 def test_the_command_says_how_each_node_was_placed_and_how_each_call_was_established(cells, workdir, tmp_path):

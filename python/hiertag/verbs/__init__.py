@@ -139,6 +139,28 @@ def read_external_data(model, path, data_directory=None, read_data=True):
         fail(f"{path}: cannot read its external data ({first_line(error)})")
 
 
+# The external data `carry` reads in though it keeps weights outside: a tensor
+# this small is a shape input or a constant that shape inference and ONNX
+# Runtime's graph resolution read the values of.
+SMALL_TENSOR_BYTES = 64 * 1024
+
+
+def read_small_external_data(model, path):
+    """Reads in the external data of the tensors of `model` (read from `path`
+    without it, so checked) of at most SMALL_TENSOR_BYTES; larger ones stay in
+    their files."""
+    directory = Path(path).parent
+    for tensor, _ in external_tensors(model):
+        entries = {entry.key: entry.value for entry in tensor.external_data}
+        offset = int(entries.get("offset", "0"))
+        length = int(entries["length"]) if "length" in entries else \
+            os.path.getsize(directory / entries["location"]) - offset
+        if length <= SMALL_TENSOR_BYTES:
+            external_data_helper.load_external_data_for_tensor(tensor, str(directory))
+            tensor.data_location = onnx.TensorProto.DEFAULT
+            del tensor.external_data[:]
+
+
 def external_tensors(model):
     """(tensor, "initializer 'NAME'" or "tensor 'NAME'") for every tensor the
     model keeps in an external data file."""

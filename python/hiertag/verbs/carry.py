@@ -1012,11 +1012,15 @@ def main(argv=None):
 
 def run(options):
     verbs.refuse_overwriting([options.output], models=[options.tagged, options.transformed])
-    # Both are read without their external data, which carry never reads: the
-    # check's ONNX Runtime maps it from the models' folders, and the result's is
-    # read in only to be written (verbs.save_model: beside OUT when over 2 GiB).
+    # Both are read without their large external data, whose values carry never
+    # reads: the check's ONNX Runtime maps it from the models' folders, and the
+    # result's is read in only to be written (verbs.save_model: beside OUT when
+    # over 2 GiB). Small tensors (shape inputs) are read in: shape inference and
+    # ONNX Runtime read their values.
     original, _ = verbs.load_tagged(options.tagged, read_data=False)
     transformed = verbs.load_model(options.transformed, read_data=False)
+    verbs.read_small_external_data(original, options.tagged)
+    verbs.read_small_external_data(transformed, options.transformed)
     by = options.by or describe_producer(original, transformed) or Path(options.transformed).name
     folders = (Path(options.tagged).parent, Path(options.transformed).parent)
     try:
