@@ -87,7 +87,7 @@ def _serialized(model):
     _copy_fields(model, light, skip={"graph"})
     _copy_fields(model.graph, light.graph, skip={"initializer"})
     for tensor in model.graph.initializer:
-        _copy_fields(tensor, light.graph.initializer.add(), skip=_DATA_FIELDS if _is_large(tensor) else ())
+        _copy_fields(tensor, light.graph.initializer.add(), skip=_DATA_FIELDS if larger_than(tensor, 1024) else ())
     return light.SerializeToString()
 
 
@@ -95,10 +95,12 @@ def _serialized(model):
 _DATA_FIELDS = {"raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data"}
 
 
-def _is_large(tensor):
+def larger_than(proto, limit):
+    """Whether protobuf message `proto` serializes to more than `limit` bytes
+    (true past 2 GiB, where upb cannot even size it)."""
     try:
-        return tensor.ByteSize() > 1024
-    except message.EncodeError:  # past 2 GiB, upb cannot even size it
+        return proto.ByteSize() > limit
+    except message.EncodeError:
         return True
 
 

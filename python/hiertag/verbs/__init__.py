@@ -12,7 +12,6 @@ import tempfile
 from pathlib import Path
 
 import onnx
-from google.protobuf import message
 from onnx import external_data_helper
 
 from hiertag import checks, core, native
@@ -319,13 +318,6 @@ def write_atomically(path, write):
 INLINE_LIMIT = 2**31 - 1
 
 
-def _too_big_for_one_file(model):
-    try:
-        return model.ByteSize() > INLINE_LIMIT
-    except message.EncodeError:  # upb cannot even size a message past 2 GiB
-        return True
-
-
 def save_model(model, output, sources=()):
     """Writes `model` to OUTPUT, self-contained (external data it was read with
     is written inline) unless it is too big for one file: then its weights go to
@@ -337,7 +329,7 @@ def save_model(model, output, sources=()):
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
     try:
         staged = staging / path.name
-        if _too_big_for_one_file(model):
+        if core.larger_than(model, INLINE_LIMIT):
             data = f"{path.name}.data"
             refuse_overwriting([path.parent / data], models=sources)
             onnx.save(model, str(staged), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
