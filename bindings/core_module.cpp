@@ -12,6 +12,8 @@
 //                      parse_call_ref, format_call_ref, is_tag_ancestor_or_self, parent_tag
 //   options            TorchModuleSegments.parse (HIERTAG_TORCH_MODULES' values)
 //   tags               ModuleTable (module_table.h) and CallTags (call_tags.h)
+//   rules              place_by_rules, calls_of_readers, unplaced: the rules that
+//                      place a node no record tags (placement_rules.h)
 //   calls in a file    CallTable (module_calls_in_file.h)
 //   boundaries         rewrite_records, module_boundaries, rewritten_boundaries,
 //                      weight_values: the rewrites the file records, the module-boundary
@@ -38,6 +40,7 @@
 #include "hiertag/core/export_options.h"
 #include "hiertag/core/json.h"
 #include "hiertag/core/module_table.h"
+#include "hiertag/core/placement_rules.h"
 #include "hiertag/core/tag_format.h"
 #include "hiertag/core/tagged_entries.h"
 #include "hiertag/tool/module_boundaries.h"
@@ -227,6 +230,50 @@ NB_MODULE(_core, m) {
   m.def(
       "parent_tag", [](std::string_view tag) { return std::string(ParentTag(tag)); }, "tag"_a,
       "The tag of the parent module; '' for a root tag.");
+
+  m.def(
+      "place_by_rules",
+      [](const std::vector<std::tuple<std::optional<int>, bool, std::vector<int>>>& rows, const CallTags& call_tags) {
+        std::vector<UnplacedNode> nodes;
+        nodes.reserve(rows.size());
+        for (const auto& [holder, has_inputs, neighbours] : rows) nodes.push_back({holder, has_inputs, neighbours});
+        std::vector<Placement> placements;
+        try {
+          placements = PlaceByRules(nodes, call_tags);
+        } catch (const std::out_of_range& error) {
+          throw nb::value_error(error.what());
+        }
+        std::vector<std::tuple<int, std::string>> result;
+        result.reserve(placements.size());
+        for (const Placement& placement : placements) result.emplace_back(placement.tag, TagRuleName(placement.rule));
+        return result;
+      },
+      "nodes"_a, "call_tags"_a,
+      "Places the nodes no record tags by hiertag's rules (placement_rules.h): nodes are (holder, has_inputs, "
+      "neighbours) in sweep order, holder None outside nested graphs; a holder or neighbour is a call tag id or "
+      "unplaced(k), the k-th node of the list. Returns (tag, rule) per node, rule 'enclosing', 'consumers', "
+      "'neighbours' or 'root'.");
+  m.def(
+      "calls_of_readers",
+      [](const std::vector<std::tuple<int, int, std::vector<std::tuple<int, int>>>>& rows) {
+        std::vector<RulePlacedNode> nodes;
+        nodes.reserve(rows.size());
+        for (const auto& [tag, call, readers] : rows) {
+          RulePlacedNode node{tag, call, {}};
+          for (const auto& [reader_tag, reader_call] : readers) node.readers.push_back({reader_tag, reader_call});
+          nodes.push_back(std::move(node));
+        }
+        try {
+          return CallsOfReaders(nodes);
+        } catch (const std::out_of_range& error) {
+          throw nb::value_error(error.what());
+        }
+      },
+      "nodes"_a,
+      "The call of each node a rule placed in a tag with several calls (placement_rules.h CallsOfReaders): nodes "
+      "are (tag, call, readers), a reader (tag, call) or (unplaced(k), 0) for the k-th node of the list; the call "
+      "of the last reader with the node's tag, else its own.");
+  m.def("unplaced", &Unplaced, "index"_a, "The reference place_by_rules reads as the index-th node of its list.");
 
   m.def("module_boundaries", &ModuleBoundariesOf, "model"_a,
         "For a serialized tagged model (bytes): (tag, call, inputs, outputs, nodes) for every call of every "

@@ -18,24 +18,6 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
 
-const char* TagRuleName(TagRule rule) {
-  switch (rule) {
-    case TagRule::kRecorded:
-      return "recorded";
-    case TagRule::kParameterOwner:
-      return "parameter-owner";
-    case TagRule::kEnclosing:
-      return "enclosing";
-    case TagRule::kConsumers:
-      return "consumers";
-    case TagRule::kNeighbours:
-      return "neighbours";
-    case TagRule::kRoot:
-      return "root";
-  }
-  return "?";
-}
-
 std::vector<int> HierarchyTagging::UsedTags() const {
   std::vector<int> used;
   for (const TaggedNode& tagged : nodes) {
@@ -159,18 +141,38 @@ class Tagger {
     }
   }
 
-  // A node a rule tagged belongs to the call of a neighbour with the same tag.
+  // A node a rule tagged belongs to the call of a reader with the same tag
+  // (CallsOfReaders). Only rules tag the nodes of unsettled_.
   void InheritCalls() {
-    for (TaggedNode& tagged : result_.nodes) {
+    std::vector<size_t> listed;
+    ska::flat_hash_map<const Node*, int> place;
+    for (size_t i : unsettled_) {
+      const TaggedNode& tagged = result_.nodes[i];
       if (tagged.rule == TagRule::kRecorded || result_.CallCount(tagged.tag) < 2) continue;
+      place[tagged.node] = static_cast<int>(listed.size());
+      listed.push_back(i);
+    }
+    if (listed.empty()) return;
+    std::vector<RulePlacedNode> nodes(listed.size());
+    for (size_t k = 0; k < listed.size(); ++k) {
+      const TaggedNode& tagged = result_.nodes[listed[k]];
+      nodes[k].tag = tagged.tag;
+      nodes[k].call = tagged.call;
       for (const Value* output : tagged.node->outputs()) {
         for (const torch::jit::Use& use : output->uses()) {
           if (use.user->kind() == c10::prim::Return) continue;
-          Settled user = SettledOf(use.user);
-          if (user.tag == tagged.tag) tagged.call = user.call;
+          auto listed_reader = place.find(use.user);
+          if (listed_reader != place.end()) {
+            nodes[k].readers.push_back({Unplaced(listed_reader->second), 0});
+            continue;
+          }
+          Settled reader = SettledOf(use.user);
+          if (reader.tag >= 0) nodes[k].readers.push_back({reader.tag, reader.call});
         }
       }
     }
+    std::vector<int> calls = CallsOfReaders(nodes);
+    for (size_t k = 0; k < listed.size(); ++k) result_.nodes[listed[k]].call = calls[k];
   }
 
   // A constant (a node without inputs) is weights, nobody's data: each module
@@ -483,91 +485,77 @@ class Tagger {
     return member_names_.count(value->debugName()) == 0;
   }
 
-  // The tag of a value's producer: root for user inputs, the holder for body
-  // parameters, kUnsettled while the producer waits; -2 when it does not count.
-  int ProducerTag(const Value* value) {
+  // What the rules read of a node (placement_rules.h): its tag, Unplaced(k)
+  // while it waits (k its place in `waiting_of_`), kNotCounted when it is not
+  // serialized.
+  static constexpr int kNotCounted = -2;
+  int RuleRef(Node* node) {
+    int tag = SettledOf(node).tag;
+    if (tag != kUnsettled) return tag;
+    return Unplaced(waiting_of_.at(later_.at(node)));
+  }
+
+  // A value's producer: the root for user inputs, the holder for body
+  // parameters; an initializer does not count.
+  int ProducerRef(const Value* value) {
     const Node* producer = value->node();
     if (producer->kind() == c10::prim::Param) {
-      if (producer->owningBlock() == graph_.block()) return IsUserInput(value) ? 0 : -2;
-      return HolderTag(producer->owningBlock());
+      if (producer->owningBlock() == graph_.block()) return IsUserInput(value) ? CallTags::kRoot : kNotCounted;
+      return HolderRef(producer->owningBlock());
     }
-    return SettledOf(const_cast<Node*>(producer)).tag;
+    return RuleRef(const_cast<Node*>(producer));
   }
 
-  int HolderTag(const Block* block) {
+  int HolderRef(const Block* block) {
     const Node* holder = block->owningNode();
-    if (holder == nullptr) return 0;
-    return SettledOf(const_cast<Node*>(holder)).tag;
+    if (holder == nullptr) return CallTags::kRoot;
+    return RuleRef(const_cast<Node*>(holder));
   }
 
-  int ConsumerTag(const torch::jit::Use& use) {
+  int ConsumerRef(const torch::jit::Use& use) {
     Node* user = use.user;
-    if (user->kind() == c10::prim::Return) return HolderTag(user->owningBlock());
-    return SettledOf(user).tag;
+    if (user->kind() == c10::prim::Return) return HolderRef(user->owningBlock());
+    return RuleRef(user);
   }
 
-  // Folds a neighbour's tag into `common`; returns false if the neighbour waits.
-  bool Fold(int neighbour, int* common) const {
-    if (neighbour == -2) return true;
-    if (neighbour == kUnsettled) return false;
-    *common = *common < 0 ? neighbour : call_tags_.CommonAncestor(*common, neighbour);
-    return true;
-  }
-
-  // Applies enclosing / consumers / neighbours to node i. With `settle_partial`
-  // a node whose neighbours are partly unsettled settles on the known ones.
-  bool TryRules(size_t i, bool settle_partial) {
-    Node* node = result_.nodes[i].node;
-    if (holder_[i] != nullptr) {
-      int enclosing = SettledOf(holder_[i]).tag;
-      if (enclosing == kUnsettled) return false;
-      Settle(i, enclosing, TagRule::kEnclosing);
-      return true;
-    }
-    int common = -1;
-    bool complete = true;
-    for (const Value* output : node->outputs()) {
-      for (const torch::jit::Use& use : output->uses()) complete &= Fold(ConsumerTag(use), &common);
-    }
-    TagRule rule = TagRule::kConsumers;
-    if (!node->inputs().empty()) {
-      rule = TagRule::kNeighbours;
-      for (const Value* input : node->inputs()) complete &= Fold(ProducerTag(input), &common);
-    }
-    for (const Value* output : node->outputs()) {
-      for (const Value* graph_output : graph_.outputs()) {
-        if (output == graph_output) Fold(0, &common);
-      }
-    }
-    if (common < 0 || (!complete && !settle_partial)) return false;
-    Settle(i, common, rule);
-    return true;
-  }
-
+  // The nodes no record placed, described for PlaceByRules and placed by it.
   void SettleByRules() {
     std::vector<size_t> waiting;
     for (size_t i : unsettled_) {
-      if (result_.nodes[i].tag == kUnsettled) waiting.push_back(i);
+      if (result_.nodes[i].tag != kUnsettled) continue;
+      waiting_of_[i] = static_cast<int>(waiting.size());
+      waiting.push_back(i);
     }
-    while (!waiting.empty()) {
-      bool progress = false;
-      std::vector<size_t> still_waiting;
-      for (size_t i : waiting) {
-        if (TryRules(i, false)) {
-          progress = true;
-        } else {
-          still_waiting.push_back(i);
+    if (waiting.empty()) return;
+    std::vector<UnplacedNode> unplaced(waiting.size());
+    auto add = [](int ref, UnplacedNode& node) {
+      if (ref != kNotCounted) node.neighbours.push_back(ref);
+    };
+    for (size_t k = 0; k < waiting.size(); ++k) {
+      size_t i = waiting[k];
+      UnplacedNode& node = unplaced[k];
+      if (holder_[i] != nullptr) {
+        node.holder = RuleRef(holder_[i]);
+        continue;
+      }
+      Node* jit_node = result_.nodes[i].node;
+      for (const Value* output : jit_node->outputs()) {
+        for (const torch::jit::Use& use : output->uses()) add(ConsumerRef(use), node);
+      }
+      node.has_inputs = !jit_node->inputs().empty();
+      for (const Value* input : jit_node->inputs()) add(ProducerRef(input), node);
+      for (const Value* output : jit_node->outputs()) {
+        for (const Value* graph_output : graph_.outputs()) {
+          if (output == graph_output) add(CallTags::kRoot, node);
         }
       }
-      waiting.swap(still_waiting);
-      if (progress || waiting.empty()) continue;
-      auto settled = std::find_if(waiting.begin(), waiting.end(), [&](size_t i) { return TryRules(i, true); });
-      if (settled == waiting.end()) break;
-      waiting.erase(settled);
     }
-    for (size_t i : waiting) {
-      GRAPH_DEBUG("hiertag: no rule applies to ", *result_.nodes[i].node, "; tagging it root");
-      Settle(i, 0, TagRule::kRoot);
+    std::vector<Placement> placements = PlaceByRules(unplaced, call_tags_);
+    for (size_t k = 0; k < waiting.size(); ++k) {
+      Settle(waiting[k], placements[k].tag, placements[k].rule);
+      if (placements[k].rule == TagRule::kRoot) {
+        GRAPH_DEBUG("hiertag: no rule applies to ", *result_.nodes[waiting[k]].node, "; tagging it root");
+      }
     }
   }
 
@@ -585,6 +573,7 @@ class Tagger {
   ska::flat_hash_map<const Node*, size_t> later_;             // nodes no record settles for good -> index
   ska::flat_hash_map<const Node*, size_t> with_shared_with_;  // nodes shared with other calls -> index
   std::vector<size_t> unsettled_;                             // nodes no record tags, in pre-order
+  ska::flat_hash_map<size_t, int> waiting_of_;                // node index -> its place among the rules' nodes
   ska::flat_hash_map<const torch::jit::Scope*, Record> record_of_scope_;
   const torch::jit::Scope* last_scope_ = nullptr;
   Record last_record_;

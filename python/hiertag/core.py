@@ -1,6 +1,7 @@
 """hiertag's torch-free C++ core for the Python verbs (bindings/core_module.cpp):
 the format's metadata keys and version, the tag grammar (escaping, call
-references), HIERTAG_TORCH_MODULES' values, the module table and call tags.
+references), HIERTAG_TORCH_MODULES' values, the module table and call tags,
+and the rules that place a node no record tags.
 The plugin and the native tool run the same code, so a verb cannot spell the
 format differently. Imports neither torch nor onnxruntime.
 
@@ -68,6 +69,10 @@ write_tag_list = _core.write_tag_list
 TorchModuleSegments = _core.TorchModuleSegments
 ModuleTable = _core.ModuleTable
 CallTags = _core.CallTags
+
+place_by_rules = _core.place_by_rules
+calls_of_readers = _core.calls_of_readers
+unplaced = _core.unplaced
 
 
 def _serialized(model):

@@ -21,6 +21,8 @@
 //                   (torch's _jit_pass_onnx_deduplicate_initializers writes one
 //                   per deduplicated initializer): the call tag of the tagged
 //                   module owning it, when that module has exactly one.
+// enclosing, consumers, neighbours and root are core/placement_rules.h's
+// (PlaceByRules), shared with import-dynamo:
 //   enclosing       a node inside an If/Loop body or a graph attribute: the tag
 //                   of the node that holds the body.
 //   consumers       a node without inputs (Constant): the common tag-tree
@@ -63,16 +65,13 @@
 
 #include "hiertag/core/call_tags.h"
 #include "hiertag/core/module_table.h"
+#include "hiertag/core/placement_rules.h"
 #include "hiertag/core/proto_tagging.h"
 #include "hiertag/passes/borrowed_scopes.h"
 #include "hiertag/passes/module_calls.h"
 #include "hiertag/passes/record_rewrites.h"
 
 namespace hiertag {
-
-enum class TagRule { kRecorded, kParameterOwner, kEnclosing, kConsumers, kNeighbours, kRoot };
-inline constexpr int kTagRuleCount = 6;
-const char* TagRuleName(TagRule rule);
 
 // A call tag, or one of its calls (written "TAG#K" when the tag has several).
 struct TagRef {

@@ -246,14 +246,14 @@ def _number_calls(entry_paths, call_tags):
 
 
 def _settle_by_rules(graph, visits, tags, rules, call_tags):
-    """Tags the nodes without a chain by hiertag's rules, in order: enclosing (a
-    node in a nested graph: the tag of the node holding it), consumers (a node
-    without inputs: the common ancestor of its readers' tags), neighbours (the
-    common ancestor of its producers' and readers' tags; graph inputs and outputs
-    count as the root, initializers not at all), root when nothing applies. As in
-    AssignHierarchyTags: sweeps until nothing changes; a node with an unsettled
-    neighbour waits, and when no sweep settles anything the first waiting node
-    settles on the neighbours known so far."""
+    """Tags the nodes without a chain by hiertag's rules, the plugin's own
+    (core.place_by_rules: enclosing, consumers, neighbours, root), reading each
+    node's neighbours from the file: graph inputs and outputs count as the root,
+    initializers not at all."""
+    waiting = [i for i, tag in enumerate(tags) if tag is None]
+    if not waiting:
+        return
+    place = {i: k for k, i in enumerate(waiting)}
     position = {id(node): i for i, (node, _) in enumerate(visits)}
     initializers = {tensor.name for tensor in graph.initializer}
     user_inputs = {value.name for value in graph.input} - initializers
@@ -264,64 +264,47 @@ def _settle_by_rules(graph, visits, tags, rules, call_tags):
             producer[name] = i
         for name in checks._implicit_inputs(node):
             readers.setdefault(name, []).append(i)
-    not_counted = object()
 
-    def producer_tag(name):
-        if name in user_inputs:
-            return core.CallTags.ROOT
-        return tags[producer[name]] if name in producer else not_counted
+    def ref(i):
+        return core.unplaced(place[i]) if tags[i] is None else tags[i]
 
-    def try_rules(i, settle_partial):
+    rows = []
+    for i in waiting:
         node, holder = visits[i]
         if holder is not None:
-            enclosing = tags[position[id(holder)]]
-            if enclosing is None:
-                return False
-            tags[i], rules[i] = enclosing, "enclosing"
-            return True
-        neighbours = [tags[reader] for name in node.output for reader in readers.get(name, [])]
-        neighbours += [core.CallTags.ROOT for name in node.output if name in graph_outputs]
-        rule = "consumers"
-        if any(node.input):
-            rule = "neighbours"
-            neighbours += [producer_tag(name) for name in node.input if name]
-        known = [tag for tag in neighbours if tag is not None and tag is not not_counted]
-        if not known or (len(known) < sum(tag is not not_counted for tag in neighbours) and not settle_partial):
-            return False
-        common = known[0]
-        for tag in known[1:]:
-            common = call_tags.common_ancestor(common, tag)
-        tags[i], rules[i] = common, rule
-        return True
-
-    waiting = [i for i, tag in enumerate(tags) if tag is None]
-    while waiting:
-        still_waiting = [i for i in waiting if not try_rules(i, False)]
-        progress = len(still_waiting) < len(waiting)
-        waiting = still_waiting
-        if progress or not waiting:
+            rows.append((ref(position[id(holder)]), False, []))
             continue
-        settled = next((i for i in waiting if try_rules(i, True)), None)
-        if settled is None:
-            break
-        waiting.remove(settled)
-    for i in waiting:
-        tags[i], rules[i] = core.CallTags.ROOT, "root"
+        neighbours = [ref(reader) for name in node.output for reader in readers.get(name, [])]
+        neighbours += [core.CallTags.ROOT for name in node.output if name in graph_outputs]
+        for name in filter(None, node.input):
+            if name in user_inputs:
+                neighbours.append(core.CallTags.ROOT)
+            elif name in producer:
+                neighbours.append(ref(producer[name]))
+        rows.append((None, any(node.input), neighbours))
+    for i, (tag, rule) in zip(waiting, core.place_by_rules(rows, call_tags)):
+        tags[i], rules[i] = tag, rule
 
 
 def _inherit_calls(visits, tags, rules, node_calls, calls):
-    """A node a rule tagged belongs to the call of a reader with the same tag."""
+    """A node a rule tagged belongs to the call of a reader with the same tag
+    (core.calls_of_readers, the plugin's rule)."""
+    listed = [i for i, rule in enumerate(rules)
+              if rule != "metadata" and len(calls.get(tags[i], ([0],))[0]) >= 2]
+    if not listed:
+        return
+    place = {i: k for k, i in enumerate(listed)}
     readers = {}
     for i, (node, _) in enumerate(visits):
         for name in checks._implicit_inputs(node):
             readers.setdefault(name, []).append(i)
-    for i, (node, _) in enumerate(visits):
-        if rules[i] == "metadata" or len(calls.get(tags[i], ([0],))[0]) < 2:
-            continue
-        for name in node.output:
-            for reader in readers.get(name, []):
-                if tags[reader] == tags[i]:
-                    node_calls[i] = node_calls[reader]
+    rows = []
+    for i in listed:
+        refs = [(core.unplaced(place[reader]), 0) if reader in place else (tags[reader], node_calls[reader])
+                for name in visits[i][0].output for reader in readers.get(name, [])]
+        rows.append((tags[i], node_calls[i], refs))
+    for i, call in zip(listed, core.calls_of_readers(rows)):
+        node_calls[i] = call
 
 
 def export_arguments(args):
