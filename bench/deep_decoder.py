@@ -7,7 +7,7 @@ usage: .venv/bin/python bench/deep_decoder.py --layers N[xPAIRS][,N[xPAIRS]...] 
        (internal) bench/deep_decoder.py --worker plain|hiertag N OUT.onnx
 
 The model is transformers' LlamaForCausalLM built from a LlamaConfig (CONFIG
-below, num_hidden_layers = N) with seeded random weights; hiertag.verbs.export
+below, num_hidden_layers = N) with seeded random weights; hiertag.models
 builds it and its inputs (16 token ids and an all-ones attention mask, no
 key/value cache), as `hiertag export` does. For every depth, PAIRS pairs (the
 N's own xPAIRS, else --pairs, default 1): a plain export (a process that never
@@ -63,8 +63,8 @@ def config(layers):
 
 def build(layers):
     """(model, args) of the decoder with `layers` layers, as `hiertag export` builds it."""
-    from hiertag.verbs import export
-    return export.build(MODEL_CLASS, config=config(layers))
+    from hiertag import models
+    return models.build(MODEL_CLASS, config=config(layers))
 
 
 # ---------------------------------------------------------------------------
@@ -249,7 +249,7 @@ def render(results, out):
         + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v) + ".",
         "",
         f"Model: transformers `{MODEL_CLASS}` from `LlamaConfig(**{json.dumps(CONFIG)}, num_hidden_layers=N)`, "
-        "seeded random weights, built by `hiertag.verbs.export.build` (16 token ids, all-ones attention mask, "
+        "seeded random weights, built by `hiertag.models.build` (16 token ids, all-ones attention mask, "
         "no key/value cache). `torch.onnx.export(..., dynamo=False, opset_version=17)`; each export in a fresh "
         "process (`bench/export_once.py`'s measurement): *plain* never loads the plugin, *hiertag* loads "
         "`build/libhiertag.so` with `HIERTAG=1`. Pairs alternate which method goes first. **Time** is the wall "

@@ -28,7 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 import hiertag
 from hiertag import OPSET
-from hiertag.verbs.export import prepare_for_torchscript_export
+from hiertag.models import prepare_for_torchscript_export
 
 
 def build_bert():

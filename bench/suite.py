@@ -8,7 +8,7 @@ them to torch.onnx.export)."""
 
 import torch
 
-from hiertag.verbs.export import prepare_for_torchscript_export
+from hiertag.models import prepare_for_torchscript_export
 
 TEXT_LENGTH = 64
 

@@ -353,7 +353,7 @@ def cell(name, tool, source, directory, eager):
     import onnx
     from hiertag import carry_check, checks, core
     from hiertag.verbs import carry
-    from hiertag.verbs.export import quiet
+    from hiertag.models import quiet
     started = time.perf_counter()
     target = Path(directory) / f"{name}.{tool}.onnx"
     try:
@@ -412,7 +412,7 @@ def worker(name, tools, out_json):
     import onnxruntime
     import torch
     import hiertag
-    from hiertag.verbs.export import quiet
+    from hiertag.models import quiet
     warnings.simplefilter("ignore")
     onnxruntime.set_default_logger_severity(3)
     torch.ops.load_library(hiertag.library_path())

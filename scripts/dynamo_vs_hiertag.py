@@ -91,17 +91,18 @@ def compare_tables(hiertag_table, dynamo_table):
 
 def narrowed(model, args):
     """The model with its forward narrowed to the parameters `args` supplies
-    (hiertag.verbs.export.bind_inputs, as `hiertag export` does), so both exporters
+    (hiertag.models.bind_inputs, as `hiertag export` does), so both exporters
     and the eager recording of the boundary check make the same call: the
     TorchScript exporter would otherwise pass every later parameter's default
     positionally, traced as a tensor (GPT-2's logits_to_keep=0 then selects one
     position), while the dynamo exporter leaves defaults alone."""
     import inspect
 
-    from hiertag.verbs import export, import_dynamo
+    from hiertag import models
+    from hiertag.verbs import import_dynamo
     positional, keywords = import_dynamo.export_arguments(args)
     names = list(inspect.signature(model.forward).parameters)[:len(positional)] + list(keywords)
-    return export.bind_inputs(model, names), args
+    return models.bind_inputs(model, names), args
 
 
 def measure(name):

@@ -89,9 +89,9 @@ def zoo_model(name):
 _PLAIN_HF_EXPORT = """
 import json, sys, torch
 from hiertag import OPSET
-from hiertag.verbs import export
+from hiertag import models
 spec, config, task, inputs, out = json.loads(sys.argv[1])
-model, args = export.build(spec, config=config, task=task, inputs=inputs)
+model, args = models.build(spec, config=config, task=task, inputs=inputs)
 try:
     torch.onnx.export(model, args, out, dynamo=False, opset_version=OPSET)
 except Exception as error:
@@ -101,7 +101,7 @@ except Exception as error:
 
 @functools.cache
 def hf_export_error(model_spec, config_json, task=None, inputs=()):
-    """torch's error exporting `hiertag export`'s model (export.build's) in a
+    """torch's error exporting `hiertag export`'s model (models.build's) in a
     process that never loaded hiertag, or None when torch exports it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HIERTAG") or k == "HIERTAG_NATIVE_DIR"}
     with tempfile.TemporaryDirectory() as out_dir:

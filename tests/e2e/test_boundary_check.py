@@ -11,7 +11,7 @@ from torch import nn
 
 import hiertag
 from hiertag import OPSET, checks, core
-from hiertag.verbs.export import quiet
+from hiertag.models import quiet
 
 
 class Pair(nn.Module):

@@ -20,7 +20,7 @@ import pytest
 from hiertag import carry_check, checks, core, verbs, zoo
 from hiertag.verbs import carry
 from hiertag.zoo import sweep_models
-from hiertag.verbs.export import quiet
+from hiertag.models import quiet
 from tests.e2e.exportable import skip_unless_torch_exports, torch_export_error, zoo_model
 from tests.e2e.test_export import run_tool
 

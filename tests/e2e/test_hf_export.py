@@ -24,7 +24,7 @@ from onnx import numpy_helper
 
 import hiertag
 from hiertag import checks, core
-from hiertag.verbs import export
+from hiertag import models
 from tests.e2e.exportable import hf_export_error
 
 BERT = {"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -225,7 +225,7 @@ def test_export_from_config(exports, name):
     assert lines[1].startswith(f"{root_class}  ") and "(root)" in lines[1]
     specs = [extra[i + 1] for i, a in enumerate(extra) if a == "--input"]
     task = extra[extra.index("--task") + 1] if "--task" in extra else None
-    torch_model, args = export.build(model_spec, config=config, task=task, inputs=specs)
+    torch_model, args = models.build(model_spec, config=config, task=task, inputs=specs)
     check_runs(path, torch_model, args)
 
 
@@ -263,7 +263,7 @@ def test_pretrained_weights_are_loaded(exports, workdir, name):
     from transformers import BertConfig, BertModel
     assert not np.array_equal(initializers[name], BertModel(BertConfig(**BERT)).embeddings.word_embeddings.weight
                               .detach().numpy())
-    torch_model, args = export.build(str(workdir / "tiny-bert"))
+    torch_model, args = models.build(str(workdir / "tiny-bert"))
     check_runs(path, torch_model, args)
 
 
@@ -271,7 +271,7 @@ def test_task_picks_the_head_of_a_directory(exports, workdir):
     result, path = exports["directory_task"]
     assert result.returncode == 0 and result.stderr == "", result.stderr
     check_file(path, TEXT, "BertForMaskedLM")
-    torch_model, args = export.build(str(workdir / "tiny-bert"), task="masked-lm")
+    torch_model, args = models.build(str(workdir / "tiny-bert"), task="masked-lm")
     check_runs(path, torch_model, args)
 
 
@@ -288,7 +288,7 @@ def test_file_function_with_json(exports, workdir):
     assert summary["modules"] == len(table)
     assert sorted(table) == ["/Small", "/Small/Block[first]", "/Small/Block[second]"]
     assert [m["tag"] for m in summary["tree"]["modules"]] == ["/Small", "/Small/Block[first]", "/Small/Block[second]"]
-    torch_model, args = export.build(f"{workdir / 'models.py'}:small")
+    torch_model, args = models.build(f"{workdir / 'models.py'}:small")
     session = onnxruntime.InferenceSession(str(path))
     (value,) = session.run(None, {"x": args[0].numpy()})
     np.testing.assert_allclose(value, torch_model(*args).detach().numpy(), rtol=1e-5, atol=1e-6)
@@ -309,7 +309,7 @@ def test_torch_modules_is_read_as_the_environment_variable_is(workdir, tmp_path,
     refused in one line, exit 2, nothing written; a name that is no torch.nn class gets the
     plugin's warning naming it, and the export goes on. The lines are the plugin's, naming
     the flag where the flag was given."""
-    model, args = export.build(f"{workdir / 'models.py'}:small")
+    model, args = models.build(f"{workdir / 'models.py'}:small")
     monkeypatch.setenv("HIERTAG_TORCH_MODULES", value)
     capfd.readouterr()
     try:
@@ -397,7 +397,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(failures, name):
 
 
 def test_build_narrows_the_forward_to_the_chosen_inputs():
-    model, args = export.build("GPT2LMHeadModel", config=GPT2)
+    model, args = models.build("GPT2LMHeadModel", config=GPT2)
     assert list(inspect.signature(model.forward).parameters) == TEXT
     assert type(model).__name__ == "GPT2LMHeadModel" and not model.training
     ids, keywords = args

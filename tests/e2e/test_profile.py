@@ -18,7 +18,7 @@ import torch
 
 import hiertag
 from hiertag import OPSET, checks
-from hiertag.verbs.export import quiet
+from hiertag.models import quiet
 from tests.e2e.exportable import zoo_model
 
 

@@ -21,7 +21,7 @@ import torch
 import hiertag
 from hiertag import OPSET, checks, cli
 from hiertag.verbs import import_dynamo, verify
-from hiertag.verbs.export import quiet
+from hiertag.models import quiet
 from tests.e2e.exportable import DYNAMO_EXPORT, skip_unless_dynamo_export, zoo_model
 
 MODEL = "containers"  # small, same-class siblings: quick to export, profile and carry

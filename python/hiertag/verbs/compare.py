@@ -131,12 +131,12 @@ def numpy_type(value):
 
 def input_feeds(model, specs):
     """({name: array} for A's graph inputs, notes on the defaults used)."""
-    from hiertag.verbs import export
+    from hiertag import models
     overrides = {}
     for spec in specs:
         try:
-            name, tensor = export.parse_input_spec(spec)
-        except export.ExportError as error:
+            name, tensor = models.parse_input_spec(spec)
+        except models.ModelError as error:
             fail(str(error))
         overrides[name] = tensor.numpy()
     inputs = graph_inputs(model)

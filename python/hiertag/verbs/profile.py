@@ -47,8 +47,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
-from hiertag import carry_check, checks, core, verbs
-from hiertag.verbs import carry, export
+from hiertag import carry_check, checks, core, models, verbs
+from hiertag.verbs import carry
 
 LEVELS = {
     "disabled": onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -66,8 +66,8 @@ def build_feeds(model, specs):
     given = {}
     for spec in specs:
         try:
-            name, tensor = export.parse_input_spec(spec)
-        except export.ExportError as error:
+            name, tensor = models.parse_input_spec(spec)
+        except models.ModelError as error:
             verbs.fail(str(error))
         given[name] = tensor.numpy()
     unknown = sorted(set(given) - {i.name for i in inputs})

@@ -46,7 +46,7 @@ from hiertag.verbs import fail
 
 def build(options):
     """(model, args) of MODEL: a bundled model, or anything `hiertag export`
-    builds (hiertag.verbs.export.build: transformers classes from a config, local
+    builds (hiertag.models.build: transformers classes from a config, local
     directories, cached hub ids, FILE.py:FUNCTION)."""
     kind, _, target = options.model.partition(":")
     torch.manual_seed(0)
@@ -55,10 +55,10 @@ def build(options):
         if target not in zoo.ALL:
             fail(f"unknown zoo model '{target}' (one of {', '.join(zoo.ALL)})")
         return zoo.ALL[target]()
-    from hiertag.verbs import export
+    from hiertag import models
     try:
-        model, args = export.build(options.model, config=options.config, inputs=options.input)
-    except export.ExportError as error:
+        model, args = models.build(options.model, config=options.config, inputs=options.input)
+    except models.ModelError as error:
         fail(str(error))
     return model.eval() if isinstance(model, torch.nn.Module) else model, args
 

@@ -5,7 +5,7 @@ weights and their exports can be compared byte for byte."""
 
 import torch
 
-from hiertag.verbs.export import prepare_for_torchscript_export
+from hiertag.models import prepare_for_torchscript_export
 from hiertag.zoo import corner_cases
 
 
@@ -20,10 +20,10 @@ def _seeded(build):
 
 def _narrowed(model, ids):
     """A causal LM on input_ids and an all-ones attention_mask, its forward
-    narrowed to those two (hiertag.verbs.export.bind_inputs): otherwise the
+    narrowed to those two (hiertag.models.bind_inputs): otherwise the
     exporter passes logits_to_keep=0 as a traced tensor, and the logits of the
     last position alone come out."""
-    from hiertag.verbs.export import bind_inputs
+    from hiertag.models import bind_inputs
     return bind_inputs(model, ["input_ids", "attention_mask"]), (ids, {"attention_mask": torch.ones_like(ids)})
 
 

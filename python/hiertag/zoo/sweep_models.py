@@ -6,7 +6,7 @@ as torch.onnx.export takes them."""
 import torch
 import transformers
 
-from hiertag.verbs.export import prepare_for_torchscript_export
+from hiertag.models import prepare_for_torchscript_export
 
 
 def _ids(vocab=100, length=8):
