@@ -26,10 +26,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "hiertag/core/module_table.h"
-#include "hiertag/core/proto_tagging.h"
-#include "hiertag/core/proto_wire.h"
-#include "hiertag/core/scope_names.h"
+#include "hiertag/core/export/proto_tagging.h"
+#include "hiertag/core/export/scope_names.h"
+#include "hiertag/core/format/module_table.h"
+#include "hiertag/core/onnx/proto_wire.h"
 #include "hiertag/passes/assign_hierarchy_tags.h"
 #include "hiertag/passes/borrowed_scopes.h"
 #include "hiertag/passes/record_cse_sharing.h"

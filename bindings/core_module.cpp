@@ -36,13 +36,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "hiertag/core/call_tags.h"
-#include "hiertag/core/export_options.h"
-#include "hiertag/core/json.h"
-#include "hiertag/core/module_table.h"
-#include "hiertag/core/placement_rules.h"
-#include "hiertag/core/tag_format.h"
-#include "hiertag/core/tagged_entries.h"
+#include "hiertag/core/export/export_options.h"
+#include "hiertag/core/format/call_tags.h"
+#include "hiertag/core/format/json.h"
+#include "hiertag/core/format/module_table.h"
+#include "hiertag/core/format/placement_rules.h"
+#include "hiertag/core/format/tag_format.h"
+#include "hiertag/core/format/tagged_entries.h"
 #include "hiertag/tool/module_boundaries.h"
 #include "hiertag/tool/tagged_file.h"
 
@@ -338,7 +338,7 @@ NB_MODULE(_core, m) {
 
   // An index out of range raises IndexError (the core's .at()), a call added
   // after the tags were settled RuntimeError.
-  nb::class_<ModuleTable>(m, "ModuleTable", "The module instances and their tags (core/module_table.h).")
+  nb::class_<ModuleTable>(m, "ModuleTable", "The module instances and their tags (core/format/module_table.h).")
       .def(
           "__init__",
           [](ModuleTable* self, const std::vector<ModuleRow>& rows) { new (self) ModuleTable(TableOf(rows)); },
@@ -357,7 +357,7 @@ NB_MODULE(_core, m) {
            "The tag of the module's nodes (its nearest ancestor-or-self with a segment).");
 
   nb::class_<CallTags>(m, "CallTags",
-                       "The call tree (core/call_tags.h): entry 0 is the root call. Every module of the table "
+                       "The call tree (core/format/call_tags.h): entry 0 is the root call. Every module of the table "
                        "counts as having run, so no container is put between a caller and its callee.")
       .def(
           "__init__",

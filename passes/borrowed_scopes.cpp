@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "hiertag/core/scope_names.h"
+#include "hiertag/core/export/scope_names.h"
 
 namespace hiertag {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <unordered_set>
 
-#include "hiertag/core/scope_names.h"
+#include "hiertag/core/export/scope_names.h"
 
 namespace hiertag {
 

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "hiertag/core/scope_names.h"
+#include "hiertag/core/export/scope_names.h"
 
 namespace hiertag {
 

@@ -8,9 +8,9 @@
 #include <set>
 #include <unordered_map>
 
-#include "hiertag/core/json.h"
-#include "hiertag/core/tag_format.h"
-#include "hiertag/core/tagged_entries.h"
+#include "hiertag/core/format/json.h"
+#include "hiertag/core/format/tag_format.h"
+#include "hiertag/core/format/tagged_entries.h"
 
 namespace hiertag {
 namespace {

@@ -5,7 +5,7 @@
 #include <iterator>
 #include <stdexcept>
 
-#include "hiertag/core/call_tags.h"
+#include "hiertag/core/format/call_tags.h"
 #include "hiertag/passes/assign_hierarchy_tags.h"
 #include "hiertag/passes/graph_walk.h"
 #include "hiertag/passes/mark_inlined_calls.h"

@@ -43,9 +43,9 @@
 #include <utility>
 #include <vector>
 
-#include "hiertag/core/export_options.h"
-#include "hiertag/core/module_table.h"
-#include "hiertag/core/scope_names.h"
+#include "hiertag/core/export/export_options.h"
+#include "hiertag/core/export/scope_names.h"
+#include "hiertag/core/format/module_table.h"
 #include "hiertag/passes/mark_inlined_calls.h"
 #include "hiertag/plugin/export_session.h"
 

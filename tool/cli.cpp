@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string>
 
-#include "hiertag/core/printable.h"
+#include "hiertag/core/format/printable.h"
 #include "hiertag/tool/tool_commands.h"
 
 namespace hiertag {

@@ -29,11 +29,11 @@
 #include <set>
 #include <string>
 
-#include "hiertag/core/external_data.h"
-#include "hiertag/core/onnx_fields.h"
-#include "hiertag/core/printable.h"
-#include "hiertag/core/proto_wire.h"
-#include "hiertag/core/tag_format.h"
+#include "hiertag/core/format/printable.h"
+#include "hiertag/core/format/tag_format.h"
+#include "hiertag/core/onnx/external_data.h"
+#include "hiertag/core/onnx/onnx_fields.h"
+#include "hiertag/core/onnx/proto_wire.h"
 #include "hiertag/tool/module_boundaries.h"
 #include "hiertag/tool/tagged_file.h"
 #include "hiertag/tool/tool_commands.h"

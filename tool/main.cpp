@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "hiertag/core/printable.h"
+#include "hiertag/core/format/printable.h"
 #include "hiertag/tool/tool_commands.h"
 
 int main(int argc, char** argv) {

@@ -1,7 +1,7 @@
 // Module calls in a tagged file: references, call ancestry, placement.
 #include "hiertag/tool/module_calls_in_file.h"
 
-#include "hiertag/core/json.h"
+#include "hiertag/core/format/json.h"
 
 namespace hiertag {
 

@@ -3,7 +3,7 @@
 
 #include <set>
 
-#include "hiertag/core/tag_format.h"
+#include "hiertag/core/format/tag_format.h"
 
 namespace hiertag {
 namespace {

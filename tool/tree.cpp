@@ -12,8 +12,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "hiertag/core/printable.h"
-#include "hiertag/core/tag_format.h"
+#include "hiertag/core/format/printable.h"
+#include "hiertag/core/format/tag_format.h"
 #include "hiertag/tool/tagged_file.h"
 #include "hiertag/tool/tool_commands.h"
 

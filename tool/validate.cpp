@@ -12,9 +12,9 @@
 #include <ostream>
 #include <set>
 
-#include "hiertag/core/external_data.h"
-#include "hiertag/core/printable.h"
-#include "hiertag/core/tag_format.h"
+#include "hiertag/core/format/printable.h"
+#include "hiertag/core/format/tag_format.h"
+#include "hiertag/core/onnx/external_data.h"
 #include "hiertag/tool/tagged_file.h"
 #include "hiertag/tool/tool_commands.h"
 

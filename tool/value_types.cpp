@@ -1,8 +1,8 @@
 // Value types: the file's own, a types file's, then ONNX shape inference.
 #include "hiertag/tool/value_types.h"
 
-#include "hiertag/core/onnx_fields.h"
-#include "hiertag/core/proto_wire.h"
+#include "hiertag/core/onnx/onnx_fields.h"
+#include "hiertag/core/onnx/proto_wire.h"
 
 namespace hiertag {
 

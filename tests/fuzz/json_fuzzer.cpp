@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "hiertag/core/json.h"
-#include "hiertag/core/tagged_entries.h"
+#include "hiertag/core/format/json.h"
+#include "hiertag/core/format/tagged_entries.h"
 
 namespace hiertag::fuzz {
 namespace {

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "fuzz_support.h"
-#include "hiertag/core/external_data.h"
-#include "hiertag/core/onnx_model.h"
-#include "hiertag/core/proto_wire.h"
+#include "hiertag/core/onnx/external_data.h"
+#include "hiertag/core/onnx/onnx_model.h"
+#include "hiertag/core/onnx/proto_wire.h"
 
 namespace hiertag::fuzz {
 namespace {

@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "hiertag/core/printable.h"
-#include "hiertag/core/scope_names.h"
-#include "hiertag/core/tag_format.h"
+#include "hiertag/core/export/scope_names.h"
+#include "hiertag/core/format/printable.h"
+#include "hiertag/core/format/tag_format.h"
 
 namespace hiertag::fuzz {
 namespace {

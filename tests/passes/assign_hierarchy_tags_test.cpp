@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "graph_test_support.h"
-#include "hiertag/core/tag_format.h"
+#include "hiertag/core/format/tag_format.h"
 #include "hiertag/passes/scope_resolution.h"
 #include "hiertag/passes/tagged_model_entries.h"
 

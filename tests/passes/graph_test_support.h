@@ -9,7 +9,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "hiertag/core/scope_names.h"
+#include "hiertag/core/export/scope_names.h"
 #include "hiertag/passes/borrowed_scopes.h"
 
 namespace hiertag::testing {

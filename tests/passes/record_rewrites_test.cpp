@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "graph_test_support.h"
-#include "hiertag/core/call_tags.h"
-#include "hiertag/core/module_table.h"
+#include "hiertag/core/format/call_tags.h"
+#include "hiertag/core/format/module_table.h"
 #include "hiertag/passes/assign_hierarchy_tags.h"
 
 namespace hiertag {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "hiertag/core/json.h"
-#include "hiertag/core/onnx_model.h"
+#include "hiertag/core/format/json.h"
+#include "hiertag/core/onnx/onnx_model.h"
 #include "tool_test_support.h"
 
 namespace hiertag::tooltest {

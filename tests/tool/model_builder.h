@@ -11,17 +11,17 @@
 #include <utility>
 #include <vector>
 
-#include "hiertag/core/external_data.h"
-#include "hiertag/core/json.h"
-#include "hiertag/core/onnx_fields.h"
-#include "hiertag/core/proto_wire.h"
-#include "hiertag/core/tag_format.h"
+#include "hiertag/core/format/json.h"
+#include "hiertag/core/format/tag_format.h"
+#include "hiertag/core/onnx/external_data.h"
+#include "hiertag/core/onnx/onnx_fields.h"
+#include "hiertag/core/onnx/proto_wire.h"
 
 namespace hiertag::tooltest {
 
 using namespace onnx_field;  // NOLINT: the shared onnx.proto field numbers
 
-// The onnx.proto field numbers the builder writes beyond include/hiertag/core/onnx_fields.h.
+// The onnx.proto field numbers the builder writes beyond include/hiertag/core/onnx/onnx_fields.h.
 inline constexpr uint32_t kTypeTensorType = 1;
 inline constexpr uint32_t kTensorTypeElemType = 1;
 inline constexpr uint32_t kTensorTypeShape = 2;

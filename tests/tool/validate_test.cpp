@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "hiertag/core/json.h"
+#include "hiertag/core/format/json.h"
 #include "tool_test_support.h"
 
 namespace hiertag::tooltest {

@@ -21,7 +21,7 @@
 //                   (torch's _jit_pass_onnx_deduplicate_initializers writes one
 //                   per deduplicated initializer): the call tag of the tagged
 //                   module owning it, when that module has exactly one.
-// enclosing, consumers, neighbours and root are core/placement_rules.h's
+// enclosing, consumers, neighbours and root are core/format/placement_rules.h's
 // (PlaceByRules), shared with import-dynamo:
 //   enclosing       a node inside an If/Loop body or a graph attribute: the tag
 //                   of the node that holds the body.
@@ -63,10 +63,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "hiertag/core/call_tags.h"
-#include "hiertag/core/module_table.h"
-#include "hiertag/core/placement_rules.h"
-#include "hiertag/core/proto_tagging.h"
+#include "hiertag/core/export/proto_tagging.h"
+#include "hiertag/core/format/call_tags.h"
+#include "hiertag/core/format/module_table.h"
+#include "hiertag/core/format/placement_rules.h"
 #include "hiertag/passes/borrowed_scopes.h"
 #include "hiertag/passes/module_calls.h"
 #include "hiertag/passes/record_rewrites.h"

@@ -34,8 +34,8 @@
 #include <optional>
 #include <vector>
 
-#include "hiertag/core/call_tags.h"
-#include "hiertag/core/module_table.h"
+#include "hiertag/core/format/call_tags.h"
+#include "hiertag/core/format/module_table.h"
 
 namespace hiertag {
 

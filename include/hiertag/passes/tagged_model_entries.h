@@ -17,9 +17,9 @@
 
 #include <vector>
 
-#include "hiertag/core/call_tags.h"
-#include "hiertag/core/module_table.h"
-#include "hiertag/core/proto_tagging.h"
+#include "hiertag/core/export/proto_tagging.h"
+#include "hiertag/core/format/call_tags.h"
+#include "hiertag/core/format/module_table.h"
 #include "hiertag/passes/assign_hierarchy_tags.h"
 
 namespace hiertag {

@@ -34,10 +34,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "hiertag/core/export_options.h"
-#include "hiertag/core/export_report.h"
-#include "hiertag/core/module_table.h"
-#include "hiertag/core/proto_tagging.h"
+#include "hiertag/core/export/export_options.h"
+#include "hiertag/core/export/export_report.h"
+#include "hiertag/core/export/proto_tagging.h"
+#include "hiertag/core/format/module_table.h"
 #include "hiertag/passes/borrowed_scopes.h"
 #include "hiertag/passes/module_calls.h"
 #include "hiertag/passes/record_rewrites.h"

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "hiertag/core/tag_format.h"
+#include "hiertag/core/format/tag_format.h"
 #include "hiertag/tool/tagged_file.h"
 
 namespace hiertag {

@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "hiertag/core/json.h"
-#include "hiertag/core/onnx_model.h"
-#include "hiertag/core/tagged_entries.h"
+#include "hiertag/core/format/json.h"
+#include "hiertag/core/format/tagged_entries.h"
+#include "hiertag/core/onnx/onnx_model.h"
 
 namespace hiertag {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "hiertag/core/onnx_model.h"
+#include "hiertag/core/onnx/onnx_model.h"
 
 namespace hiertag {
 

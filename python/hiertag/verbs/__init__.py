@@ -174,7 +174,7 @@ def external_tensors(model):
 
 def external_data_problem(directory, tensor):
     """Why `tensor`'s external data cannot be read from `directory`, worded as
-    the native tool words it (core/external_data.cpp: a location is relative,
+    the native tool words it (core/onnx/external_data.cpp: a location is relative,
     names no "..", stays inside the model's folder with links resolved, and its
     range lies in the file), or None. A hostile location is never opened."""
     entries = {entry.key: entry.value for entry in tensor.external_data}

@@ -69,7 +69,7 @@ def _graph_inputs(path):
 def _torch_modules(value):
     """None (the environment's HIERTAG_TORCH_MODULES), False, True or the
     variable's text. The text is not checked here: the plugin reads it at the
-    export as it reads HIERTAG_TORCH_MODULES (core/export_options.cpp), and its
+    export as it reads HIERTAG_TORCH_MODULES (core/export/export_options.cpp), and its
     error or warning is reported (_plugin_line)."""
     if value is None or value is True or value is False or isinstance(value, str):
         return value

@@ -11,7 +11,7 @@ HIERTAG=1 export of the TorchScript exporter writes (README "What a tagged file 
 format 3), made by the same rules:
 
   tags      the call tree of those chains, in the grammar and instance naming of the
-            TorchScript path (core/module_table.cpp, core/call_tags.cpp): first segment
+            TorchScript path (core/format/module_table.cpp, core/format/call_tags.cpp): first segment
             the root's class, Class.N for list indices, same-class siblings
             Class[rel.path] (Class[~path] for a module its caller does not own), class
             names and qualifiers %-escaped; torch.nn / torch.ao modules add no level

@@ -1,0 +1,286 @@
+// Proto tagging: wire-level insertion of node and model metadata_props.
+//
+// Only ModelProto.graph, GraphProto.node, NodeProto.attribute and
+// AttributeProto.g/graphs are descended into; every other field is copied as
+// raw bytes. Field numbers are those of onnx.proto (ONNX >= 1.16).
+#include "hiertag/core/export/proto_tagging.h"
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+
+#include "hiertag/core/format/json.h"
+#include "hiertag/core/format/tag_format.h"
+#include "hiertag/core/onnx/onnx_fields.h"
+#include "hiertag/core/onnx/proto_wire.h"
+
+namespace hiertag {
+namespace {
+
+using wire::AppendLengthDelimited;
+using wire::AppendVarint;
+using wire::Field;
+using wire::kLengthDelimited;
+using wire::Reader;
+using namespace onnx_field;  // NOLINT: the field numbers read as in onnx.proto
+
+constexpr int kMaxGraphNesting = 64;
+
+}  // namespace
+
+class PlanBuilder {
+ public:
+  // One length-delimited message being rebuilt: its chunks, its payload size.
+  struct Rebuilt {
+    std::vector<TaggedModelPlan::Chunk> chunks;
+    size_t size = 0;
+  };
+
+  PlanBuilder(const std::vector<SerializedNodeTag>& nodes, TaggedModelPlan* plan, std::string* error)
+      : nodes_(nodes), plan_(plan), error_(error), used_(nodes.size(), false) {
+    for (const SerializedNodeTag& entry : nodes) by_identity_ |= !entry.outputs.empty();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i].outputs.empty()) {
+        without_outputs_.push_back(i);
+      } else {
+        by_outputs_.emplace(OutputsKey(nodes[i].outputs), i);
+      }
+    }
+  }
+
+  bool BuildModel(std::string_view model, const std::vector<ModelMetadataEntry>& entries) {
+    Reader reader(model);
+    Field field;
+    bool saw_graph = false;
+    bool entries_written = false;
+    Rebuilt out;
+    auto write_entries = [&] {
+      std::string bytes;
+      for (const ModelMetadataEntry& entry : entries) {
+        AppendLengthDelimited(&bytes, kModelMetadataProps, StringEntry(entry.key, entry.value));
+      }
+      Own(&out, std::move(bytes));
+      entries_written = true;
+    };
+    while (!reader.done()) {
+      if (!reader.Next(&field)) return Fail("the model is not a well-formed ModelProto");
+      // Keep the canonical field order: our entries go before the first higher field.
+      if (!entries_written && field.number > kModelMetadataProps) write_entries();
+      if (field.number == kModelGraph && field.wire_type == kLengthDelimited) {
+        Rebuilt graph;
+        if (!BuildGraph(field.payload, 0, &graph)) return false;
+        Splice(&out, kModelGraph, std::move(graph));
+        saw_graph = true;
+      } else {
+        Borrow(&out, field.raw);
+      }
+    }
+    if (!entries_written) write_entries();
+    if (!saw_graph) return Fail("the model has no graph");
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (!used_[i]) {
+        return Fail("the graph's " + nodes_[i].op_type + " node " + DescribeOutputs(nodes_[i].outputs) +
+                    " is not in the model (" + std::to_string(written_) + " nodes written, " +
+                    std::to_string(nodes_.size()) + " tagged)");
+      }
+    }
+    plan_->chunks_ = std::move(out.chunks);
+    plan_->size_ = out.size;
+    return true;
+  }
+
+ private:
+  bool Fail(std::string message) {
+    *error_ = std::move(message);
+    return false;
+  }
+
+  void Borrow(Rebuilt* out, std::string_view bytes) {
+    if (bytes.empty()) return;
+    TaggedModelPlan::Chunk* last = out->chunks.empty() ? nullptr : &out->chunks.back();
+    if (last != nullptr && !last->borrowed.empty() && last->borrowed.data() + last->borrowed.size() == bytes.data()) {
+      last->borrowed = std::string_view(last->borrowed.data(), last->borrowed.size() + bytes.size());
+    } else {
+      out->chunks.push_back({bytes, 0});
+    }
+    out->size += bytes.size();
+  }
+
+  void Own(Rebuilt* out, std::string bytes) {
+    if (bytes.empty()) return;
+    out->size += bytes.size();
+    TaggedModelPlan::Chunk* last = out->chunks.empty() ? nullptr : &out->chunks.back();
+    if (last != nullptr && last->borrowed.empty()) {
+      plan_->owned_[last->owned] += bytes;
+    } else {
+      plan_->owned_.push_back(std::move(bytes));
+      out->chunks.push_back({{}, plan_->owned_.size() - 1});
+    }
+  }
+
+  // Appends `inner` as length-delimited field `field` of `out`.
+  void Splice(Rebuilt* out, uint32_t field, Rebuilt inner) {
+    std::string header;
+    AppendVarint(&header, (static_cast<uint64_t>(field) << 3) | kLengthDelimited);
+    AppendVarint(&header, inner.size);
+    Own(out, std::move(header));
+    for (const TaggedModelPlan::Chunk& chunk : inner.chunks) {
+      if (chunk.borrowed.empty()) {
+        Own(out, std::move(plan_->owned_[chunk.owned]));
+      } else {
+        Borrow(out, chunk.borrowed);
+      }
+    }
+  }
+
+  bool BuildGraph(std::string_view graph, int depth, Rebuilt* out) {
+    if (depth > kMaxGraphNesting) return Fail("graphs are nested too deeply");
+    Reader reader(graph);
+    Field field;
+    while (!reader.done()) {
+      if (!reader.Next(&field)) return Fail("a GraphProto is not well-formed");
+      if (field.number == kGraphNode && field.wire_type == kLengthDelimited) {
+        Rebuilt node;
+        if (!BuildNode(field.payload, depth, &node)) return false;
+        Splice(out, kGraphNode, std::move(node));
+      } else {
+        Borrow(out, field.raw);
+      }
+    }
+    return true;
+  }
+
+  bool BuildNode(std::string_view node, int depth, Rebuilt* out) {
+    ++written_;
+    // The node's identity first, so its entry is taken before its bodies' nodes take theirs.
+    Reader scan(node);
+    Field field;
+    std::optional<std::string_view> op_type;
+    std::vector<std::string> outputs;
+    while (!scan.done()) {
+      if (!scan.Next(&field)) return Fail("a NodeProto is not well-formed");
+      if (field.number == kNodeOpType && field.wire_type == kLengthDelimited) op_type = field.payload;
+      if (field.number == kNodeOutput && field.wire_type == kLengthDelimited) outputs.emplace_back(field.payload);
+    }
+    if (!op_type) return Fail("a NodeProto has no op_type");
+    std::optional<size_t> match = Match(outputs);
+    if (!match) {
+      return Fail("the model's " + std::string(*op_type) + " node " + DescribeOutputs(outputs) +
+                  " has no tag: the graph has no node with those outputs");
+    }
+    const SerializedNodeTag& expected = nodes_[*match];
+    if (*op_type != expected.op_type) {
+      return Fail("node " + DescribeOutputs(outputs) + " is '" + std::string(*op_type) + "' in the model but '" +
+                  expected.op_type + "' in the graph");
+    }
+    Reader reader(node);
+    while (!reader.done()) {
+      reader.Next(&field);
+      if (field.number == kNodeAttribute && field.wire_type == kLengthDelimited) {
+        Rebuilt attribute;
+        if (!BuildAttribute(field.payload, depth, &attribute)) return false;
+        Splice(out, kNodeAttribute, std::move(attribute));
+      } else {
+        Borrow(out, field.raw);
+      }
+    }
+    std::string entries;
+    AppendLengthDelimited(&entries, kNodeMetadataProps, StringEntry(kHierarchyTagKey, expected.tag));
+    if (!expected.shared_with.empty()) {
+      AppendLengthDelimited(&entries, kNodeMetadataProps,
+                            StringEntry(kSharedWithKey, WriteStringList(expected.shared_with)));
+    }
+    for (const auto& [key, value] : expected.more) {
+      AppendLengthDelimited(&entries, kNodeMetadataProps, StringEntry(key, value));
+    }
+    Own(out, std::move(entries));
+    return true;
+  }
+
+  bool BuildAttribute(std::string_view attribute, int depth, Rebuilt* out) {
+    Reader reader(attribute);
+    Field field;
+    while (!reader.done()) {
+      if (!reader.Next(&field)) return Fail("an AttributeProto is not well-formed");
+      if ((field.number == kAttributeGraph || field.number == kAttributeGraphs) &&
+          field.wire_type == kLengthDelimited) {
+        Rebuilt graph;
+        if (!BuildGraph(field.payload, depth + 1, &graph)) return false;
+        Splice(out, field.number, std::move(graph));
+      } else {
+        Borrow(out, field.raw);
+      }
+    }
+    return true;
+  }
+
+  static std::string OutputsKey(const std::vector<std::string>& outputs) {
+    std::string key;
+    for (const std::string& output : outputs) key += output + '\0';
+    return key;
+  }
+
+  static std::string DescribeOutputs(const std::vector<std::string>& outputs) {
+    if (outputs.empty()) return "without outputs";
+    std::string text = "making '" + outputs.front() + "'";
+    if (outputs.size() > 1) text += " (and " + std::to_string(outputs.size() - 1) + " more)";
+    return text;
+  }
+
+  // The entry of the node with these outputs, each entry taken once; a node
+  // without outputs takes the next entry without outputs.
+  std::optional<size_t> Match(const std::vector<std::string>& outputs) {
+    size_t index = 0;
+    if (outputs.empty() || !by_identity_) {
+      if (next_without_outputs_ >= without_outputs_.size()) return std::nullopt;
+      index = without_outputs_[next_without_outputs_++];
+    } else {
+      auto found = by_outputs_.find(OutputsKey(outputs));
+      if (found == by_outputs_.end()) return std::nullopt;
+      index = found->second;
+    }
+    if (used_[index]) return std::nullopt;
+    used_[index] = true;
+    return index;
+  }
+
+  const std::vector<SerializedNodeTag>& nodes_;
+  TaggedModelPlan* plan_;
+  std::string* error_;
+  std::vector<bool> used_;
+  bool by_identity_ = false;  // some entry knows its outputs: match every node with outputs by them
+  std::unordered_map<std::string, size_t> by_outputs_;
+  std::vector<size_t> without_outputs_;  // entries without outputs, in pre-order
+  size_t next_without_outputs_ = 0;
+  size_t written_ = 0;
+};
+
+void TaggedModelPlan::ForEachChunk(const std::function<void(std::string_view)>& sink) const {
+  for (const Chunk& chunk : chunks_) sink(chunk.borrowed.empty() ? owned_[chunk.owned] : chunk.borrowed);
+}
+
+std::string TaggedModelPlan::ToString() const {
+  std::string out;
+  out.reserve(size_);
+  ForEachChunk([&](std::string_view chunk) { out.append(chunk); });
+  return out;
+}
+
+bool PlanTaggedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
+                     const std::vector<ModelMetadataEntry>& model_entries, TaggedModelPlan* plan, std::string* error) {
+  TaggedModelPlan built;
+  if (!PlanBuilder(nodes, &built, error).BuildModel(model, model_entries)) return false;
+  *plan = std::move(built);
+  return true;
+}
+
+bool AddTagsToSerializedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
+                              const std::vector<ModelMetadataEntry>& model_entries, std::string* tagged_model,
+                              std::string* error) {
+  TaggedModelPlan plan;
+  if (!PlanTaggedModel(model, nodes, model_entries, &plan, error)) return false;
+  *tagged_model = plan.ToString();
+  return true;
+}
+
+}  // namespace hiertag

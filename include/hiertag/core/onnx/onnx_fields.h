@@ -1,0 +1,61 @@
+// onnx.proto field numbers (ONNX >= 1.16: NodeProto.metadata_props is field 9),
+// for the wire-level readers and writers (proto_wire.h), and the encoding of a
+// metadata_props entry. One place for them all.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "hiertag/core/onnx/proto_wire.h"
+
+namespace hiertag::onnx_field {
+
+inline constexpr uint32_t kModelIrVersion = 1;
+inline constexpr uint32_t kModelGraph = 7;
+inline constexpr uint32_t kModelOpsetImport = 8;
+inline constexpr uint32_t kModelMetadataProps = 14;
+
+inline constexpr uint32_t kGraphNode = 1;
+inline constexpr uint32_t kGraphName = 2;
+inline constexpr uint32_t kGraphInitializer = 5;
+inline constexpr uint32_t kGraphInput = 11;
+inline constexpr uint32_t kGraphOutput = 12;
+inline constexpr uint32_t kGraphValueInfo = 13;
+
+inline constexpr uint32_t kNodeInput = 1;
+inline constexpr uint32_t kNodeOutput = 2;
+inline constexpr uint32_t kNodeName = 3;
+inline constexpr uint32_t kNodeOpType = 4;
+inline constexpr uint32_t kNodeAttribute = 5;
+inline constexpr uint32_t kNodeDomain = 7;
+inline constexpr uint32_t kNodeMetadataProps = 9;
+
+inline constexpr uint32_t kAttributeGraph = 6;
+inline constexpr uint32_t kAttributeGraphs = 11;
+
+inline constexpr uint32_t kValueInfoName = 1;
+inline constexpr uint32_t kValueInfoType = 2;
+inline constexpr uint32_t kTensorDims = 1;
+inline constexpr uint32_t kTensorDataType = 2;
+inline constexpr uint32_t kTensorName = 8;
+inline constexpr uint32_t kTensorRawData = 9;
+inline constexpr uint32_t kTensorExternalData = 13;
+inline constexpr uint32_t kTensorDataLocation = 14;
+inline constexpr uint64_t kDataLocationExternal = 1;
+
+inline constexpr uint32_t kEntryKey = 1;
+inline constexpr uint32_t kEntryValue = 2;
+
+inline constexpr uint32_t kOpsetDomain = 1;
+inline constexpr uint32_t kOpsetVersion = 2;
+
+// A StringStringEntryProto (a metadata_props entry), serialized.
+inline std::string StringEntry(std::string_view key, std::string_view value) {
+  std::string entry;
+  wire::AppendLengthDelimited(&entry, kEntryKey, key);
+  wire::AppendLengthDelimited(&entry, kEntryValue, value);
+  return entry;
+}
+
+}  // namespace hiertag::onnx_field
