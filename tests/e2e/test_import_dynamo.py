@@ -308,6 +308,23 @@ def test_missing_file_is_refused(tmp_path):
     assert_refused(run_import(tmp_path / "nothing.onnx", "-o", out), out, "cannot open the file (missing or unreadable)")
 
 
+def test_every_refusal_of_import_file_is_a_dynamo_import_error(files, tmp_path):
+    """Check that import_file raises DynamoImportError for what the shared helpers
+    refuse (a missing or non-ONNX input, an output that is the input) as for
+    what import-dynamo itself refuses, and writes nothing."""
+    text = tmp_path / "text.onnx"
+    text.write_text("not a model\n")
+    source = files["called_twice"]["dynamo"]
+    out = tmp_path / "out.onnx"
+    for args, said in (((tmp_path / "nothing.onnx", out), "cannot open the file"),
+                       ((text, out), "not a well-formed ONNX model"),
+                       ((source, source), "is the input"),
+                       ((files["called_twice"]["hiertag"], out), "already tagged")):
+        with pytest.raises(import_dynamo.DynamoImportError, match=said):
+            import_dynamo.import_file(*args)
+        assert not out.exists()
+
+
 def test_non_onnx_file_is_refused(tmp_path):
     """Check that a file that is not ONNX is one line, exit 2."""
     text = tmp_path / "text.onnx"

@@ -35,6 +35,7 @@ Exit status 0, or 2 with one line on stderr."""
 
 import argparse
 import ast
+import contextlib
 import json
 import os
 import re
@@ -330,17 +331,37 @@ def _parser():
     return parser
 
 
+@contextlib.contextmanager
+def _refusals_as_import_errors():
+    """The shared helpers' refusals (verbs.UsageError: loading, overwriting,
+    writing) raised as DynamoImportError, so a caller catches one class."""
+    try:
+        yield
+    except DynamoImportError:
+        raise
+    except verbs.UsageError as error:
+        raise DynamoImportError(str(error)) from None
+
+
 def load(path):
     """The ModelProto at `path`, its external data read in (verbs.load_model,
-    worded as every verb words it); a model with no nodes is refused too."""
-    model = verbs.load_model(path)
+    worded as every verb words it); a model with no nodes is refused too.
+    DynamoImportError for every refusal."""
+    with _refusals_as_import_errors():
+        model = verbs.load_model(path)
     if not model.graph.node:
         fail(f"{path}: not an ONNX model with a graph (no nodes)")
     return model
 
 
 def import_file(source, output, torch_modules=None):
-    """Reads SOURCE, tags it (tag_dynamo_model) and writes OUTPUT; the summary."""
+    """Reads SOURCE, tags it (tag_dynamo_model) and writes OUTPUT; the summary.
+    DynamoImportError for every refusal."""
+    with _refusals_as_import_errors():
+        return _import_file(source, output, torch_modules)
+
+
+def _import_file(source, output, torch_modules):
     verbs.refuse_overwriting([output], models=[source])
     model = load(source)
     try:
