@@ -1,8 +1,8 @@
 """Legacy HTP ("hierarchical trace-and-project"): the baseline hiertag replaces.
 
-A faithful reimplementation of the earlier Python tool's strategy
-(../shared/notes/prior-art.md, ../shared/seeds/), kept in bench/ to compare
-against, NOT part of the product:
+A faithful reimplementation of the earlier Python tool's strategy (as the
+documents hiertag started from describe it; the steps below are all of it),
+kept in bench/ to compare against, NOT part of the product:
   1. pre/post forward hooks on every non-torch.nn module maintain a stack of
      tags (parent tag + "/" + Class[.N] when the attribute name is a list index);
   2. ~60 torch / torch.nn.functional / Tensor functions are patched; each call

@@ -1,6 +1,7 @@
 """Export every bundled model with HIERTAG=1 HIERTAG_REPORT=1 and print, per
 model, how many nodes each tagging rule tagged and the op types of the nodes
-no recorded scope tagged (the measurement behind symbolic/README.md).
+no recorded scope tagged (the measurement behind README "What gets tagged, and when": no
+conversion loses a scope, so no symbolic function is registered).
 
 usage: .venv/bin/python scripts/tagging_report.py [MODEL...]"""
 

@@ -12,7 +12,8 @@
 // copy of the computation and breaks no convexity. A constant module's model
 // has outputs and no inputs.
 //
-// Format 2 adds two reasons to refuse and one way to cut finer:
+// Two more reasons to refuse, and one way to cut finer (files of format 1 have
+// neither rewrites nor calls):
 //   rewrites  a rewrite (hiertag.rewrites, or a node's hiertag.spans) listing a
 //             module within the extracted one and one outside it removed their
 //             boundary: a node computes both, or the value between them is gone.

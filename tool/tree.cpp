@@ -1,4 +1,4 @@
-// hiertag tree: the module tree (format 2: the call tree) with node, op-type and
+// hiertag tree: the call tree (files of format 1: the module tree) with node, op-type and
 // parameter counts, calls, folded initializers and rewrites across boundaries,
 // as text, JSON or CSV.
 #include <algorithm>

@@ -1,11 +1,11 @@
 // hiertag validate: tags against the grammar, the module table and the rewrites.
 //
-// Format 1's tag tree is the module tree: a tag's path lies inside its parent's,
-// and no two tags name one module path. Format 2's is the call tree: a module
-// called by one it does not belong to sits under its caller, and a module called
-// by two callers has two tags; only one caller cannot hold it twice. A file whose
-// hiertag.format_version is "1" is held to format 1; any other to format 2, of
-// which format 1 is the case without the new fields.
+// The tag tree is the call tree: a module called by one it does not belong to
+// sits under its caller, and a module called by two callers has two tags; only
+// one caller cannot hold it twice. Files of format 1 (hiertag.format_version
+// "1", written before call tags) are held to the module tree: a tag's path lies
+// inside its parent's, and no two tags name one module path. Format 3, the one
+// written, is format 2 with call references; both are checked alike.
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -94,7 +94,7 @@ class Validator {
 
   void CheckTable() {
     std::map<std::string, std::string> path_of;
-    // Format 1: one tag per module path. Format 2: one per path and caller.
+    // Format 1: one tag per module path. Later formats: one per path and caller.
     std::map<std::pair<std::string, std::string>, std::string> tag_of_path;
     for (const std::string& tag : file_.repeated_tags) Add(nullptr, "tag '" + tag + "' is listed twice");
     for (const auto& [tag, entry] : file_.table.items()) {

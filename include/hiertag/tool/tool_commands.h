@@ -21,9 +21,9 @@ namespace hiertag {
 // `hiertag validate MODEL.onnx [--json]`: every node (nested graphs included)
 // has a tag that parses under the grammar and is in the module table; every
 // table entry's ancestors are in the table; no tag is listed twice; a qualifier
-// names the entry's path. Format 1 (the module tree): every entry names one
-// module path, which lies under its parent's. Format 2 (the call tree): no two
-// tags under one parent name the same path; "calls", "parent_calls" and
+// names the entry's path. No two tags under one parent name the same path (in
+// files of format 1, the module tree: every entry names one module path, which
+// lies under its parent's); "calls", "parent_calls" and
 // "folded_into" are well-formed and consistent; hiertag.call is below its tag's
 // call count; hiertag.spans lists tags under the node's tag, with
 // hiertag.rewrite; hiertag.rewrites holds well-formed records of listed tags.

@@ -16,17 +16,16 @@
 //                for a module that lies inside that module
 //   absolute  := path-text
 //                the module's full qualified path, for a module its caller (the
-//                parent tag's module) does not own (format 2: the tag tree is the call tree)
+//                parent tag's module) does not own (the tag tree is the call tree)
 //   path-text := 1*( any char but "/" "[" "]" "%" "#" | "%" HEXDIG HEXDIG )
 //
-// A call reference names a tag, or one of its calls (format 3: in
-// hiertag.shared_with, hiertag.spans and hiertag.rewrites, for a tag with
-// several calls):
+// A call reference names a tag, or one of its calls (in hiertag.shared_with,
+// hiertag.spans and hiertag.rewrites, for a tag with several calls):
 //   call-ref  := tag [ "#" 1*DIGIT ]
 //
 // Writers escape "~" too (%7E), so only an absolute qualifier starts with one.
-// Readers take a "~" after a qualifier's first character literally: format 1
-// did not escape it.
+// Readers take a "~" after a qualifier's first character literally: files of
+// format 1 have it unescaped.
 //
 // Writers also escape, byte by byte, every control character (C0, DEL, C1:
 // "\n" -> %0A, ESC -> %1B, U+0085 -> %C2%85) and every byte of ill-formed
@@ -68,8 +67,7 @@ inline constexpr std::string_view kSpansKey = "hiertag.spans";
 inline constexpr std::string_view kRewriteKey = "hiertag.rewrite";
 // ModelProto.metadata_props key holding the module table (JSON object: tag -> entry):
 // every tagged module called during the export and its ancestors, nodes or not.
-// An entry is {"path": qualified name, "class": torch.typename} and, in format 2,
-// optionally
+// An entry is {"path": qualified name, "class": torch.typename} and optionally
 //   "calls":        [n, ...] one element per call of the tag, in call order: that
 //                   call's ordinal among all calls of the instance `path` during
 //                   the trace. Absent: [0], one call.
@@ -90,10 +88,12 @@ inline constexpr std::string_view kModuleTableKey = "hiertag.modules";
 // pass), or hiertag carry declares its boundary not established, with whose doing
 // that is ("cause") and why ("reason").
 inline constexpr std::string_view kRewritesKey = "hiertag.rewrites";
-// ModelProto.metadata_props key holding the format version of the entries above.
-// Format 1 has none of kCallKey, kSpansKey, kRewriteKey, kRewritesKey and the
-// optional table fields, and its tag tree is the module tree; format 2's is the
-// call tree: a tag's parent is the module whose forward called it.
+// ModelProto.metadata_props key holding the format version of the entries
+// above: kFormatVersion, the only one written. Readers also take the older
+// files: format 2 has no call references, and format 1 none of kCallKey,
+// kSpansKey, kRewriteKey, kRewritesKey and the optional table fields, and its
+// tag tree is the module tree (from 2 on, the call tree: a tag's parent is the
+// module whose forward called it).
 inline constexpr std::string_view kFormatVersionKey = "hiertag.format_version";
 inline constexpr std::string_view kFormatVersion = "3";
 
