@@ -141,77 +141,6 @@ graph(%input : Tensor):
   EXPECT_EQ(tagging.unresolved_scope_levels, 0);
 }
 
-TEST_F(AssignHierarchyTagsTest, FilteredModuleScopeGoesToTaggedAncestor) {
-  // Check that a node recorded in a filtered LayerNorm gets the tag of its tagged ancestor Attn.
-  Parse(R"IR(
-graph(%input : Tensor):
-  %m0 : Tensor = onnx::Mul(%input, %input)
-  %m1 : Tensor = onnx::Mul(%m0, %m0)
-  return (%m1)
-)IR");
-  SetScope("m0", ln0_);
-  SetScope("m1", ln1_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(Tagged(tagging, "m0").tag_module, kAttn0);
-  EXPECT_EQ(TagAndRule(tagging, "m0"), "/Net/Layer.0/Attn (recorded)");
-  EXPECT_EQ(Tagged(tagging, "m1").tag_module, kAttn1);
-}
-
-TEST_F(AssignHierarchyTagsTest, FilteredModuleCalledByItsOwnersCallerGoesToThatCaller) {
-  // Check that layers.0's LayerNorm called directly from Layer.0 (Attn's forward bypassed) goes to its caller Layer.0.
-  Parse(R"IR(
-graph(%input : Tensor):
-  %m0 : Tensor = onnx::Mul(%input, %input)
-  return (%m0)
-)IR");
-  SetScope("m0", testing::InstanceScope(layer0_, kLn0, std::string(kLayerNorm) + "::ln"));
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "m0"), "/Net/Layer.0 (recorded)");
-  EXPECT_EQ(Tagged(tagging, "m0").tag_module, kLayer0);
-}
-
-TEST_F(AssignHierarchyTagsTest, FilteredModuleOwnedElsewhereGoesToCaller) {
-  // Check that layers.1's LayerNorm called from Layer.0 is tagged with the caller Layer.0, not Layer.1.
-  Parse(R"IR(
-graph(%input : Tensor):
-  %m0 : Tensor = onnx::Mul(%input, %input)
-  return (%m0)
-)IR");
-  SetScope("m0", testing::InstanceScope(layer0_, kLn1, std::string(kLayerNorm) + "::ln"));
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "m0"), "/Net/Layer.0 (recorded)");
-}
-
-TEST_F(AssignHierarchyTagsTest, DeduplicatedParameterIdentityGoesToOwner) {
-  // Check that an unscoped Identity from a graph input to a parameter name is tagged with the parameter's owner.
-  Parse(R"IR(
-graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
-  %layers.1.attn.ln.bias : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
-  %y : Tensor = onnx::Add(%input, %layers.1.attn.ln.bias)
-  return (%y)
-)IR");
-  SetScope("y", layer1_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(Tagged(tagging, "layers.1.attn.ln.bias").tag_module, kAttn1);
-  EXPECT_EQ(TagAndRule(tagging, "layers.1.attn.ln.bias"), "/Net/Layer.1/Attn (parameter-owner)");
-  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kParameterOwner)], 1);
-}
-
-TEST_F(AssignHierarchyTagsTest, ParameterIdentityAfterOwnersOnlyCallGoesToThatCall) {
-  // Check that a parameter Identity whose owner Attn of layers.1 was only called from Layer.0 gets that call's tag.
-  Parse(R"IR(
-graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
-  %y : Tensor = onnx::Add(%input, %input)
-  %layers.1.attn.ln.bias : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
-  %z : Tensor = onnx::Add(%y, %layers.1.attn.ln.bias)
-  return (%z)
-)IR");
-  SetScope("y", testing::InstanceScope(layer0_, kAttn1, "pkg.Attn::attn"));
-  SetScope("z", layer0_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "layers.1.attn.ln.bias"), "/Net/Layer.0/Attn[~layers.1.attn] (parameter-owner)");
-}
-
 TEST_F(AssignHierarchyTagsTest, ParameterIdentityBeforeOwnersOnlyCallGoesToThatCall) {
   // Check that the same Identity placed before the owner's only call still gets that call's tag (no order dependence).
   Parse(R"IR(
@@ -227,35 +156,6 @@ graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
   EXPECT_EQ(TagAndRule(tagging, "layers.1.attn.ln.bias"), "/Net/Layer.0/Attn[~layers.1.attn] (parameter-owner)");
   EXPECT_EQ(TagsOf(tagging.UsedTags()),
             (std::vector<std::string>{"/Net/Layer.0", "/Net/Layer.0/Attn[~layers.1.attn]"}));
-}
-
-TEST_F(AssignHierarchyTagsTest, IdentityOfNonParameterIsNotParameterOwner) {
-  // Check that an Identity whose output is not a parameter name falls through to its neighbours.
-  Parse(R"IR(
-graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
-  %bias_copy : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
-  %y : Tensor = onnx::Add(%input, %bias_copy)
-  return (%y)
-)IR");
-  SetScope("y", layer1_);
-  HierarchyTagging tagging = Tag();
-  // The initializer input does not count, so the only neighbour is the Layer.1 consumer.
-  EXPECT_EQ(TagAndRule(tagging, "bias_copy"), "/Net/Layer.1 (neighbours)");
-  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kParameterOwner)], 0);
-}
-
-TEST_F(AssignHierarchyTagsTest, RecordedScopeWinsOverParameterOwner) {
-  // Check that a parameter Identity with a recorded scope keeps the recorded module.
-  Parse(R"IR(
-graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
-  %layers.1.attn.ln.bias : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
-  %y : Tensor = onnx::Add(%input, %layers.1.attn.ln.bias)
-  return (%y)
-)IR");
-  SetScope("layers.1.attn.ln.bias", layer0_);
-  SetScope("y", layer1_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "layers.1.attn.ln.bias"), "/Net/Layer.0 (recorded)");
 }
 
 TEST_F(AssignHierarchyTagsTest, LoopBodyNodeTakesEnclosingTag) {
@@ -280,24 +180,6 @@ graph(%input : Tensor, %n : Tensor, %cond : Tensor):
   EXPECT_EQ(tagging.nodes[1].node, NodeOf("b"));
   EXPECT_EQ(tagging.nodes[2].node, NodeOf("b2"));
   EXPECT_EQ(tagging.nodes[3].node, NodeOf("z"));
-}
-
-TEST_F(AssignHierarchyTagsTest, ScopedLoopBodyNodeKeepsItsRecord) {
-  // Check that a body node with its own recorded scope is not moved to the enclosing Loop's tag.
-  Parse(R"IR(
-graph(%input : Tensor, %n : Tensor, %cond : Tensor):
-  %y : Tensor = onnx::Loop(%n, %cond, %input)
-    block0(%i : Tensor, %c : Tensor, %v : Tensor):
-      %b : Tensor = onnx::Relu(%v)
-      %b2 : Tensor = onnx::Sigmoid(%b)
-      -> (%c, %b2)
-  return (%y)
-)IR");
-  SetScope("y", layer1_);
-  SetScope("b2", attn1_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "b"), "/Net/Layer.1 (enclosing)");
-  EXPECT_EQ(TagAndRule(tagging, "b2"), "/Net/Layer.1/Attn (recorded)");
 }
 
 TEST_F(AssignHierarchyTagsTest, GraphAttributeNodesTakeEnclosingTag) {
@@ -332,9 +214,104 @@ graph():
   }
 }
 
-TEST_F(AssignHierarchyTagsTest, ConstantUsedAsBodyOutputGoesToHolder) {
-  // Check that a body output counts as the node holding the body for the consumers rule.
-  Parse(R"IR(
+// Graphs on which one rule places one or more nodes: each case names the
+// nodes' recorded scopes (keys of Scopes()) and the "tag (rule)" each node
+// gets. TagAndRule also checks each node's tag_module against its tag.
+struct RuleCase {
+  const char* name;
+  const char* ir;
+  std::vector<std::pair<std::string, std::string>> scopes;    // value -> scope key
+  std::vector<std::pair<std::string, std::string>> expected;  // value -> "tag (rule)"
+};
+
+const RuleCase kRuleCases[] = {
+    // Check that a node recorded in a filtered LayerNorm gets the tag of its tagged ancestor Attn.
+    {"FilteredModuleScopeGoesToTaggedAncestor",
+     R"IR(
+graph(%input : Tensor):
+  %m0 : Tensor = onnx::Mul(%input, %input)
+  %m1 : Tensor = onnx::Mul(%m0, %m0)
+  return (%m1)
+)IR",
+     {{"m0", "ln0"}, {"m1", "ln1"}},
+     {{"m0", "/Net/Layer.0/Attn (recorded)"}, {"m1", "/Net/Layer.1/Attn (recorded)"}}},
+    // Check that layers.0's LayerNorm called directly from Layer.0 (Attn's forward bypassed) goes to its caller
+    // Layer.0.
+    {"FilteredModuleCalledByItsOwnersCallerGoesToThatCaller",
+     R"IR(
+graph(%input : Tensor):
+  %m0 : Tensor = onnx::Mul(%input, %input)
+  return (%m0)
+)IR",
+     {{"m0", "layer0>ln0"}},
+     {{"m0", "/Net/Layer.0 (recorded)"}}},
+    // Check that layers.1's LayerNorm called from Layer.0 is tagged with the caller Layer.0, not Layer.1.
+    {"FilteredModuleOwnedElsewhereGoesToCaller",
+     R"IR(
+graph(%input : Tensor):
+  %m0 : Tensor = onnx::Mul(%input, %input)
+  return (%m0)
+)IR",
+     {{"m0", "layer0>ln1"}},
+     {{"m0", "/Net/Layer.0 (recorded)"}}},
+    // Check that an unscoped Identity from a graph input to a parameter name is tagged with the parameter's owner.
+    {"DeduplicatedParameterIdentityGoesToOwner",
+     R"IR(
+graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
+  %layers.1.attn.ln.bias : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
+  %y : Tensor = onnx::Add(%input, %layers.1.attn.ln.bias)
+  return (%y)
+)IR",
+     {{"y", "layer1"}},
+     {{"layers.1.attn.ln.bias", "/Net/Layer.1/Attn (parameter-owner)"}}},
+    // Check that a parameter Identity whose owner Attn of layers.1 was only called from Layer.0 gets that call's tag.
+    {"ParameterIdentityAfterOwnersOnlyCallGoesToThatCall",
+     R"IR(
+graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
+  %y : Tensor = onnx::Add(%input, %input)
+  %layers.1.attn.ln.bias : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
+  %z : Tensor = onnx::Add(%y, %layers.1.attn.ln.bias)
+  return (%z)
+)IR",
+     {{"y", "layer0>attn1"}, {"z", "layer0"}},
+     {{"layers.1.attn.ln.bias", "/Net/Layer.0/Attn[~layers.1.attn] (parameter-owner)"}}},
+    // Check that an Identity whose output is not a parameter name falls through to its neighbours. The initializer
+    // input does not count, so the only neighbour is the Layer.1 consumer.
+    {"IdentityOfNonParameterIsNotParameterOwner",
+     R"IR(
+graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
+  %bias_copy : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
+  %y : Tensor = onnx::Add(%input, %bias_copy)
+  return (%y)
+)IR",
+     {{"y", "layer1"}},
+     {{"bias_copy", "/Net/Layer.1 (neighbours)"}}},
+    // Check that a parameter Identity with a recorded scope keeps the recorded module.
+    {"RecordedScopeWinsOverParameterOwner",
+     R"IR(
+graph(%input : Tensor, %layers.0.attn.ln.bias : Tensor):
+  %layers.1.attn.ln.bias : Tensor = onnx::Identity(%layers.0.attn.ln.bias)
+  %y : Tensor = onnx::Add(%input, %layers.1.attn.ln.bias)
+  return (%y)
+)IR",
+     {{"layers.1.attn.ln.bias", "layer0"}, {"y", "layer1"}},
+     {{"layers.1.attn.ln.bias", "/Net/Layer.0 (recorded)"}}},
+    // Check that a body node with its own recorded scope is not moved to the enclosing Loop's tag.
+    {"ScopedLoopBodyNodeKeepsItsRecord",
+     R"IR(
+graph(%input : Tensor, %n : Tensor, %cond : Tensor):
+  %y : Tensor = onnx::Loop(%n, %cond, %input)
+    block0(%i : Tensor, %c : Tensor, %v : Tensor):
+      %b : Tensor = onnx::Relu(%v)
+      %b2 : Tensor = onnx::Sigmoid(%b)
+      -> (%c, %b2)
+  return (%y)
+)IR",
+     {{"y", "layer1"}, {"b2", "attn1"}},
+     {{"b", "/Net/Layer.1 (enclosing)"}, {"b2", "/Net/Layer.1/Attn (recorded)"}}},
+    // Check that a body output counts as the node holding the body for the consumers rule.
+    {"ConstantUsedAsBodyOutputGoesToHolder",
+     R"IR(
 graph(%input : Tensor, %n : Tensor, %cond : Tensor):
   %c : Long(requires_grad=0, device=cpu) = onnx::Constant[value={5}]()
   %y : Tensor = onnx::Loop(%n, %cond, %input)
@@ -342,31 +319,23 @@ graph(%input : Tensor, %n : Tensor, %cond : Tensor):
       -> (%cc, %c)
   %z : Tensor = onnx::Neg(%y)
   return (%z)
-)IR");
-  SetScope("y", attn1_);
-  SetScope("z", layer1_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "c"), "/Net/Layer.1/Attn (consumers)");
-}
-
-TEST_F(AssignHierarchyTagsTest, ConstantUsedByTwoLayersGoesToCommonAncestor) {
-  // Check that an unscoped Constant used in Layer.0 and Layer.1 is tagged with their common ancestor Net.
-  Parse(R"IR(
+)IR",
+     {{"y", "attn1"}, {"z", "layer1"}},
+     {{"c", "/Net/Layer.1/Attn (consumers)"}}},
+    // Check that an unscoped Constant used in Layer.0 and Layer.1 is tagged with their common ancestor Net.
+    {"ConstantUsedByTwoLayersGoesToCommonAncestor",
+     R"IR(
 graph(%input : Tensor):
   %c_shared : Long(requires_grad=0, device=cpu) = onnx::Constant[value={1}]()
   %r0 : Tensor = onnx::Add(%input, %c_shared)
   %r1 : Tensor = onnx::Add(%r0, %c_shared)
   return (%r1)
-)IR");
-  SetScope("r0", layer0_);
-  SetScope("r1", layer1_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "c_shared"), "/Net (consumers)");
-}
-
-TEST_F(AssignHierarchyTagsTest, ConstantUsedByOneLayerStaysInIt) {
-  // Check that a Constant used only in Layer.0 (and in Layer.0's Attn) is tagged Layer.0.
-  Parse(R"IR(
+)IR",
+     {{"r0", "layer0"}, {"r1", "layer1"}},
+     {{"c_shared", "/Net (consumers)"}}},
+    // Check that a Constant used only in Layer.0 (and in Layer.0's Attn) is tagged Layer.0.
+    {"ConstantUsedByOneLayerStaysInIt",
+     R"IR(
 graph(%input : Tensor):
   %c_layer0 : Long(requires_grad=0, device=cpu) = onnx::Constant[value={2}]()
   %c_nested : Long(requires_grad=0, device=cpu) = onnx::Constant[value={3}]()
@@ -374,131 +343,132 @@ graph(%input : Tensor):
   %q0 : Tensor = onnx::Sub(%r0, %c_nested)
   %p0 : Tensor = onnx::Div(%q0, %c_nested)
   return (%p0)
-)IR");
-  SetScope("r0", layer0_);
-  SetScope("q0", attn0_);
-  SetScope("p0", layer0_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "c_layer0"), "/Net/Layer.0 (consumers)");
-  EXPECT_EQ(TagAndRule(tagging, "c_nested"), "/Net/Layer.0 (consumers)");
-}
-
-TEST_F(AssignHierarchyTagsTest, ConstantReturnedAsGraphOutputGoesToRoot) {
-  // Check that a graph output counts as the root for the consumers rule.
-  Parse(R"IR(
+)IR",
+     {{"r0", "layer0"}, {"q0", "attn0"}, {"p0", "layer0"}},
+     {{"c_layer0", "/Net/Layer.0 (consumers)"}, {"c_nested", "/Net/Layer.0 (consumers)"}}},
+    // Check that a graph output counts as the root for the consumers rule.
+    {"ConstantReturnedAsGraphOutputGoesToRoot",
+     R"IR(
 graph(%input : Tensor):
   %c : Long(requires_grad=0, device=cpu) = onnx::Constant[value={4}]()
   %r1 : Tensor = onnx::Add(%input, %c)
   return (%r1, %c)
-)IR");
-  SetScope("r1", attn1_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "c"), "/Net (consumers)");
-}
-
-TEST_F(AssignHierarchyTagsTest, NeighboursInOneModuleKeepTheNodeThere) {
-  // Check that an unscoped node between two nodes of Layer.0's Attn is tagged Attn by the neighbours rule.
-  Parse(R"IR(
+)IR",
+     {{"r1", "attn1"}},
+     {{"c", "/Net (consumers)"}}},
+    // Check that an unscoped node between two nodes of Layer.0's Attn is tagged Attn by the neighbours rule.
+    {"NeighboursInOneModuleKeepTheNodeThere",
+     R"IR(
 graph(%input : Tensor):
   %a0 : Tensor = onnx::Relu(%input)
   %t0 : Tensor = onnx::Transpose[perm=[1, 0]](%a0)
   %m0 : Tensor = onnx::Mul(%t0, %a0)
   return (%m0)
-)IR");
-  SetScope("a0", attn0_);
-  SetScope("m0", ln0_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "t0"), "/Net/Layer.0/Attn (neighbours)");
-}
-
-TEST_F(AssignHierarchyTagsTest, NeighboursInTwoLayersLiftTheNodeToTheirAncestor) {
-  // Check that an unscoped node fed by Layer.0 and Layer.1 and consumed in Layer.1 is tagged Net.
-  Parse(R"IR(
+)IR",
+     {{"a0", "attn0"}, {"m0", "ln0"}},
+     {{"t0", "/Net/Layer.0/Attn (neighbours)"}}},
+    // Check that an unscoped node fed by Layer.0 and Layer.1 and consumed in Layer.1 is tagged Net.
+    {"NeighboursInTwoLayersLiftTheNodeToTheirAncestor",
+     R"IR(
 graph(%input : Tensor):
   %a0 : Tensor = onnx::Relu(%input)
   %r1 : Tensor = onnx::Sigmoid(%a0)
   %x : Tensor = onnx::Sub(%r1, %a0)
   %z : Tensor = onnx::Neg(%x)
   return (%z)
-)IR");
-  SetScope("a0", attn0_);
-  SetScope("r1", layer1_);
-  SetScope("z", layer1_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "x"), "/Net (neighbours)");
-}
-
-TEST_F(AssignHierarchyTagsTest, InitializerInputDoesNotCountAsNeighbour) {
-  // Check that an initializer input does not pull an unscoped node to the root.
-  Parse(R"IR(
+)IR",
+     {{"a0", "attn0"}, {"r1", "layer1"}, {"z", "layer1"}},
+     {{"x", "/Net (neighbours)"}}},
+    // Check that an initializer input does not pull an unscoped node to the root.
+    {"InitializerInputDoesNotCountAsNeighbour",
+     R"IR(
 graph(%input : Tensor, %layers.0.attn.ln.weight : Tensor):
   %w : Tensor = onnx::Cast[to=1](%layers.0.attn.ln.weight)
   %r1 : Tensor = onnx::Add(%input, %w)
   return (%r1)
-)IR");
-  SetScope("r1", attn1_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "w"), "/Net/Layer.1/Attn (neighbours)");
-}
-
-TEST_F(AssignHierarchyTagsTest, UserInputCountsAsRootNeighbour) {
-  // Check that a user input counts as the root for the neighbours rule.
-  Parse(R"IR(
+)IR",
+     {{"r1", "attn1"}},
+     {{"w", "/Net/Layer.1/Attn (neighbours)"}}},
+    // Check that a user input counts as the root for the neighbours rule.
+    {"UserInputCountsAsRootNeighbour",
+     R"IR(
 graph(%input : Tensor):
   %u : Tensor = onnx::Cast[to=1](%input)
   %r1 : Tensor = onnx::Add(%u, %u)
   return (%r1)
-)IR");
-  SetScope("r1", attn1_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "u"), "/Net (neighbours)");
-}
-
-TEST_F(AssignHierarchyTagsTest, WaitingChainSettlesFirstNodeOnKnownNeighbours) {
-  // Check that a chain of unscoped nodes first settles its first node on the neighbours known so far.
-  Parse(R"IR(
+)IR",
+     {{"r1", "attn1"}},
+     {{"u", "/Net (neighbours)"}}},
+    // Check that a chain of unscoped nodes first settles its first node on the neighbours known so far. u1 waits for u2
+    // and u2 for u1; u1 (first) settles on its known producer, then u2 sees Attn.0 and Layer.1.
+    {"WaitingChainSettlesFirstNodeOnKnownNeighbours",
+     R"IR(
 graph(%input : Tensor):
   %a0 : Tensor = onnx::Relu(%input)
   %u1 : Tensor = onnx::Neg(%a0)
   %u2 : Tensor = onnx::Abs(%u1)
   %r1 : Tensor = onnx::Sigmoid(%u2)
   return (%r1)
-)IR");
-  SetScope("a0", attn0_);
-  SetScope("r1", layer1_);
-  HierarchyTagging tagging = Tag();
-  // u1 waits for u2 and u2 for u1; u1 (first) settles on its known producer, then u2 sees Attn.0 and Layer.1.
-  EXPECT_EQ(TagAndRule(tagging, "u1"), "/Net/Layer.0/Attn (neighbours)");
-  EXPECT_EQ(TagAndRule(tagging, "u2"), "/Net (neighbours)");
-}
-
-TEST_F(AssignHierarchyTagsTest, UnusedConstantFallsBackToRoot) {
-  // Check that a node no rule applies to (an unscoped, unused Constant) gets the root by the root rule.
-  Parse(R"IR(
+)IR",
+     {{"a0", "attn0"}, {"r1", "layer1"}},
+     {{"u1", "/Net/Layer.0/Attn (neighbours)"}, {"u2", "/Net (neighbours)"}}},
+    // Check that a node no rule applies to (an unscoped, unused Constant) gets the root by the root rule.
+    {"UnusedConstantFallsBackToRoot",
+     R"IR(
 graph(%input : Tensor):
   %unused : Long(requires_grad=0, device=cpu) = onnx::Constant[value={1}]()
   %r0 : Tensor = onnx::Relu(%input)
   return (%r0)
-)IR");
-  SetScope("r0", layer0_);
-  HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "unused"), "/Net (root)");
-  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kRoot)], 1);
-}
-
-TEST_F(AssignHierarchyTagsTest, UsedConstantDoesNotFallBackToRoot) {
-  // Check that a used unscoped Constant is settled by its consumers, not by the root fallback.
-  Parse(R"IR(
+)IR",
+     {{"r0", "layer0"}},
+     {{"unused", "/Net (root)"}}},
+    // Check that a used unscoped Constant is settled by its consumers, not by the root fallback.
+    {"UsedConstantDoesNotFallBackToRoot",
+     R"IR(
 graph(%input : Tensor):
   %used : Long(requires_grad=0, device=cpu) = onnx::Constant[value={1}]()
   %r0 : Tensor = onnx::Add(%input, %used)
   return (%r0)
-)IR");
-  SetScope("r0", layer0_);
+)IR",
+     {{"r0", "layer0"}},
+     {{"used", "/Net/Layer.0 (consumers)"}}},
+};
+
+class AssignHierarchyRuleTest : public AssignHierarchyTagsTest, public ::testing::WithParamInterface<RuleCase> {
+ protected:
+  // The scopes a case names: the fixture's instances, and calls of a module
+  // from Layer.0 that does not own it ("layer0>attn1") or skips its owner.
+  ScopePtr Scopes(const std::string& key) {
+    if (key == "net") return net_;
+    if (key == "layer0") return layer0_;
+    if (key == "attn0") return attn0_;
+    if (key == "ln0") return ln0_;
+    if (key == "layer1") return layer1_;
+    if (key == "attn1") return attn1_;
+    if (key == "ln1") return ln1_;
+    if (key == "layer0>attn1") return testing::InstanceScope(layer0_, kAttn1, "pkg.Attn::attn");
+    if (key == "layer0>ln0") return testing::InstanceScope(layer0_, kLn0, std::string(kLayerNorm) + "::ln");
+    if (key == "layer0>ln1") return testing::InstanceScope(layer0_, kLn1, std::string(kLayerNorm) + "::ln");
+    ADD_FAILURE() << "no scope '" << key << "'";
+    return root_;
+  }
+};
+
+TEST_P(AssignHierarchyRuleTest, PlacesEachNode) {
+  const RuleCase& rule_case = GetParam();
+  Parse(rule_case.ir);
+  for (const auto& [value, key] : rule_case.scopes) SetScope(value, Scopes(key));
   HierarchyTagging tagging = Tag();
-  EXPECT_EQ(TagAndRule(tagging, "used"), "/Net/Layer.0 (consumers)");
-  EXPECT_EQ(tagging.rule_counts[static_cast<int>(TagRule::kRoot)], 0);
+  for (const auto& [value, expected] : rule_case.expected) EXPECT_EQ(TagAndRule(tagging, value), expected) << value;
+  int counts[kTagRuleCount] = {};
+  for (const TaggedNode& tagged : tagging.nodes) ++counts[static_cast<int>(tagged.rule)];
+  for (int rule = 0; rule < kTagRuleCount; ++rule) {
+    EXPECT_EQ(tagging.rule_counts[rule], counts[rule]) << TagRuleName(static_cast<TagRule>(rule));
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Rules, AssignHierarchyRuleTest, ::testing::ValuesIn(kRuleCases),
+                         [](const ::testing::TestParamInfo<RuleCase>& info) { return std::string(info.param.name); });
 
 // One graph in which each rule applies to at least one node.
 constexpr const char* kAllRulesGraph = R"IR(
