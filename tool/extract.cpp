@@ -29,6 +29,7 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "hiertag/core/format/printable.h"
 #include "hiertag/core/format/tag_format.h"
@@ -281,10 +282,14 @@ class Extractor {
     namespace fs = std::filesystem;
     fs::path source_folder = file_.model.directory.empty() ? fs::path(".") : fs::path(file_.model.directory);
     if (mode == ExternalDataMode::kCopy) {
-      data_copies_.push_back({source_folder / where.location, where.offset, *length});
-      ExternalData copied{data_file_name(), data_file_size_, *length};
-      data_file_size_ += *length;
-      return TensorWithExternalData(initializer.raw, copied);
+      // A range several initializers hold (tied weights saved once) is copied once.
+      fs::path source = (source_folder / where.location).lexically_normal();
+      auto [copy, first] = copied_ranges_.try_emplace({source.string(), where.offset, *length}, data_file_size_);
+      if (first) {
+        data_copies_.push_back({source, where.offset, *length});
+        data_file_size_ += *length;
+      }
+      return TensorWithExternalData(initializer.raw, {data_file_name(), copy->second, *length});
     }
     std::error_code status;
     fs::path target_folder = fs::weakly_canonical(fs::absolute(output_path_).parent_path(), status);
@@ -378,6 +383,8 @@ class Extractor {
   ExternalDataMode mode_;
   std::vector<DataCopy> data_copies_;
   uint64_t data_file_size_ = 0;
+  std::map<std::tuple<std::string, uint64_t, uint64_t>, uint64_t>
+      copied_ranges_;  // (file, offset, length) -> offset in OUT.data
   std::string tag_;
   std::optional<int64_t> call_;
   ModuleCall target_;

@@ -1312,6 +1312,36 @@ TEST_F(ExtractExternalDataTest, CopyWritesADataFileBesideTheOutput) {
   EXPECT_EQ(weight.external_data(2).value(), "24");
 }
 
+// Check that --external-data copy copies a range once however many initializers
+// hold it (tied weights saved once): w1 and its alias w1b both point at the one
+// copy in OUT.data.
+TEST_F(ExtractExternalDataTest, CopyWritesEachRangeOnce) {
+  WriteWeights();
+  ModelSpec model = ExternalWeightModel();
+  model.graph.Initializer("w1b", {2, 3});
+  model.graph.initializers.back().external = ExternalData{"weights.bin", 8, 24};
+  model.graph.Type("n", {2, 3});
+  model.graph.outputs.push_back("n");
+  model.graph.Add(Node("mul1b", "Mul").In({"m", "w1b"}).Out({"n"}).Tag("/Net/Layer.1"));
+  std::string path = WriteModel(model);
+  RunResult result = ExtractWith(path, ExternalDataMode::kCopy, OutPath());
+  ASSERT_EQ(result.code, 0) << result.err;
+  std::ifstream data(OutPath() + ".data", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(data), {}), Weights());
+  onnx::ModelProto written;
+  std::ifstream in(OutPath(), std::ios::binary);
+  ASSERT_TRUE(written.ParseFromIstream(&in));
+  int external = 0;
+  for (const onnx::TensorProto& tensor : written.graph().initializer()) {
+    if (tensor.name() != "w1" && tensor.name() != "w1b") continue;
+    ++external;
+    ASSERT_EQ(tensor.external_data_size(), 3) << tensor.name();
+    EXPECT_EQ(tensor.external_data(1).value(), "0") << tensor.name();
+    EXPECT_EQ(tensor.external_data(2).value(), "24") << tensor.name();
+  }
+  EXPECT_EQ(external, 2);
+}
+
 // Check that --external-data reference points at the source's file from the output's folder.
 TEST_F(ExtractExternalDataTest, ReferenceKeepsTheSourcesFile) {
   WriteWeights();
