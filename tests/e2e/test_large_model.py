@@ -13,31 +13,10 @@ import onnx
 import onnxruntime
 import pytest
 import torch
-from torch import nn
 
 import hiertag
 from hiertag import OPSET, checks, core, native
-
-
-class Head(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(1024, 16)
-
-    def forward(self, x):
-        return self.proj(x).relu()
-
-
-class LargeTable(nn.Module):
-    """600,000 x 1024 float32 embeddings: 2.46 GB of weights."""
-
-    def __init__(self):
-        super().__init__()
-        self.table = nn.Embedding(600_000, 1024)
-        self.head = Head()
-
-    def forward(self, ids):
-        return self.head(self.table(ids))
+from large_model import LargeTable  # bench/large_model.py: the same model, measured
 
 
 def tool(*args):

@@ -282,3 +282,59 @@ def test_a_verb_that_only_reads_files_imports_neither_torch_nor_onnxruntime(file
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "hiertag.cli" in imported  # the measurement sees the imports
     assert not imported & {"torch", "onnxruntime"}, sorted(imported & {"torch", "onnxruntime"})
+
+
+def _tied_model(folder):
+    """A model whose initializers a and b are one 4 KiB range of src.data (tied
+    weights saved once) and whose c (4 KiB) is inline: y = x + a + b + c."""
+    import numpy as np
+    values = np.arange(1024, dtype=np.float32)
+    (folder / "src.data").write_bytes(b"\xee" * 64 + values.tobytes())
+    initializers = []
+    for name in ("a", "b"):
+        tensor = onnx.TensorProto(name=name, data_type=onnx.TensorProto.FLOAT, dims=[1024])
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", "src.data"), ("offset", "64"), ("length", str(values.nbytes))):
+            tensor.external_data.add(key=key, value=value)
+        initializers.append(tensor)
+    initializers.append(onnx.numpy_helper.from_array(2 * values, "c"))
+    nodes = [onnx.helper.make_node("Add", ["x", "a"], ["s"]), onnx.helper.make_node("Add", ["s", "b"], ["t"]),
+             onnx.helper.make_node("Add", ["t", "c"], ["y"])]
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(nodes, "tied", [value("x", onnx.TensorProto.FLOAT, [1024])],
+                                   [value("y", onnx.TensorProto.FLOAT, [1024])], initializers)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, folder / "src.onnx")
+    return folder / "src.onnx", 4 * values
+
+
+@pytest.mark.parametrize("limit", [None, 1000])
+def test_save_model_copies_each_range_once_or_reads_the_weights_in(tmp_path, monkeypatch, limit):
+    """Check that verbs.save_model, given a model read without its external data,
+    writes OUT self-contained when it fits (the weights read in), and past the
+    limit (lowered here) writes OUT.data by copying each range of the source's
+    data file once (a and b share theirs) and the large inline tensor after it,
+    the model computing what the source computes either way."""
+    import numpy as np
+    from hiertag import verbs
+    if limit is not None:
+        monkeypatch.setattr(verbs, "INLINE_LIMIT", limit)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    source, expected = _tied_model(tmp_path / "in")
+    model = verbs.load_model(source, read_data=False)
+    out = tmp_path / "out" / "m.onnx"
+    verbs.save_model(model, out, sources=[source], data_from=source)
+    written = onnx.load(str(out), load_external_data=False)
+    if limit is None:
+        assert sorted(p.name for p in out.parent.iterdir()) == ["m.onnx"]
+        assert not list(verbs.external_tensors(written))
+    else:
+        assert sorted(p.name for p in out.parent.iterdir()) == ["m.onnx", "m.onnx.data"]
+        places = {t.name: {e.key: e.value for e in t.external_data} for t in written.graph.initializer}
+        assert places["a"] == places["b"] == {"location": "m.onnx.data", "offset": "0", "length": "4096"}
+        assert places["c"] == {"location": "m.onnx.data", "offset": "4096", "length": "4096"}
+        assert Path(f"{out}.data").stat().st_size == 8192
+    x = np.ones(1024, dtype=np.float32)
+    (y,) = onnxruntime.InferenceSession(str(out)).run(None, {"x": x})
+    np.testing.assert_array_equal(y, x + expected)

@@ -318,26 +318,92 @@ def write_atomically(path, write):
 INLINE_LIMIT = 2**31 - 1
 
 
-def save_model(model, output, sources=()):
-    """Writes `model` to OUTPUT, self-contained (external data it was read with
-    is written inline) unless it is too big for one file: then its weights go to
-    OUTPUT.data beside it, which must not be a file the models `sources` read.
-    Both are written in a folder beside OUTPUT and renamed only when complete
-    (the data file first): no half-written file is left."""
+# A tensor of at least this many bytes of raw data goes to OUTPUT.data when a
+# model is written with one (onnx.save's threshold).
+DATA_FILE_THRESHOLD = 1024
+
+
+def save_model(model, output, sources=(), data_from=None):
+    """Writes `model` to OUTPUT, self-contained unless it is too big for one
+    file: then its weights go to OUTPUT.data beside it, which must not be a file
+    the models `sources` read. Tensors `model` still keeps in external data
+    files (read with read_data=False from the file `data_from`, whose folder
+    their locations are relative to) are read in when the model fits in one
+    file; else their ranges are copied file to file into OUTPUT.data, each range
+    once, so no weight is held in memory. Both files are written in a folder
+    beside OUTPUT and renamed only when complete (the data file first): no
+    half-written file is left. Past the limit `model`'s tensors are left
+    pointing into OUTPUT.data."""
     path = Path(output)
     _check_output(path)
+    external = [tensor for tensor, _ in external_tensors(model)]
+    if external and data_from is None:
+        raise ValueError("save_model: the model keeps tensors in external data files; say which file it was read "
+                         "from (data_from)")
+    outside = sum(_external_range(tensor, Path(data_from).parent)[2] for tensor in external)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
     try:
         staged = staging / path.name
-        if core.larger_than(model, INLINE_LIMIT):
+        if outside < INLINE_LIMIT and not core.larger_than(model, INLINE_LIMIT - outside):
+            if external:
+                read_external_data(model, data_from)
+            onnx.save(model, str(staged))
+        else:
             data = f"{path.name}.data"
             refuse_overwriting([path.parent / data], models=sources)
-            onnx.save(model, str(staged), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
-            # onnx creates the data file owner-only; give it the model file's mode.
+            _write_data_file(model, staging / data, data, Path(data_from).parent if data_from else None)
+            onnx.save(model, str(staged))
+            # The data file gets the model file's mode (a new file's).
             shutil.copymode(staged, staging / data)
             os.replace(staging / data, path.parent / data)
-        else:
-            onnx.save(model, str(staged))
         os.replace(staged, path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _external_range(tensor, directory):
+    """(file, offset, length) of a tensor kept in an external data file."""
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    source = (directory / entries["location"]).resolve()
+    offset = int(entries.get("offset", "0"))
+    length = int(entries["length"]) if "length" in entries else os.path.getsize(source) - offset
+    return source, offset, length
+
+
+def _write_data_file(model, data_path, location, directory):
+    """Moves `model`'s weights into the file `data_path` (named `location` in
+    the model): every tensor kept in a file of `directory`, copied range by
+    range, each range once, and the raw data of initializers of
+    DATA_FILE_THRESHOLD bytes or more."""
+    kept_outside = [tensor for tensor, _ in external_tensors(model)]
+    copied = {}  # (file, offset, length) -> offset in the data file
+    with open(data_path, "wb") as out:
+        for tensor in kept_outside:
+            key = _external_range(tensor, directory)
+            if key not in copied:
+                copied[key] = out.tell()
+                source, offset, length = key
+                with open(source, "rb") as data:
+                    data.seek(offset)
+                    while length:
+                        chunk = data.read(min(length, 1 << 24))
+                        if not chunk:
+                            raise OSError(f"{source}: shorter than its tensors say")
+                        out.write(chunk)
+                        length -= len(chunk)
+            _point_at(tensor, location, copied[key], key[2])
+        for graph in checks.walk_graphs(model.graph):
+            for tensor in graph.initializer:
+                if tensor.data_location != onnx.TensorProto.EXTERNAL and len(tensor.raw_data) >= DATA_FILE_THRESHOLD:
+                    offset = out.tell()
+                    out.write(tensor.raw_data)
+                    tensor.ClearField("raw_data")
+                    _point_at(tensor, location, offset, out.tell() - offset)
+
+
+def _point_at(tensor, location, offset, length):
+    """Makes `tensor` one kept at `offset` in the data file `location`."""
+    del tensor.external_data[:]
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", offset), ("length", length)):
+        tensor.external_data.add(key=key, value=str(value))

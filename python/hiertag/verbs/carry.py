@@ -1014,9 +1014,9 @@ def run(options):
     verbs.refuse_overwriting([options.output], models=[options.tagged, options.transformed])
     # Both are read without their large external data, whose values carry never
     # reads: the check's ONNX Runtime maps it from the models' folders, and the
-    # result's is read in only to be written (verbs.save_model: beside OUT when
-    # over 2 GiB). Small tensors (shape inputs) are read in: shape inference and
-    # ONNX Runtime read their values.
+    # result's is written by verbs.save_model (read in when OUT holds it, else
+    # copied file to file into OUT.data). Small tensors (shape inputs) are read
+    # in: shape inference and ONNX Runtime read their values.
     original, _ = verbs.load_tagged(options.tagged, read_data=False)
     transformed = verbs.load_model(options.transformed, read_data=False)
     verbs.read_small_external_data(original, options.tagged)
@@ -1028,8 +1028,8 @@ def run(options):
     except CarryError as error:
         verbs.fail(f"{options.tagged} -> {options.transformed}: {error}")
     del original, transformed
-    verbs.read_external_data(model, options.transformed)
-    verbs.save_model(model, options.output, sources=[options.tagged, options.transformed])
+    verbs.save_model(model, options.output, sources=[options.tagged, options.transformed],
+                     data_from=options.transformed)
     if options.json:
         print(json.dumps({"out": options.output, "tagged": options.tagged, "transformed": options.transformed,
                           **summary}))

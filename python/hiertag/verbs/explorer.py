@@ -81,9 +81,9 @@ def write_namespaces(graph, holder_tag=None, counts=None):
 
 def run(options):
     refuse_overwriting([options.output], models=[options.model])
-    model, _ = load_tagged(options.model)
+    model, _ = load_tagged(options.model, read_data=False)  # save_model copies or reads the weights
     counts = write_namespaces(model.graph)
-    save_model(model, options.output, sources=[options.model])
+    save_model(model, options.output, sources=[options.model], data_from=options.model)
     summary = {"output": options.output, "nodes": counts["written"], "replaced": counts["replaced"],
                "untagged": counts["untagged"], "layers": len(counts["layers"])}
     if options.json:
