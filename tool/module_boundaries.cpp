@@ -143,32 +143,76 @@ bool MainGraphIndex::Leaves(int producer, int user, const std::set<int>& selecti
 }
 
 std::optional<ModuleBoundary> MainGraphIndex::BoundaryOf(const ModuleCall& target, std::string* error) const {
-  ModuleBoundary boundary;
-  const std::vector<int>& nodes = file_.model.graphs.at(0).nodes;
-  for (int index : nodes) {
+  const std::vector<int>& graph = file_.model.graphs.at(0).nodes;
+  for (int index : graph) {
     auto malformed = ref_errors_.find(index);
     if (malformed != ref_errors_.end() && IsTagAncestorOrSelf(target.tag, *NodeTag(file_.model.nodes[index]))) {
       *error = malformed->second;
       return std::nullopt;
     }
   }
-  for (int index : nodes) {
+  std::vector<int> nodes, weights_under;
+  for (int index : graph) {
     const std::vector<CallRef>& refs = refs_.at(index);
     if (std::any_of(refs.begin(), refs.end(), [&](const CallRef& ref) {
           return calls_.Place(ref, target) != CallsInFile::Placement::kOutside;
         })) {
-      boundary.nodes.insert(index);
-      if (!weight_nodes_.count(index)) boundary.members.insert(index);  // weights: copied in where needed
+      nodes.push_back(index);
+    }
+    if (weight_nodes_.count(index) && !refs.empty() && IsTagAncestorOrSelf(target.tag, refs.front().tag)) {
+      weights_under.push_back(index);
     }
   }
-  if (boundary.members.empty()) {
-    for (int index : nodes) {
-      const std::vector<CallRef>& refs = refs_.at(index);
-      if (weight_nodes_.count(index) && !refs.empty() && IsTagAncestorOrSelf(target.tag, refs.front().tag)) {
-        boundary.members.insert(index);
-      }
+  return BoundaryOfNodes(target, nodes, weights_under);
+}
+
+namespace {
+
+// Calls visit(A) for each A with IsTagAncestorOrSelf(A, tag), innermost first.
+template <typename Visit>
+void ForEachAncestorOrSelf(std::string_view tag, Visit visit) {
+  while (true) {
+    visit(tag);
+    size_t slash = tag.rfind('/');
+    if (slash == std::string_view::npos) return;
+    tag = tag.substr(0, slash);
+  }
+}
+
+void AddOnce(std::vector<int>& nodes, int index) {
+  if (nodes.empty() || nodes.back() != index) nodes.push_back(index);
+}
+
+}  // namespace
+
+MainGraphIndex::EveryCallsNodes MainGraphIndex::NodesOfEveryCall() const {
+  EveryCallsNodes every;
+  for (int index : file_.model.graphs.at(0).nodes) {
+    const std::vector<CallRef>& refs = refs_.at(index);
+    for (const CallRef& ref : refs) {
+      ForEachAncestorOrSelf(ref.tag, [&](std::string_view ancestor) {
+        std::string tag(ancestor);
+        AddOnce(every.nodes[{tag, std::nullopt}], index);
+        for (int64_t call : calls_.CallsAt(ref, tag)) AddOnce(every.nodes[{tag, call}], index);
+      });
+    }
+    if (weight_nodes_.count(index) && !refs.empty()) {
+      ForEachAncestorOrSelf(refs.front().tag, [&](std::string_view ancestor) {
+        every.weights_under[std::string(ancestor)].push_back(index);
+      });
     }
   }
+  return every;
+}
+
+ModuleBoundary MainGraphIndex::BoundaryOfNodes(const ModuleCall& target, const std::vector<int>& nodes,
+                                               const std::vector<int>& weights_under) const {
+  ModuleBoundary boundary;
+  for (int index : nodes) {
+    boundary.nodes.insert(index);
+    if (!weight_nodes_.count(index)) boundary.members.insert(index);  // weights: copied in where needed
+  }
+  if (boundary.members.empty()) boundary.members.insert(weights_under.begin(), weights_under.end());
   std::set<std::string> made;
   for (int index : boundary.members) {
     for (const std::string& output : file_.model.nodes[index].outputs) made.insert(output);
@@ -235,13 +279,26 @@ std::optional<std::vector<CallBoundary>> AllModuleBoundaries(const TaggedFile& f
   MainGraphIndex index(file);
   std::vector<CallBoundary> all;
   bool failed = false;
+  if (index.HasMalformedRefs()) {  // each call asked alone: the first it concerns says why
+    ForEachCall(file, [&](const std::string& tag, int64_t call, const ModuleCall& target) {
+      std::optional<ModuleBoundary> boundary = index.BoundaryOf(target, error);
+      if (!boundary) return !(failed = true);
+      all.push_back({tag, call, std::move(*boundary)});
+      return true;
+    });
+    if (failed) return std::nullopt;
+    return all;
+  }
+  MainGraphIndex::EveryCallsNodes every = index.NodesOfEveryCall();
+  static const std::vector<int> kNone;
   ForEachCall(file, [&](const std::string& tag, int64_t call, const ModuleCall& target) {
-    std::optional<ModuleBoundary> boundary = index.BoundaryOf(target, error);
-    if (!boundary) return !(failed = true);
-    all.push_back({tag, call, std::move(*boundary)});
+    auto nodes = every.nodes.find({target.tag, target.call});
+    auto weights = every.weights_under.find(target.tag);
+    all.push_back({tag, call,
+                   index.BoundaryOfNodes(target, nodes == every.nodes.end() ? kNone : nodes->second,
+                                         weights == every.weights_under.end() ? kNone : weights->second)});
     return true;
   });
-  if (failed) return std::nullopt;
   return all;
 }
 

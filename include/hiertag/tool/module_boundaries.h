@@ -22,10 +22,12 @@
 //   members {MatMul_3, Add_4}   inputs {relu_out}   outputs {y}
 #pragma once
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "hiertag/tool/module_calls_in_file.h"
@@ -61,6 +63,24 @@ class MainGraphIndex {
   // whose tag lies within the target has malformed references (hiertag.call,
   // hiertag.shared_with).
   std::optional<ModuleBoundary> BoundaryOf(const ModuleCall& target, std::string* error) const;
+
+  // The nodes of every call, found in one walk: each node is handed to each
+  // ancestor-or-self of its references' tags (every call of it, as a module
+  // with one call is asked, and each call the reference ran in), so the cost
+  // is the nodes times the tag depth, not the nodes times the calls. What
+  // BoundaryOf's scan of the graph selects, for all targets at once.
+  struct EveryCallsNodes {
+    std::map<std::pair<std::string, std::optional<int64_t>>, std::vector<int>> nodes;  // by (tag, call)
+    std::unordered_map<std::string, std::vector<int>> weights_under;  // weight nodes by each ancestor of their tag
+  };
+  EveryCallsNodes NodesOfEveryCall() const;
+  bool HasMalformedRefs() const { return !ref_errors_.empty(); }
+
+  // The boundary of `target`, its candidate nodes given (`nodes`: those with a
+  // reference within it; `weights_under`: weight nodes whose own tag lies within
+  // its module).
+  ModuleBoundary BoundaryOfNodes(const ModuleCall& target, const std::vector<int>& nodes,
+                                 const std::vector<int>& weights_under) const;
 
   // Whether the edge from `producer` (in `selection`, the target's nodes) to
   // `user` leaves the target: `user` is outside the selection and does not read
