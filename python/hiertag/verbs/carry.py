@@ -504,6 +504,12 @@ def _inferred_values(model):
         sources.append(onnx.shape_inference.infer_shapes(model, strict_mode=False))
     except Exception:  # a model ONNX cannot infer (over 2 GB, unknown IR): no types from it
         pass
+    # The second only adds values the first left untyped: when it typed every
+    # value of the main graph, the second (seconds at depth) has nothing to add.
+    wanted = {name for node in model.graph.node for name in node.output if name}
+    wanted |= {value.name for value in [*model.graph.input, *model.graph.output]}
+    if sources and wanted <= _typed_names(sources[0]):
+        return _merged_values(sources)
     try:
         # Its infer_shapes() writes sym_shape_infer_temp.onnx into the working
         # directory when one node defeats it; its steps, run here, keep what
@@ -517,6 +523,16 @@ def _inferred_values(model):
         sources.append(inference.out_mp_)
     except Exception:  # ops it does not know (a layout's blocked kernels), another ONNX Runtime: ONNX's types
         pass
+    return _merged_values(sources)
+
+
+def _typed_names(source):
+    return {info.name for info in [*source.graph.input, *source.graph.value_info, *source.graph.output]
+            if info.type.tensor_type.elem_type}
+
+
+def _merged_values(sources):
+    """{value: ValueInfoProto}: each value as the first source that types it has it."""
     found = {}
     for source in sources:
         for info in [*source.graph.input, *source.graph.value_info, *source.graph.output]:
