@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/jit_log.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -43,6 +44,7 @@ int HierarchyTagging::CallCount(int tag) const {
 namespace {
 
 constexpr int kUnsettled = -1;
+constexpr int kNotCollected = -2;  // SettledOf's tag for a node the serializer skips
 
 // torch's Node::mustBeNone (what the serializer skips), without a reference
 // count taken per call: it runs for every node of the graph.
@@ -297,7 +299,7 @@ class Tagger {
 
   // A collected node's tag and call as they stand: nodes a rule or a loan
   // settles are looked up, the others (most) are their record, resolved again
-  // from the resolver's cache. {-2, 0} for a node that is not collected.
+  // from the resolver's cache. {kNotCollected, 0} for a node that is not collected.
   struct Settled {
     int tag;
     int call;
@@ -305,7 +307,7 @@ class Tagger {
   Settled SettledOf(Node* node) {
     auto later = later_.find(node);
     if (later != later_.end()) return {result_.nodes[later->second].tag, result_.nodes[later->second].call};
-    if (!Collected(node)) return {-2, 0};
+    if (!Collected(node)) return {kNotCollected, 0};
     Record record = RecordOf(node);
     return {record.tag, record.call};
   }
@@ -487,10 +489,11 @@ class Tagger {
 
   // What the rules read of a node (placement_rules.h): its tag, Unplaced(k)
   // while it waits (k its place in `waiting_of_`), kNotCounted when it is not
-  // serialized.
-  static constexpr int kNotCounted = -2;
+  // serialized. kNotCounted lies below every Unplaced(k) a graph can have.
+  static constexpr int kNotCounted = std::numeric_limits<int>::min();
   int RuleRef(Node* node) {
     int tag = SettledOf(node).tag;
+    if (tag == kNotCollected) return kNotCounted;
     if (tag != kUnsettled) return tag;
     return Unplaced(waiting_of_.at(later_.at(node)));
   }

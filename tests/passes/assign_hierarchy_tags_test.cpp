@@ -412,6 +412,18 @@ graph(%input : Tensor):
 )IR",
      {{"a0", "attn0"}, {"r1", "layer1"}},
      {{"u1", "/Net/Layer.0/Attn (neighbours)"}, {"u2", "/Net (neighbours)"}}},
+    // Check that a Constant read only by another waiting node (the second in pre-order) waits for it and takes
+    // its tag: the rules' references to waiting nodes are not confused with neighbours that do not count.
+    {"ConstantReadByAWaitingNodeTakesItsTag",
+     R"IR(
+graph(%input : Tensor):
+  %c : Long(requires_grad=0, device=cpu) = onnx::Constant[value={1}]()
+  %u : Tensor = onnx::Cast[to=1](%c)
+  %r : Tensor = onnx::Add(%input, %u)
+  return (%r)
+)IR",
+     {{"r", "attn1"}},
+     {{"u", "/Net/Layer.1/Attn (neighbours)"}, {"c", "/Net/Layer.1/Attn (consumers)"}}},
     // Check that a node no rule applies to (an unscoped, unused Constant) gets the root by the root rule.
     {"UnusedConstantFallsBackToRoot",
      R"IR(
