@@ -150,11 +150,7 @@ def read_small_external_data(model, path):
     their files."""
     directory = Path(path).parent
     for tensor, _ in external_tensors(model):
-        entries = {entry.key: entry.value for entry in tensor.external_data}
-        offset = int(entries.get("offset", "0"))
-        length = int(entries["length"]) if "length" in entries else \
-            os.path.getsize(directory / entries["location"]) - offset
-        if length <= SMALL_TENSOR_BYTES:
+        if _external_range(tensor, directory)[2] <= SMALL_TENSOR_BYTES:
             external_data_helper.load_external_data_for_tensor(tensor, str(directory))
             tensor.data_location = onnx.TensorProto.DEFAULT
             del tensor.external_data[:]
@@ -340,7 +336,8 @@ def save_model(model, output, sources=(), data_from=None):
     if external and data_from is None:
         raise ValueError("save_model: the model keeps tensors in external data files; say which file it was read "
                          "from (data_from)")
-    outside = sum(_external_range(tensor, Path(data_from).parent)[2] for tensor in external)
+    ranges = [(tensor, _external_range(tensor, Path(data_from).parent)) for tensor in external]
+    outside = sum(length for _, (_, _, length) in ranges)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
     try:
         staged = staging / path.name
@@ -351,7 +348,7 @@ def save_model(model, output, sources=(), data_from=None):
         else:
             data = f"{path.name}.data"
             refuse_overwriting([path.parent / data], models=sources)
-            _write_data_file(model, staging / data, data, Path(data_from).parent if data_from else None)
+            _write_data_file(model, ranges, staging / data, data)
             onnx.save(model, str(staged))
             # The data file gets the model file's mode (a new file's).
             shutil.copymode(staged, staging / data)
@@ -370,16 +367,14 @@ def _external_range(tensor, directory):
     return source, offset, length
 
 
-def _write_data_file(model, data_path, location, directory):
+def _write_data_file(model, ranges, data_path, location):
     """Moves `model`'s weights into the file `data_path` (named `location` in
-    the model): every tensor kept in a file of `directory`, copied range by
-    range, each range once, and the raw data of initializers of
-    DATA_FILE_THRESHOLD bytes or more."""
-    kept_outside = [tensor for tensor, _ in external_tensors(model)]
+    the model): every tensor it keeps outside (`ranges`: (tensor, (file, offset,
+    length))), copied range by range, each range once, and the raw data of
+    initializers of DATA_FILE_THRESHOLD bytes or more."""
     copied = {}  # (file, offset, length) -> offset in the data file
     with open(data_path, "wb") as out:
-        for tensor in kept_outside:
-            key = _external_range(tensor, directory)
+        for tensor, key in ranges:
             if key not in copied:
                 copied[key] = out.tell()
                 source, offset, length = key
