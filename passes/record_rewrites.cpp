@@ -107,36 +107,38 @@ struct GraphBefore {
     inputs.clear();
     use_begin.clear();
     uses.clear();
-    CollectNodesAndReturns(graph.block(), &nodes);
-    size_t count = nodes.size();
-    kinds.reserve(count);
-    scopes.reserve(count);
-    attributes.reserve(count);
-    first_output.reserve(count);
-    scalar_outputs.reserve(count);
-    input_begin.reserve(count + 1);
-    use_begin.reserve(count + 1);
-    inputs.reserve(2 * count);
-    uses.reserve(2 * count);
-    for (Node* node : nodes) {
-      kinds.push_back(node->kind());
-      scopes.push_back(node->scope());
-      bool constant = node->inputs().empty() && node->blocks().empty();
-      attributes.push_back(constant ? 0 : HashAttributes(node));
-      first_output.push_back(node->outputs().empty() ? kNoOutput : node->output(0)->unique());
-      input_begin.push_back(static_cast<uint32_t>(inputs.size()));
-      inputs.insert(inputs.end(), node->inputs().begin(), node->inputs().end());
-      use_begin.push_back(static_cast<uint32_t>(uses.size()));
-      bool scalar = true;
-      for (Value* output : node->outputs()) {
-        scalar &= IsScalarLike(output);
-        for (const torch::jit::Use& use : output->uses()) uses.push_back({use.user, use.offset});
-      }
-      scalar_outputs.push_back(scalar);
-    }
+    TakeBlock(graph.block());
     input_begin.push_back(static_cast<uint32_t>(inputs.size()));
     use_begin.push_back(static_cast<uint32_t>(uses.size()));
     graph_inputs.assign(graph.inputs().begin(), graph.inputs().end());
+  }
+
+  // One walk notes every node as it reaches it (CollectNodesAndReturns' order):
+  // the loads of a node's fields overlap with the load of the next node.
+  void TakeBlock(Block* block) {
+    for (Node* node : block->nodes()) {
+      TakeNode(node);
+      for (Block* nested : node->blocks()) TakeBlock(nested);
+    }
+    TakeNode(block->return_node());
+  }
+
+  void TakeNode(Node* node) {
+    nodes.push_back(node);
+    kinds.push_back(node->kind());
+    scopes.push_back(node->scope());
+    bool constant = node->inputs().empty() && node->blocks().empty();
+    attributes.push_back(constant ? 0 : HashAttributes(node));
+    first_output.push_back(node->outputs().empty() ? kNoOutput : node->output(0)->unique());
+    input_begin.push_back(static_cast<uint32_t>(inputs.size()));
+    inputs.insert(inputs.end(), node->inputs().begin(), node->inputs().end());
+    use_begin.push_back(static_cast<uint32_t>(uses.size()));
+    bool scalar = true;
+    for (Value* output : node->outputs()) {
+      scalar &= IsScalarLike(output);
+      for (const torch::jit::Use& use : output->uses()) uses.push_back({use.user, use.offset});
+    }
+    scalar_outputs.push_back(scalar);
   }
 
   // Lets go of the scopes: the recorder keeps the arrays between passes, and a
@@ -219,13 +221,13 @@ class Observer {
   }
 
   void After() {
-    std::vector<Node*>& nodes = nodes_;
-    nodes.clear();
-    CollectNodesAndReturns(graph_.block(), &nodes);
-    if (Unchanged(nodes)) {
+    if (Unchanged()) {
       GRAPH_DEBUG("hiertag: ", pass_, " left the graph as it was");
       return;
     }
+    std::vector<Node*>& nodes = nodes_;
+    nodes.clear();
+    CollectNodesAndReturns(graph_.block(), &nodes);
     size_t count = before_.nodes.size();
     index_.clear();
     index_.reserve(count);
@@ -270,20 +272,31 @@ class Observer {
   // and inputs, and the graph's inputs as they were: then it removed, made and
   // rewired nothing, and there is nothing to classify (an attribute changed in
   // place is looked at only for nodes that also read something else).
-  bool Unchanged(const std::vector<Node*>& nodes) const {
-    if (nodes.size() != before_.nodes.size() || graph_.inputs().size() != before_.graph_inputs.size() ||
+  bool Unchanged() const {
+    if (graph_.inputs().size() != before_.graph_inputs.size() ||
         !std::equal(before_.graph_inputs.begin(), before_.graph_inputs.end(), graph_.inputs().begin())) {
       return false;
     }
-    for (Index i = 0; i < nodes.size(); ++i) {
-      Node* node = nodes[i];
-      if (node != before_.nodes[i] || !SameNode(i, node) ||
-          !std::equal(node->inputs().begin(), node->inputs().end(), before_.InputsOf(i).begin(),
-                      before_.InputsOf(i).end())) {
-        return false;
+    Index next = 0;
+    return UnchangedBlock(graph_.block(), next) && next == before_.nodes.size();
+  }
+
+  // One walk compares each node as it reaches it, in Take's order; `next` is
+  // the index the next node must have.
+  bool UnchangedBlock(Block* block, Index& next) const {
+    for (Node* node : block->nodes()) {
+      if (!UnchangedNode(node, next++)) return false;
+      for (Block* nested : node->blocks()) {
+        if (!UnchangedBlock(nested, next)) return false;
       }
     }
-    return true;
+    return UnchangedNode(block->return_node(), next++);
+  }
+
+  bool UnchangedNode(Node* node, Index i) const {
+    return i < before_.nodes.size() && node == before_.nodes[i] && SameNode(i, node) &&
+           std::equal(node->inputs().begin(), node->inputs().end(), before_.InputsOf(i).begin(),
+                      before_.InputsOf(i).end());
   }
 
   // Whether `node`, at the address node i had, is node i: the same address
