@@ -107,20 +107,16 @@ struct GraphBefore {
     inputs.clear();
     use_begin.clear();
     uses.clear();
-    TakeBlock(graph.block());
+    // Each node is noted as the walk reaches it: its loads overlap with the
+    // load of the next node, where collecting the nodes first and reading
+    // them in a second loop paid every node's cache misses twice.
+    VisitNodesAndReturns(graph.block(), [this](Node* node) {
+      TakeNode(node);
+      return true;
+    });
     input_begin.push_back(static_cast<uint32_t>(inputs.size()));
     use_begin.push_back(static_cast<uint32_t>(uses.size()));
     graph_inputs.assign(graph.inputs().begin(), graph.inputs().end());
-  }
-
-  // One walk notes every node as it reaches it (CollectNodesAndReturns' order):
-  // the loads of a node's fields overlap with the load of the next node.
-  void TakeBlock(Block* block) {
-    for (Node* node : block->nodes()) {
-      TakeNode(node);
-      for (Block* nested : node->blocks()) TakeBlock(nested);
-    }
-    TakeNode(block->return_node());
   }
 
   void TakeNode(Node* node) {
@@ -162,7 +158,6 @@ struct GraphBefore {
 // consolidate them, which costs as much again).
 struct RewriteRecorder::Arrays {
   GraphBefore before;
-  std::vector<Node*> after;                // every node and block return after the pass
   ska::flat_hash_map<Node*, Index> index;  // a node before the pass -> its index
   std::vector<uint8_t> alive;              // per node before: still in the graph
   std::vector<uint8_t> inputs_changed;     // per node before: alive, reading other values
@@ -215,8 +210,7 @@ class Observer {
         members_(arrays.members),
         seen_(arrays.seen),
         producers_(arrays.producers),
-        readers_(arrays.readers),
-        nodes_(arrays.after) {
+        readers_(arrays.readers) {
     before_.Take(graph);
   }
 
@@ -225,9 +219,6 @@ class Observer {
       GRAPH_DEBUG("hiertag: ", pass_, " left the graph as it was");
       return;
     }
-    std::vector<Node*>& nodes = nodes_;
-    nodes.clear();
-    CollectNodesAndReturns(graph_.block(), &nodes);
     size_t count = before_.nodes.size();
     index_.clear();
     index_.reserve(count);
@@ -239,7 +230,7 @@ class Observer {
     grouped_.assign(count, 0);
     seen_.assign(count, 0);
     std::vector<Index> inputs_changed;
-    for (Node* node : nodes) {
+    VisitNodesAndReturns(graph_.block(), [&](Node* node) {
       Index i = IndexOf(node);
       if (i != kNotBefore && SameNode(i, node)) {
         alive_[i] = 1;
@@ -254,7 +245,8 @@ class Observer {
         created_scope_.push_back(node->scope());
         made_in_scope_[node->scope().get()].push_back(created_order_.size() - 1);
       }
-    }
+      return true;
+    });
     inputs_before_.insert(before_.graph_inputs.begin(), before_.graph_inputs.end());
     for (Value* input : graph_.inputs()) {
       if (!inputs_before_.count(input)) new_inputs_.insert(input);
@@ -277,20 +269,9 @@ class Observer {
         !std::equal(before_.graph_inputs.begin(), before_.graph_inputs.end(), graph_.inputs().begin())) {
       return false;
     }
-    Index next = 0;
-    return UnchangedBlock(graph_.block(), next) && next == before_.nodes.size();
-  }
-
-  // One walk compares each node as it reaches it, in Take's order; `next` is
-  // the index the next node must have.
-  bool UnchangedBlock(Block* block, Index& next) const {
-    for (Node* node : block->nodes()) {
-      if (!UnchangedNode(node, next++)) return false;
-      for (Block* nested : node->blocks()) {
-        if (!UnchangedBlock(nested, next)) return false;
-      }
-    }
-    return UnchangedNode(block->return_node(), next++);
+    Index next = 0;  // in Take's order, the index the next node must have
+    return VisitNodesAndReturns(graph_.block(), [&](Node* node) { return UnchangedNode(node, next++); }) &&
+           next == before_.nodes.size();
   }
 
   bool UnchangedNode(Node* node, Index i) const {
@@ -818,7 +799,7 @@ class Observer {
   BorrowedScopes& borrowed_;
   RewriteLog& log_;
   // The recorder's arrays (RewriteRecorder::Arrays says what each holds); all
-  // but before_ and nodes_ are filled only when the pass changed the graph.
+  // but before_ are filled only when the pass changed the graph.
   GraphBefore& before_;
   ska::flat_hash_map<Node*, Index>& index_;
   std::vector<uint8_t>& alive_;
@@ -828,7 +809,6 @@ class Observer {
   std::vector<uint32_t>& seen_;
   ska::flat_hash_map<const Value*, Index>& producers_;
   std::vector<std::pair<const Value*, Index>>& readers_;
-  std::vector<Node*>& nodes_;
   bool producers_built_ = false;
   bool readers_built_ = false;
   uint32_t stamp_ = 0;

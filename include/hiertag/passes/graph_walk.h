@@ -7,14 +7,27 @@
 
 namespace hiertag {
 
-// Every node, nested blocks included, and every block's return node (a use by
-// a graph or body output is a use too), in pre-order.
-inline void CollectNodesAndReturns(torch::jit::Block* block, std::vector<torch::jit::Node*>* nodes) {
+// Calls visit(node) for every node, nested blocks included, and every block's
+// return node (a use by a graph or body output is a use too), in pre-order,
+// reading each node once as the walk reaches it. Stops, returning false, at
+// the first node visit returns false for.
+template <typename Visit>
+bool VisitNodesAndReturns(torch::jit::Block* block, Visit&& visit) {
   for (torch::jit::Node* node : block->nodes()) {
-    nodes->push_back(node);
-    for (torch::jit::Block* nested : node->blocks()) CollectNodesAndReturns(nested, nodes);
+    if (!visit(node)) return false;
+    for (torch::jit::Block* nested : node->blocks()) {
+      if (!VisitNodesAndReturns(nested, visit)) return false;
+    }
   }
-  nodes->push_back(block->return_node());
+  return visit(block->return_node());
+}
+
+// Every node and block return, in VisitNodesAndReturns' order.
+inline void CollectNodesAndReturns(torch::jit::Block* block, std::vector<torch::jit::Node*>* nodes) {
+  VisitNodesAndReturns(block, [nodes](torch::jit::Node* node) {
+    nodes->push_back(node);
+    return true;
+  });
 }
 
 // True for a scope that records no module call.
