@@ -130,13 +130,18 @@ def test_symbolic_dimensions_are_one_unless_an_input_sets_them(tmp_path):
 def test_a_model_with_external_data_is_profiled_as_the_inline_one(exports, tmp_path, name):
     """Check that a tagged model whose weights sit in an external data file (onnx's own
     layout: one file beside it) profiles like its inline copy: ONNX Runtime's saved graph
-    names that file relative to the model, and profile reads it from there."""
+    names that file relative to the model, and profile reads it from there. At level
+    extended: at level all, ONNX Runtime's NCHWc layout pass does not make the same graph
+    in every session (its reorder nodes' names move between layers, and about one session
+    in three carry places one of a ResNet's Convs in another module), so two sessions of
+    even one file can differ."""
     path = tmp_path / f"{name}_ext.onnx"
     onnx.save_model(onnx.load(exports[name]), str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=f"{name}_ext.data", size_threshold=0)
     stored = onnx.load(str(path), load_external_data=False)
     assert all(i.data_location == onnx.TensorProto.EXTERNAL for i in stored.graph.initializer)
-    external, inline = profile_json(path, "--runs", "1"), profile_json(exports[name], "--runs", "1")
+    options = ("--runs", "1", "--level", "extended")
+    external, inline = profile_json(path, *options), profile_json(exports[name], *options)
     assert external["unattributed_share"] == 0 and external["total_ms"] > 0
     for key in ("nodes", "optimized_nodes", "carry"):
         assert external[key] == inline[key], key
