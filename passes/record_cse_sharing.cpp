@@ -31,17 +31,18 @@ struct GraphBefore {
   std::vector<uint32_t> use_begin;
   std::vector<InputSlot> uses;
 
+  // Reads each node in the one walk that reaches it (its scope and uses while
+  // the node is in cache), not in a second loop over a collected list.
   explicit GraphBefore(Block* block) {
-    CollectNodesAndReturns(block, &nodes);
-    scopes.reserve(nodes.size());
-    use_begin.reserve(nodes.size() + 1);
-    for (Node* node : nodes) {
+    VisitNodesAndReturns(block, [this](Node* node) {
+      nodes.push_back(node);
       scopes.push_back(node->scope());
       use_begin.push_back(static_cast<uint32_t>(uses.size()));
       for (torch::jit::Value* output : node->outputs()) {
         for (const torch::jit::Use& use : output->uses()) uses.push_back({use.user, use.offset});
       }
-    }
+      return true;
+    });
     use_begin.push_back(static_cast<uint32_t>(uses.size()));
   }
 };
