@@ -15,6 +15,9 @@ cd "$(dirname "$0")/.."
 # newest supported (cmake/HiertagTorch.cmake).
 other_torch=(2.4.0 2.14.1)
 lane() { echo "== $1 ($((SECONDS / 60)) min)"; }
+# pytest in two processes (pytest-xdist), each taking whole modules, so a module's
+# fixtures run once; the slowest modules first (tests/conftest.py FIRST).
+parallel=(-n 2 --dist loadfile --no-loadscope-reorder)
 
 lane "fast: set-up and build"
 scripts/setup.sh
@@ -30,9 +33,13 @@ cmake --build build/tool-only -j2 >>build/tool-only.log 2>&1 || { tail -40 build
 (cd build/tool-only && ctest --output-on-failure >>../tool-only.log 2>&1) || { tail -60 build/tool-only.log; exit 1; }
 echo "tool-only build (no torch): $(grep -o '[0-9]*% tests passed.*' build/tool-only.log | tail -1)"
 lane "fast: the plugin's lane on torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
-.venv/bin/python -m pytest -q -m plugin tests/e2e
+.venv/bin/python -m pytest -q "${parallel[@]}" -m plugin tests/e2e
 
 lane "slow: sanitizers and fuzzing"
+# The other torch releases' venvs (scripts/torch_env.sh: downloads, mostly) are made
+# meanwhile, in the background; their lanes wait for them.
+for version in "${other_torch[@]}"; do scripts/torch_env.sh "$version"; done >build/torch-envs.log 2>&1 &
+torch_envs=$!
 # The C++ tests again under ASan+UBSan (build/sanitize), then the tool's reader and
 # commands fuzzed for a minute each (build/fuzz): one line each; the logs stay in build/.
 scripts/sanitize.sh >build/sanitize-summary.log 2>&1 || { cat build/sanitize-summary.log; exit 1; }
@@ -40,7 +47,8 @@ tail -1 build/sanitize-summary.log
 scripts/fuzz.sh >build/fuzz.log 2>&1 || { cat build/fuzz.log; exit 1; }
 tail -1 build/fuzz.log
 lane "slow: the rest of pytest"
-.venv/bin/python -m pytest -q -m "not plugin" tests
+.venv/bin/python -m pytest -q "${parallel[@]}" -m "not plugin" tests
+wait "$torch_envs" || { cat build/torch-envs.log; echo "torch_env: a venv could not be made"; exit 1; }
 for version in "${other_torch[@]}"; do
   lane "slow: the plugin's lane on torch $version"
   scripts/test_torch.sh "$version" --plugin

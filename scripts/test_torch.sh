@@ -17,10 +17,12 @@ usage() { echo "usage: scripts/test_torch.sh VERSION [--plugin] [-- PYTEST_ARGS.
 [[ "${1:-}" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || usage
 version=$1
 shift
-selection=(tests)
+# The whole suite and the plugin's lane run in two processes, as scripts/test.sh runs them.
+parallel=(-n 2 --dist loadfile --no-loadscope-reorder)
+selection=("${parallel[@]}" tests)
 while (($#)); do
   case "$1" in
-    --plugin) selection=(-m plugin tests/e2e); shift ;;  # the plugin's lane: tests/conftest.py
+    --plugin) selection=("${parallel[@]}" -m plugin tests/e2e); shift ;;  # the plugin's lane: tests/conftest.py
     --) shift; selection=("$@"); break ;;
     *) usage ;;
   esac
