@@ -37,9 +37,12 @@ lane "fast: the plugin's lane on torch $(.venv/bin/python -c 'import torch; prin
 
 lane "slow: sanitizers and fuzzing"
 # The other torch releases' venvs (scripts/torch_env.sh: downloads, mostly) are made
-# meanwhile, in the background; their lanes wait for them.
-for version in "${other_torch[@]}"; do scripts/torch_env.sh "$version"; done >build/torch-envs.log 2>&1 &
+# meanwhile, in the background, in a process group of their own (setsid), ended with
+# this script should a lane fail first; their lanes wait for them.
+setsid bash -c 'set -e; for version; do scripts/torch_env.sh "$version"; done' - "${other_torch[@]}" \
+  >build/torch-envs.log 2>&1 &
 torch_envs=$!
+trap 'kill -- -"$torch_envs" 2>/dev/null || true' EXIT
 # The C++ tests again under ASan+UBSan (build/sanitize), then the tool's reader and
 # commands fuzzed for a minute each (build/fuzz): one line each; the logs stay in build/.
 scripts/sanitize.sh >build/sanitize-summary.log 2>&1 || { cat build/sanitize-summary.log; exit 1; }
@@ -49,6 +52,7 @@ tail -1 build/fuzz.log
 lane "slow: the rest of pytest"
 .venv/bin/python -m pytest -q "${parallel[@]}" -m "not plugin" tests
 wait "$torch_envs" || { cat build/torch-envs.log; echo "torch_env: a venv could not be made"; exit 1; }
+trap - EXIT
 for version in "${other_torch[@]}"; do
   lane "slow: the plugin's lane on torch $version"
   scripts/test_torch.sh "$version" --plugin

@@ -41,13 +41,18 @@ def plugin_path():
     return Path(hiertag.library_path())
 
 
+def pytest_sessionstart(session):
+    """No plugin, no run: one line, before any test (in pytest-xdist's controller,
+    where pytest.exit ends the run cleanly, not in its workers)."""
+    try:
+        plugin_path()
+    except FileNotFoundError as error:
+        pytest.exit(f"{error}", returncode=2)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def plugin():
     """Every test process loads the plugin, as a user does; HIERTAG decides."""
-    try:
-        path = plugin_path()
-    except FileNotFoundError as error:
-        pytest.exit(f"{error}", returncode=2)
-    torch.ops.load_library(str(path))
+    torch.ops.load_library(str(plugin_path()))
     yield
     os.environ.pop("HIERTAG", None)

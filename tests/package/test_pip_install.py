@@ -3,7 +3,7 @@ made from the checkout, a wheel built from it with `pip wheel
 --no-build-isolation` in a fresh venv next to the same torch with the build's
 tools from PyPI (scikit-build-core, cmake, ninja, nlohmann-json, nanobind) and
 nothing found on the system but the compiler, and that wheel installed into
-another fresh venv holding only torch; there, from a folder outside the
+another fresh venv that held only torch before; there, from a folder outside the
 checkout, the plugin loads from hiertag.library_path(), an export with HIERTAG=1
 is tagged, and the installed `hiertag` command validates it. The wheel names and
 requires the torch it was built against, and its binaries need nothing but
@@ -116,7 +116,8 @@ def wheel(sdist, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def installed(wheel, tmp_path_factory):
-    """A venv holding torch and nothing else, with the wheel installed by pip."""
+    """A venv that held torch and nothing else, with the wheel installed by pip
+    (which brings the wheel's own requirements)."""
     venv = fresh_venv(tmp_path_factory.mktemp("user") / "env")
     run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)])
     return venv
