@@ -15,9 +15,9 @@ cd "$(dirname "$0")/.."
 # newest supported (cmake/HiertagTorch.cmake).
 other_torch=(2.4.0 2.14.1)
 lane() { echo "== $1 ($((SECONDS / 60)) min)"; }
-# pytest in two processes (pytest-xdist), each taking whole modules, so a module's
-# fixtures run once; the slowest modules first (tests/conftest.py FIRST).
-parallel=(-n 2 --dist loadfile --no-loadscope-reorder)
+# pytest in two processes (pytest-xdist); what each takes at a time, and in which order:
+# tests/conftest.py, unit_of_work.
+parallel=(-n 2)
 
 lane "fast: set-up and build"
 scripts/setup.sh

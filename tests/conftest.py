@@ -1,4 +1,5 @@
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -22,17 +23,43 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "plugin: the plugin's lane (tests/conftest.py PLUGIN_LANE)")
 
 
-# The modules that take longest, run first: scripts/test.sh runs pytest in two
-# processes (pytest-xdist, `-n 2 --dist loadfile --no-loadscope-reorder`), which
-# hand out whole modules in collection order; one started last would run alone.
+# pytest-xdist's unit of work (scripts/test.sh runs pytest in two processes, `-n 2`): a
+# test module, so its module and session fixtures run once per run, except that a
+# module's tests whose id names a model (`[model=NAME]`, test_export.py's `exported`: one
+# model's export and every check of it) make a unit per model, so test_export.py's 350
+# tests spread over both processes instead of bounding the run in one. Units go out in
+# collection order: the slowest module first (one started last would run alone), the
+# small per-model units last, where they fill in whichever process is free.
 FIRST = ("package",)
+MODEL = re.compile(r"[\[-](model=[^-\]]+)")
+
+
+def unit_of_work(nodeid):
+    return "::".join([nodeid.split("::")[0], *MODEL.findall(nodeid)])
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.parent.name == "e2e" and item.path.name in PLUGIN_LANE:
             item.add_marker(pytest.mark.plugin)
-    items.sort(key=lambda item: item.path.parent.name not in FIRST)  # stable: the rest keep their order
+    rank = {item.nodeid: 0 if item.path.parent.name in FIRST else 2 if MODEL.search(item.nodeid) else 1
+            for item in items}
+    items.sort(key=lambda item: rank[item.nodeid])  # stable: collection order within a rank
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+def pytest_xdist_make_scheduler(config, log):
+    """Under `-n N` with xdist's default `--dist load`: hand out unit_of_work's units."""
+    if config.getoption("dist") != "load":
+        return None  # an explicit --dist keeps its own scheduler
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnitOfWork(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return unit_of_work(nodeid)
+
+    config.option.loadscopereorder = False  # collection order, not largest unit first
+    return ByUnitOfWork(config, log)
 
 
 def plugin_path():

@@ -32,7 +32,7 @@ def run(model_bytes, feeds):
     return onnxruntime.InferenceSession(model_bytes).run(None, feeds)
 
 
-@pytest.fixture(scope="module", params=sorted(zoo.ALL))
+@pytest.fixture(scope="module", params=sorted(zoo.ALL), ids=lambda name: f"model={name}")
 def exported(request):
     """(name, model, args, tagged bytes, plain bytes); each export gets a model
     of its own, as torch's exporter mutates some (scripted) models."""
