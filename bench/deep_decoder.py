@@ -36,7 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import _run_json, sha256  # bench/ is this script's folder
+import provenance  # bench/ is this script's folder
+from harness import _run_json, sha256
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -238,16 +239,29 @@ def _fmt_ratios(values):
     return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
 
 
+def _rows_by_build(depths):
+    """A line naming each row's build when the rows (merged over runs) come from more than one."""
+    builds = {}
+    for d in depths:
+        build = provenance.describe(d["ran_at"]) if "ran_at" in d else "a build not recorded (an older run)"
+        builds.setdefault(build, []).append(str(d["layers"]))
+    if len(builds) < 2:
+        return []
+    return ["Rows from more than one build: "
+            + "; ".join(f"{', '.join(layers)} layers at {build}" for build, layers in builds.items()) + ".", ""]
+
+
 def render(results, out):
     depths = sorted(results["depths"].values(), key=lambda d: d["layers"])
     m = results["machine"]
     lines = [
         "# Scale: a deep decoder of tiny layers, plain export against hiertag",
         "",
-        f"{m['date']}, commit {m['commit']}{' (with uncommitted changes)' if m['uncommitted_changes'] else ''}; "
+        f"Last run {m['date']}, {provenance.describe(m)}; "
         f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, Python {m['python']}; "
         + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v) + ".",
         "",
+    ] + _rows_by_build(depths) + [
         f"Model: transformers `{MODEL_CLASS}` from `LlamaConfig(**{json.dumps(CONFIG)}, num_hidden_layers=N)`, "
         "seeded random weights, built by `hiertag.models.build` (16 token ids, all-ones attention mask, "
         "no key/value cache). `torch.onnx.export(..., dynamo=False, opset_version=17)`; each export in a fresh "
@@ -381,6 +395,7 @@ def main(argv=None):
         for layers, pairs in depths:
             results["failures"] = [f for f in results["failures"] if not f.startswith(f"{layers} layers")]
             results["depths"][str(layers)] = measure_depth(layers, pairs, Path(scratch), options.timeout, failures)
+            results["depths"][str(layers)]["ran_at"] = provenance.git_state()  # --merge keeps older rows
     results["failures"] += failures
     results["machine"] = harness.machine()
     measured = sorted(results["depths"].values(), key=lambda d: d["layers"])

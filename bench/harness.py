@@ -34,6 +34,7 @@ BENCH = ROOT / "bench"
 PYTHON = sys.executable
 METHODS = ("plain", "hiertag", "legacy")
 
+import provenance  # noqa: E402
 import suite  # noqa: E402
 
 MIB = 1024 * 1024
@@ -78,13 +79,6 @@ def machine():
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             versions[package] = None
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=ROOT).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, cwd=ROOT).stdout.strip())
-    except OSError:
-        commit, dirty = None, None
     os_name = None
     try:
         os_name = platform.freedesktop_os_release().get("PRETTY_NAME")
@@ -95,7 +89,7 @@ def machine():
             "cores": os.cpu_count(),
             "memory_gib": round(int(memory_kib.split()[0]) / MIB, 1) if memory_kib else None,
             "os": os_name, "kernel": platform.release(), "python": platform.python_version(),
-            "versions": versions, "commit": commit, "uncommitted_changes": dirty,
+            "versions": versions, **provenance.git_state(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
@@ -293,8 +287,7 @@ def write_markdown(report, path):
         f"Machine: {machine_info['cpu']}, {machine_info['cores']} cores, {machine_info['memory_gib']} GiB, "
         f"{machine_info['os']} (kernel {machine_info['kernel']}), Python {machine_info['python']}; "
         + ", ".join(f"{k} {v}" for k, v in machine_info["versions"].items())
-        + f"; hiertag {machine_info['commit']}" + (" with uncommitted changes" if machine_info["uncommitted_changes"]
-                                                  else "") + f"; {machine_info['date']}.",
+        + f"; hiertag {provenance.describe(machine_info)}; {machine_info['date']}.",
         "",
     ] + summary_lines(results) + [
         "## Export time and memory",

@@ -21,9 +21,12 @@ import sys
 import time
 from pathlib import Path
 
+import provenance  # bench/ is this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
-PASSES = ("AssignHierarchyTags", "RecordCseSharing", "VisitGraph")  # the plan reads bytes: bench/harness.py
-GRAPH_WALKING = ("AssignHierarchyTags", "RecordCseSharing")
+PASSES = ("AssignHierarchyTags", "RecordCseSharing", "RecordRewritesUnchanged", "RecordRewritesChanged",
+          "VisitGraph")  # the plan reads bytes: bench/harness.py
+GRAPH_WALKING = PASSES[:-1]
 UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
@@ -50,18 +53,21 @@ def measure(repetitions):
     return rows, report["context"]
 
 
-def markdown(rows, context, repetitions, seconds):
+def markdown(rows, context, repetitions, seconds, state):
     visit = {row["size"]: row["ns_per_node"] for row in rows if row["pass"] == "VisitGraph"}
     lines = ["# Pass scaling", "",
              f"Command: `.venv/bin/python bench/pass_scaling_report.py --repetitions {repetitions}` "
              f"({time.strftime('%Y-%m-%d')}, {context.get('num_cpus')} CPUs at {context.get('mhz_per_cpu')} MHz, "
-             f"{platform.platform()}; {seconds:.0f} s). Median CPU time of {repetitions} repetitions.",
+             f"{platform.platform()}; {seconds:.0f} s), {provenance.describe(state)}. "
+             f"Median CPU time of {repetitions} repetitions.",
              "",
              "Synthetic graphs with transformer-like scopes 3 to 4 levels deep (`bench/pass_scaling.cpp`). "
              "*x visit*: the pass's time per node over VisitGraph's at the same size (VisitGraph touches every "
              "node, its scope and its outputs' uses: the floor of any pass over torch's graph). *Growth*: k in "
              "time ~ nodes^k from the size before. RecordCseSharing is the bookkeeping around torch's CSE "
-             "(the pass itself is torch's and is not run here).",
+             "(the pass itself is torch's and is not run here). RecordRewrites observes a pass that changes "
+             "nothing (*Unchanged*: most of the export's observed passes, most of the time) and one that cancels a "
+             "Transpose pair per layer (*Changed*): the observer's own cost, the pass being a stand-in.",
              "",
              "| pass | nodes | CPU ms | ns per node | growth | x visit | peak heap bytes per node |",
              "|---|---:|---:|---:|---:|---:|---:|"]
@@ -84,13 +90,14 @@ def main():
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     options = parser.parse_args()
+    state = provenance.git_state()  # the build measured is this checkout's
     start = time.monotonic()
     rows, context = measure(options.repetitions)
     seconds = time.monotonic() - start
     options.out.mkdir(parents=True, exist_ok=True)
     (options.out / "pass_scaling.json").write_text(
-        json.dumps({"repetitions": options.repetitions, "context": context, "rows": rows}, indent=1) + "\n")
-    (options.out / "pass_scaling.md").write_text(markdown(rows, context, options.repetitions, seconds))
+        json.dumps({"repetitions": options.repetitions, **state, "context": context, "rows": rows}, indent=1) + "\n")
+    (options.out / "pass_scaling.md").write_text(markdown(rows, context, options.repetitions, seconds, state))
     print((options.out / "pass_scaling.md").read_text())
 
 

@@ -12,6 +12,7 @@ import onnx
 import pytest
 
 import deep_decoder
+import provenance
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "deep_decoder.py"
 LAYERS = 3
@@ -66,6 +67,19 @@ def test_report_machine_and_command(run):
     report = (out / "deep-decoder.md").read_text()
     assert f"| {LAYERS} | 1 | {results['depths'][str(LAYERS)]['scores']['plain']['nodes']:,} |" in report
     assert "all passed." in report and results["command"] in report
+    assert results["depths"][str(LAYERS)]["ran_at"] == provenance.git_state()
+
+
+def test_rows_merged_from_another_build_say_which(run, tmp_path):
+    _, results = run
+    older = json.loads(json.dumps(results["depths"][str(LAYERS)]))
+    older.update(layers=LAYERS + 1, ran_at={"commit": "1234567", "uncommitted_changes": True})
+    for score in older["scores"].values():
+        score["nodes"] += 100  # another depth
+    deep_decoder.render({**results, "depths": {**results["depths"], str(LAYERS + 1): older}}, tmp_path)
+    report = (tmp_path / "deep-decoder.md").read_text()
+    assert f"{LAYERS + 1} layers at commit 1234567 (with uncommitted changes)" in report
+    assert f"{LAYERS} layers at {provenance.describe(provenance.git_state())}" in report
 
 
 def test_score_counts_nested_graphs_and_missing_tags(tmp_path):

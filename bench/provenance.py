@@ -1,0 +1,25 @@
+"""Where a measurement ran: the commit, and whether the tree held uncommitted changes
+(a committed result names both; issue 17, "figures with provenance")."""
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git_state():
+    """{"commit": short hash, "uncommitted_changes": bool}; both None outside a checkout."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, check=True).stdout.strip()
+    try:
+        return {"commit": git("rev-parse", "--short", "HEAD"),
+                "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "uncommitted_changes": None}
+
+
+def describe(state):
+    """'commit abc1234', with ' (uncommitted changes)' when the tree had them."""
+    if not state.get("commit"):
+        return "no commit known"
+    return f"commit {state['commit']}" + (" (with uncommitted changes)" if state["uncommitted_changes"] else "")
