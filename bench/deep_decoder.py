@@ -390,12 +390,13 @@ def main(argv=None):
         results = json.loads(path.read_text())
         results.setdefault("failures", [])
     failures = []
+    ran_at = provenance.git_state()  # before the run: a commit made during it is not what ran
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="deep-decoder-") as scratch:
         for layers, pairs in depths:
             results["failures"] = [f for f in results["failures"] if not f.startswith(f"{layers} layers")]
             results["depths"][str(layers)] = measure_depth(layers, pairs, Path(scratch), options.timeout, failures)
-            results["depths"][str(layers)]["ran_at"] = provenance.git_state()  # --merge keeps older rows
+            results["depths"][str(layers)]["ran_at"] = ran_at  # --merge keeps older rows
     results["failures"] += failures
     results["machine"] = harness.machine()
     measured = sorted(results["depths"].values(), key=lambda d: d["layers"])

@@ -3,13 +3,15 @@
 usage: .venv/bin/python bench/pass_scaling_report.py [--repetitions N] [--out DIR]
 
 Runs build/hiertag_pass_scaling (Google Benchmark: AssignHierarchyTags,
-RecordCseSharing's bookkeeping around CSE and VisitGraph,
+RecordCseSharing's bookkeeping around CSE, RecordRewrites around a pass that
+changes nothing and one that cancels a Transpose pair per layer, and VisitGraph,
 a walk that only touches every node, its scope and its outputs' uses) with N
 repetitions, takes the median CPU time of each (the passes are single-threaded;
 CPU time is what a busy machine disturbs least), and writes
 DIR/pass_scaling.md and pass_scaling.json: per pass and size the nodes, the
 time, ns per node, the growth exponent from the size before (1 = linear) and
-the ratio to the visit at the same size (issue 10's target: within 3x at 1M).
+the ratio to the visit at the same size (issue 17's target: within 3x at 1M). The build measured is build/'s:
+run scripts/build.sh first.
 Exit status 1 when the benchmark fails."""
 
 import argparse
@@ -90,7 +92,7 @@ def main():
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     options = parser.parse_args()
-    state = provenance.git_state()  # the build measured is this checkout's
+    state = provenance.git_state()  # the checkout's; build/ is built from it by scripts/build.sh
     start = time.monotonic()
     rows, context = measure(options.repetitions)
     seconds = time.monotonic() - start

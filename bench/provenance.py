@@ -8,12 +8,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def git_state():
-    """{"commit": short hash, "uncommitted_changes": bool}; both None outside a checkout."""
+    """{"commit": short hash, "uncommitted_changes": bool}; both None outside a checkout.
+    bench/results/ is left out: it holds what the measurements write, not what they ran."""
     def git(*args):
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, check=True).stdout.strip()
     try:
         return {"commit": git("rev-parse", "--short", "HEAD"),
-                "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no"))}
+                "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                                                  ":(exclude)bench/results"))}
     except (OSError, subprocess.CalledProcessError):
         return {"commit": None, "uncommitted_changes": None}
 

@@ -24,12 +24,14 @@ def pytest_configure(config):
 
 
 # pytest-xdist's unit of work (scripts/test.sh runs pytest in two processes, `-n 2`): a
-# test module, so its module and session fixtures run once per run, except that a
-# module's tests whose id names a model (`[model=NAME]`, test_export.py's `exported`: one
-# model's export and every check of it) make a unit per model, so test_export.py's 350
-# tests spread over both processes instead of bounding the run in one. Units go out in
-# collection order: the slowest module first (one started last would run alone), the
-# small per-model units last, where they fill in whichever process is free.
+# test module, so its module fixtures run once (session fixtures once per process),
+# except that a module's tests whose id names a model (`[model=NAME]`, test_export.py's
+# `exported`: one model's export and every check of it) make a unit per model, so
+# test_export.py's 315 such tests spread over both processes instead of bounding the run
+# in one. A `model=` id is for a module-scoped fixture that nothing else in its module
+# shares: its tests may run in either process. Units go out in collection order: the
+# slowest module first (one started last would run alone), the small per-model units
+# last, where they fill in whichever process is free.
 FIRST = ("package",)
 MODEL = re.compile(r"[\[-](model=[^-\]]+)")
 
@@ -49,9 +51,10 @@ def pytest_collection_modifyitems(items):
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
 def pytest_xdist_make_scheduler(config, log):
-    """Under `-n N` with xdist's default `--dist load`: hand out unit_of_work's units."""
+    """Under `-n N` (xdist's `--dist load`, the default): hand out unit_of_work's units,
+    in collection order."""
     if config.getoption("dist") != "load":
-        return None  # an explicit --dist keeps its own scheduler
+        return None  # --dist loadfile, loadscope, ... keep xdist's own scheduler
     from xdist.scheduler import LoadScopeScheduling
 
     class ByUnitOfWork(LoadScopeScheduling):

@@ -67,7 +67,10 @@ def test_report_machine_and_command(run):
     report = (out / "deep-decoder.md").read_text()
     assert f"| {LAYERS} | 1 | {results['depths'][str(LAYERS)]['scores']['plain']['nodes']:,} |" in report
     assert "all passed." in report and results["command"] in report
-    assert results["depths"][str(LAYERS)]["ran_at"] == provenance.git_state()
+    ran_at = results["depths"][str(LAYERS)]["ran_at"]
+    assert ran_at["commit"] and ran_at["uncommitted_changes"] in (True, False)
+    assert ran_at == {key: machine[key] for key in ran_at}  # the machine record: one git_state, the last run's
+    assert "Rows from more than one build" not in report  # one run, one build
 
 
 def test_rows_merged_from_another_build_say_which(run, tmp_path):
@@ -79,7 +82,7 @@ def test_rows_merged_from_another_build_say_which(run, tmp_path):
     deep_decoder.render({**results, "depths": {**results["depths"], str(LAYERS + 1): older}}, tmp_path)
     report = (tmp_path / "deep-decoder.md").read_text()
     assert f"{LAYERS + 1} layers at commit 1234567 (with uncommitted changes)" in report
-    assert f"{LAYERS} layers at {provenance.describe(provenance.git_state())}" in report
+    assert f"{LAYERS} layers at {provenance.describe(results['machine'])}" in report
 
 
 def test_score_counts_nested_graphs_and_missing_tags(tmp_path):

@@ -35,7 +35,9 @@ def run(model_bytes, feeds):
 @pytest.fixture(scope="module", params=sorted(zoo.ALL), ids=lambda name: f"model={name}")
 def exported(request):
     """(name, model, args, tagged bytes, plain bytes); each export gets a model
-    of its own, as torch's exporter mutates some (scripted) models."""
+    of its own, as torch's exporter mutates some (scripted) models. The ids
+    (`model=NAME`) make each model's tests a unit of work of their own under
+    `-n 2` (tests/conftest.py): they share no fixture with this module's others."""
     skip_unless_torch_exports(request.param)
     factory = zoo.ALL[request.param]
     # torch names a scripted class's nodes differently from its second export
