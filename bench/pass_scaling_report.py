@@ -10,8 +10,8 @@ repetitions, takes the median CPU time of each (the passes are single-threaded;
 CPU time is what a busy machine disturbs least), and writes
 DIR/pass_scaling.md and pass_scaling.json: per pass and size the nodes, the
 time, ns per node, the growth exponent from the size before (1 = linear) and
-the ratio to the visit at the same size (issue 17's target: within 3x at 1M). The build measured is build/'s:
-run scripts/build.sh first.
+the ratio to the visit at the same size (issue 17's target: within 3x at 1M).
+The build measured is build/'s: run scripts/build.sh first.
 Exit status 1 when the benchmark fails."""
 
 import argparse

@@ -44,9 +44,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.parent.name == "e2e" and item.path.name in PLUGIN_LANE:
             item.add_marker(pytest.mark.plugin)
-    rank = {item.nodeid: 0 if item.path.parent.name in FIRST else 2 if MODEL.search(item.nodeid) else 1
-            for item in items}
-    items.sort(key=lambda item: rank[item.nodeid])  # stable: collection order within a rank
+    # stable: collection order within each rank
+    items.sort(key=lambda item: 0 if item.path.parent.name in FIRST else 2 if MODEL.search(item.nodeid) else 1)
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
