@@ -24,4 +24,4 @@ def describe(state):
     """'commit abc1234', with ' (uncommitted changes)' when the tree had them."""
     if not state.get("commit"):
         return "no commit known"
-    return f"commit {state['commit']}" + (" (with uncommitted changes)" if state["uncommitted_changes"] else "")
+    return f"commit {state['commit']}" + (" (with uncommitted changes)" if state.get("uncommitted_changes") else "")

@@ -52,6 +52,8 @@ from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import provenance  # noqa: E402  (bench/provenance.py: the commit, and whether the tree was clean)
 
 BUNDLED = ["bert", "gpt2", "t5", "llama", "vit", "resnet"]
 CORNER_CASES = ["mobilenet_v3_style", "gpt_style"]
@@ -469,11 +471,6 @@ def versions():
     return found
 
 
-def commit():
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    return done.stdout.strip() or "unknown"
-
-
 COUNTS = ("calls", "verified", "declared_by_tool", "declared_by_carry", "declared_at_export", "never_ran", "no_nodes",
           "wrong")
 
@@ -501,8 +498,8 @@ def render(report):
     models = [m for m in report["models"] if any(c["model"] == m for c in cells)]
     every = totals(cells)
     lines = ["# hiertag carry: tags after the tools that come next", "",
-             f"Command: `.venv/bin/python scripts/carry_matrix.py{report['arguments']}` ({report['date']}, commit "
-             f"{report['commit']}, " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ").", "",
+             f"Command: `.venv/bin/python scripts/carry_matrix.py{report['arguments']}` ({report['date']}, "
+             f"{provenance.describe(report)}, " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ").", "",
              f"{len(models)} models (trained-like weights) by {len(report['tools'])} tools: "
              f"**{sum(c['passed'] for c in cells)} of {len(cells)} cells pass** (every node tagged, `hiertag "
              f"validate` and `tree` accept the file, no call wrong, `extract` as the file says). Of "
@@ -616,7 +613,7 @@ def main(argv=None):
         return 2
     arguments = "".join(f" --{k} {v}" for k, v in (("models", options.models), ("tools", options.tools))
                         if v != parser.get_default(k))
-    report = {"arguments": arguments, "date": time.strftime("%Y-%m-%d"), "commit": commit(),
+    report = {"arguments": arguments, "date": time.strftime("%Y-%m-%d"), **provenance.git_state(),
               "versions": versions(), "models": models, "tools": tools, "cells": []}
     for name in models:
         found = run_model(name, tools)

@@ -33,6 +33,8 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import provenance  # noqa: E402  (bench/provenance.py: the commit, and whether the tree was clean)
 
 
 def first_line(error):
@@ -215,10 +217,9 @@ def versions():
     import onnxscript
     import torch
     import transformers
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     return {"torch": torch.__version__, "onnxscript": onnxscript.__version__, "transformers": transformers.__version__,
             "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "python": platform.python_version(),
-            "commit": commit.stdout.strip(), "date": time.strftime("%Y-%m-%d")}
+            **provenance.git_state(), "date": time.strftime("%Y-%m-%d")}
 
 
 def render(results, environment):
@@ -231,8 +232,8 @@ def render(results, environment):
     unoptimized = [r for r in both if r["dynamo_unoptimized"]["export"] == "ok"]
     lines = [
         "# Module metadata: torch's dynamo exporter against hiertag", "",
-        f"Command: `.venv/bin/python scripts/dynamo_vs_hiertag.py` ({environment['date']}, commit "
-        f"{environment['commit']}, torch {environment['torch']}, onnxscript {environment['onnxscript']}, transformers "
+        f"Command: `.venv/bin/python scripts/dynamo_vs_hiertag.py` ({environment['date']}, "
+        f"{provenance.describe(environment)}, torch {environment['torch']}, onnxscript {environment['onnxscript']}, transformers "
         f"{environment['transformers']}, onnx {environment['onnx']}, onnxruntime {environment['onnxruntime']}, python "
         f"{environment['python']}).", "",
         "Every bundled model of `hiertag.zoo`, each in a fresh process, exported three ways with the same call "

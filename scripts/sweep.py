@@ -32,6 +32,8 @@ from pathlib import Path
 from hiertag import OPSET
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import provenance  # noqa: E402  (bench/provenance.py: the commit, and whether the tree was clean)
 
 CHECKS = ["tagged", "table", "checker", "validate", "runtime", "stripped", "flag_off"]
 
@@ -192,7 +194,7 @@ def render(results, meta):
     lines = [
         "# hiertag sweep: third-party architectures",
         "",
-        f"Command: `.venv/bin/python scripts/sweep.py` ({meta['when']}, commit {meta['commit']}, "
+        f"Command: `.venv/bin/python scripts/sweep.py` ({meta['when']}, {provenance.describe(meta)}, "
         f"{', '.join(f'{k} {v}' for k, v in meta['versions'].items())}).",
         "",
         f"**{len(passed)} of {len(exportable)} exportable models pass every check**; "
@@ -256,8 +258,7 @@ def main():
     if unknown:
         sys.exit(f"sweep: unknown model {', '.join(unknown)} (sweep models: {', '.join(sweep_models.MODELS)}; "
                  f"or zoo:NAME)")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    meta = {"when": time.strftime("%Y-%m-%d"), "commit": commit.stdout.strip() or "unknown", "versions": versions(),
+    meta = {"when": time.strftime("%Y-%m-%d"), **provenance.git_state(), "versions": versions(),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
     results = []
     for name in names:

@@ -29,7 +29,7 @@ def sweep(tmp_path_factory):
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep.py"), "--models", ",".join(SUBSET),
                              "--out", str(out)], capture_output=True, text=True, cwd=ROOT)
     report = json.loads((out / "sweep.json").read_text())
-    return result, {r["model"]: r for r in report["results"]}, (out / "sweep.md").read_text()
+    return result, {r["model"]: r for r in report["results"]}, (out / "sweep.md").read_text(), report["meta"]
 
 
 def skip_unless_torch_exported(result):
@@ -43,7 +43,7 @@ def skip_unless_torch_exported(result):
 
 @pytest.mark.parametrize("name", [n for n in SUBSET if n != "mixtral"])
 def test_model_passes_every_check(sweep, name):
-    _, results, _ = sweep
+    _, results, _, _ = sweep
     result = results[name]
     skip_unless_torch_exported(result)
     assert result["passed"], json.dumps(result, indent=1)
@@ -51,12 +51,12 @@ def test_model_passes_every_check(sweep, name):
 
 
 def test_repeated_layer_is_checked_call_by_call(sweep):
-    _, results, _ = sweep
+    _, results, _, _ = sweep
     assert results["albert"]["calls"] > results["albert"]["modules"]
 
 
 def test_folded_module_is_listed_and_said_to_have_no_nodes(sweep):
-    _, results, _ = sweep
+    _, results, _, _ = sweep
     skip_unless_torch_exported(results["swin"])
     if not hasattr(importlib.import_module("transformers.models.swin.modeling_swin"), "SwinRelativePositionBias"):
         pytest.skip(f"transformers {transformers.__version__}'s Swin computes its bias in the attention, no module of its own")
@@ -64,7 +64,7 @@ def test_folded_module_is_listed_and_said_to_have_no_nodes(sweep):
 
 
 def test_model_torch_cannot_export_is_listed_with_its_error_and_not_counted(sweep):
-    result, results, report = sweep
+    result, results, report, _ = sweep
     assert not results["mixtral"]["exportable"] and "UnsupportedOperatorError" in results["mixtral"]["error"]
     if transformers.__version__ == PINNED_TRANSFORMERS:
         assert "aten::histc" in results["mixtral"]["error"]  # its router's histogram
@@ -80,3 +80,15 @@ def test_unknown_model_is_a_one_line_error():
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode != 0 and result.stderr.strip().startswith("sweep: unknown model nonesuch")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_report_names_the_commit_and_whether_the_tree_was_clean(sweep):
+    _, _, report, meta = sweep
+    state = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":(exclude)bench/results"], capture_output=True, text=True, cwd=ROOT, check=True)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT,
+                          check=True)
+    assert meta["commit"] == head.stdout.strip()
+    assert meta["uncommitted_changes"] is bool(state.stdout.strip())
+    said = f"commit {meta['commit']}" + (" (with uncommitted changes)" if meta["uncommitted_changes"] else "") + ","
+    assert said in report.splitlines()[2]
