@@ -20,6 +20,23 @@ def git_state():
         return {"commit": None, "uncommitted_changes": None}
 
 
+def build_target(target):
+    """Brings build/TARGET up to date with the checkout (`cmake --build`, a no-op
+    when it is), so what a measurement runs is what git_state names. None when
+    it is; else the one-line reason it could not be."""
+    if not (ROOT / "build" / "CMakeCache.txt").exists():
+        return "build/ is not configured: run scripts/build.sh first"
+    try:
+        done = subprocess.run(["cmake", "--build", str(ROOT / "build"), "--target", target, "-j2"],
+                              capture_output=True, text=True, cwd=ROOT)
+    except OSError as error:
+        return f"cmake could not run: {error}"
+    if done.returncode != 0:
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        return f"building {target} failed (exit {done.returncode}): {lines[-1] if lines else 'no output'}"
+    return None
+
+
 def describe(state):
     """'commit abc1234', with ' (uncommitted changes)' when the tree had them."""
     if not state.get("commit"):

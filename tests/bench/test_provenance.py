@@ -1,0 +1,28 @@
+"""bench/provenance.py: what a measurement names (the commit, a clean tree) and
+builds (build/ brought up to date with the checkout before it runs)."""
+
+import subprocess
+
+import provenance
+
+
+def test_state_is_the_checkouts_commit_and_cleanliness():
+    state = provenance.git_state()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=provenance.ROOT, check=True).stdout.strip()
+    assert state["commit"] == head and state["uncommitted_changes"] in (True, False)
+    assert provenance.describe(state).startswith(f"commit {head}")
+    assert provenance.describe({"commit": None}) == "no commit known"
+
+
+def test_build_target_says_in_one_line_what_it_could_not_build(tmp_path, monkeypatch):
+    problem = provenance.build_target("no_such_target")
+    assert problem.startswith("building no_such_target failed (exit ") and "\n" not in problem
+    monkeypatch.setattr(provenance, "ROOT", tmp_path)  # a checkout never built
+    assert provenance.build_target("hiertag_pass_scaling") == "build/ is not configured: run scripts/build.sh first"
+
+
+def test_build_target_brings_the_benchmark_up_to_date():
+    binary = provenance.ROOT / "build" / "hiertag_pass_scaling"
+    assert provenance.build_target(binary.name) is None
+    assert binary.exists()
