@@ -6,6 +6,9 @@ usage: .venv/bin/python bench/deep_decoder.py --layers N[xPAIRS][,N[xPAIRS]...] 
        .venv/bin/python bench/deep_decoder.py --render [--out DIR]
        (internal) bench/deep_decoder.py --worker plain|hiertag N OUT.onnx
 
+build/'s plugin and tool are first brought up to date with the checkout
+(provenance.build_targets), so the commit each row names is the one that ran.
+
 The model is transformers' LlamaForCausalLM built from a LlamaConfig (CONFIG
 below, num_hidden_layers = N) with seeded random weights; hiertag.models
 builds it and its inputs (16 token ids and an all-ones attention mask, no
@@ -383,6 +386,9 @@ def main(argv=None):
     if not options.layers:
         parser.error("--layers is required")
     depths = parse_layers(options.layers, options.pairs)
+    problem = provenance.build_targets(*provenance.EXPORT_TARGETS)  # what ran is what ran_at names
+    if problem:
+        sys.exit(f"deep_decoder: {problem}")
     options.out.mkdir(parents=True, exist_ok=True)
     import harness
     results = {"depths": {}, "failures": []}

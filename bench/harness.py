@@ -10,6 +10,8 @@ a fresh process (bench/export_once.py), the order of the methods rotating
 from round to round. The first round's files are scored in a separate process
 (bench/score.py); later rounds' files are compared byte for byte with the
 first. Then build/hiertag_pass_scaling runs (Google Benchmark, JSON output).
+What runs from build/ is first brought up to date with the checkout
+(provenance.build_targets), so the commit the report names is the one measured.
 Writes to DIR (default bench/results): results.json (every measurement,
 machine and versions), results.md (the report), export_time.png and
 pass_scaling.png. Exits 1 when a measurement failed (the report says which)."""
@@ -403,9 +405,10 @@ def main():
             sys.exit(f"harness: unknown model '{name}' (known: {', '.join(suite.MODELS)}, or zoo:NAME)")
     if not names or options.runs < 1:
         sys.exit("harness: give at least one model and --runs of at least 1")
-    for needed in ("libhiertag.so", "hiertag_pass_scaling"):
-        if not (ROOT / "build" / needed).exists():
-            sys.exit(f"harness: build/{needed} is missing: run scripts/build.sh first")
+    scaling_target = () if options.no_scaling else (provenance.SCALING_TARGET,)
+    problem = provenance.build_targets(*provenance.EXPORT_TARGETS, *scaling_target)  # what machine() names
+    if problem:
+        sys.exit(f"harness: {problem}")
     options.out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     machine_info = machine()  # the commit measured, before anything changes

@@ -35,8 +35,8 @@ UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
 def measure(repetitions):
-    binary = ROOT / "build" / "hiertag_pass_scaling"
-    problem = provenance.build_target(binary.name)
+    binary = ROOT / "build" / provenance.SCALING_TARGET
+    problem = provenance.build_targets(provenance.SCALING_TARGET)
     if problem:
         sys.exit(f"pass_scaling_report: {problem}")
     done = subprocess.run([str(binary), "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",

@@ -20,20 +20,26 @@ def git_state():
         return {"commit": None, "uncommitted_changes": None}
 
 
-def build_target(target):
-    """Brings build/TARGET up to date with the checkout (`cmake --build`, a no-op
-    when it is), so what a measurement runs is what git_state names. None when
-    it is; else the one-line reason it could not be."""
+# What the exports measured run from build/: the plugin (a loader and the
+# passes it loads) and the native tool that scores the files.
+EXPORT_TARGETS = ("hiertag_plugin", "hiertag_python", "hiertag_cli")
+SCALING_TARGET = "hiertag_pass_scaling"
+
+
+def build_targets(*targets):
+    """Brings build/'s TARGETS up to date with the checkout (`cmake --build`, a
+    no-op when they are), so what a measurement runs is what git_state names.
+    None when they are; else the one-line reason they could not be."""
     if not (ROOT / "build" / "CMakeCache.txt").exists():
         return "build/ is not configured: run scripts/build.sh first"
     try:
-        done = subprocess.run(["cmake", "--build", str(ROOT / "build"), "--target", target, "-j2"],
+        done = subprocess.run(["cmake", "--build", str(ROOT / "build"), "-j2", "--target", *targets],
                               capture_output=True, text=True, cwd=ROOT)
     except OSError as error:
         return f"cmake could not run: {error}"
     if done.returncode != 0:
         lines = (done.stdout + done.stderr).strip().splitlines()
-        return f"building {target} failed (exit {done.returncode}): {lines[-1] if lines else 'no output'}"
+        return f"building {' '.join(targets)} failed (exit {done.returncode}): {lines[-1] if lines else 'no output'}"
     return None
 
 
