@@ -36,9 +36,6 @@ UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 
 def measure(repetitions):
     binary = ROOT / "build" / provenance.SCALING_TARGET
-    problem = provenance.build_targets(provenance.SCALING_TARGET)
-    if problem:
-        sys.exit(f"pass_scaling_report: {problem}")
     done = subprocess.run([str(binary), "--benchmark_format=json", f"--benchmark_repetitions={repetitions}",
                            "--benchmark_report_aggregates_only=true",
                            f"--benchmark_filter=BM_({'|'.join(PASSES)})/"], capture_output=True, text=True)
@@ -95,7 +92,10 @@ def main():
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     options = parser.parse_args()
-    state = provenance.git_state()  # the checkout's; measure() builds the benchmark from it
+    state = provenance.git_state()
+    problem = provenance.build_targets(provenance.SCALING_TARGET)  # from the checkout state names
+    if problem:
+        sys.exit(f"pass_scaling_report: {problem}")
     start = time.monotonic()
     rows, context = measure(options.repetitions)
     seconds = time.monotonic() - start

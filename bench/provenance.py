@@ -1,6 +1,9 @@
 """Where a measurement ran: the commit, and whether the tree held uncommitted changes
-(a committed result names both; issue 17, "figures with provenance")."""
+(a committed result names both; issue 17, "figures with provenance"); and build/
+brought up to date with that checkout before a measurement runs what it built."""
 
+import fcntl
+import re
 import subprocess
 from pathlib import Path
 
@@ -21,30 +24,43 @@ def git_state():
 
 
 # What the exports measured run from build/: the plugin (a loader and the
-# passes it loads) and the native tool that scores the files.
-EXPORT_TARGETS = ("hiertag_plugin", "hiertag_python", "hiertag_cli")
+# passes it loads), the native tool and the package's core module (hiertag._core),
+# which score the files.
+EXPORT_TARGETS = ("hiertag_plugin", "hiertag_python", "hiertag_cli", "hiertag_core_module")
 SCALING_TARGET = "hiertag_pass_scaling"
 
 
 def build_targets(*targets):
-    """Brings build/'s TARGETS up to date with the checkout (`cmake --build`, a
-    no-op when they are), so what a measurement runs is what git_state names.
-    None when they are; else the one-line reason they could not be."""
-    if not (ROOT / "build" / "CMakeCache.txt").exists():
+    """Brings build/'s TARGETS up to date with the checkout (`cmake --build` with
+    the cmake that configured it; a no-op when they are), so what a measurement
+    runs is what git_state names. One build at a time (build/.measure.lock:
+    pytest runs two processes). None when they are up to date; else the one-line
+    reason they could not be, with the log (build/measure-build.log)."""
+    build = ROOT / "build"
+    cache = build / "CMakeCache.txt"
+    if not cache.exists():
         return "build/ is not configured: run scripts/build.sh first"
+    found = re.search(r"^CMAKE_COMMAND:INTERNAL=(.+)$", cache.read_text(errors="replace"), re.MULTILINE)
+    cmake = found.group(1) if found else "cmake"
+    log = build / "measure-build.log"
     try:
-        done = subprocess.run(["cmake", "--build", str(ROOT / "build"), "-j2", "--target", *targets],
-                              capture_output=True, text=True, cwd=ROOT)
+        with open(build / ".measure.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            done = subprocess.run([cmake, "--build", str(build), "-j2", "--target", *targets],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     except OSError as error:
         return f"cmake could not run: {error}"
+    log.write_text(done.stdout)
     if done.returncode != 0:
-        lines = (done.stdout + done.stderr).strip().splitlines()
-        return f"building {' '.join(targets)} failed (exit {done.returncode}): {lines[-1] if lines else 'no output'}"
+        lines = done.stdout.strip().splitlines()
+        first = next((line for line in lines if re.search(r"error", line, re.IGNORECASE)), lines[-1] if lines else "")
+        return (f"building {' '.join(targets)} failed (exit {done.returncode}): {first.strip()[:200]} "
+                f"(log: {log.relative_to(ROOT)})")
     return None
 
 
 def describe(state):
-    """'commit abc1234', with ' (uncommitted changes)' when the tree had them."""
+    """'commit abc1234', with ' (with uncommitted changes)' when the tree had them."""
     if not state.get("commit"):
         return "no commit known"
     return f"commit {state['commit']}" + (" (with uncommitted changes)" if state.get("uncommitted_changes") else "")

@@ -12,6 +12,8 @@ import pytest
 import torch
 import transformers
 
+import provenance
+
 from tests.e2e.exportable import PINNED_TRANSFORMERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,11 +86,6 @@ def test_unknown_model_is_a_one_line_error():
 
 def test_report_names_the_commit_and_whether_the_tree_was_clean(sweep):
     _, _, report, meta = sweep
-    state = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                            ":(exclude)bench/results"], capture_output=True, text=True, cwd=ROOT, check=True)
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT,
-                          check=True)
-    assert meta["commit"] == head.stdout.strip()
-    assert meta["uncommitted_changes"] is bool(state.stdout.strip())
-    said = f"commit {meta['commit']}" + (" (with uncommitted changes)" if meta["uncommitted_changes"] else "") + ","
-    assert said in report.splitlines()[2]
+    state = provenance.git_state()  # tests/bench/test_provenance.py checks it against git
+    assert {key: meta[key] for key in state} == state
+    assert f", {provenance.describe(state)}, " in report.splitlines()[2]
