@@ -6,7 +6,7 @@ usage: .venv/bin/python bench/deep_decoder.py --layers N[xPAIRS][,N[xPAIRS]...] 
        .venv/bin/python bench/deep_decoder.py --render [--out DIR]
        (internal) bench/deep_decoder.py --worker plain|hiertag N OUT.onnx
 
-build/'s plugin and tool are first brought up to date with the checkout
+build/'s plugin, tool and core module are first brought up to date with the checkout
 (provenance.build_targets), so the commit each row names is the one that ran.
 
 The model is transformers' LlamaForCausalLM built from a LlamaConfig (CONFIG

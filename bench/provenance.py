@@ -48,9 +48,9 @@ def build_targets(*targets):
             fcntl.flock(lock, fcntl.LOCK_EX)
             done = subprocess.run([cmake, "--build", str(build), "-j2", "--target", *targets],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+            log.write_text(done.stdout)  # under the lock: the other process's build does not overwrite it
     except OSError as error:
         return f"cmake could not run: {error}"
-    log.write_text(done.stdout)
     if done.returncode != 0:
         lines = done.stdout.strip().splitlines()
         first = next((line for line in lines if re.search(r"error", line, re.IGNORECASE)), lines[-1] if lines else "")
