@@ -14,6 +14,9 @@
 #   scripts/fuzz.sh --seconds 600        open-ended: 600 s per target from a random seed
 #   scripts/fuzz.sh --keep-corpus        go on from the corpora of the last run (build/fuzz/corpus)
 #   scripts/fuzz.sh --targets tree,extract --jobs 1
+#   scripts/fuzz.sh --seconds 600 --report bench/results/fuzz.md
+#                                        also writes the run as a result to commit (bench/fuzz_report.py:
+#                                        the command, the commit, the compiler, a table per target)
 #
 # A finding is written to build/fuzz/artifacts/<target>-crash-* (or leak-, timeout-,
 # oom-), and its path and first bytes are printed; replay it with
@@ -25,15 +28,20 @@ seconds=
 targets=model_reader,validate,tree,extract,json,tag_grammar
 jobs=2
 keep_corpus=false
+report=
+command="scripts/fuzz.sh${*:+ $*}"
 while (($#)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --targets) targets="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --keep-corpus) keep_corpus=true; shift ;;
-    *) echo "usage: scripts/fuzz.sh [--seconds N] [--targets a,b] [--jobs J] [--keep-corpus]" >&2; exit 2 ;;
+    --report) report="$2"; shift 2 ;;
+    *) echo "usage: scripts/fuzz.sh [--seconds N] [--targets a,b] [--jobs J] [--keep-corpus] [--report FILE]" >&2
+       exit 2 ;;
   esac
 done
+target_list=$targets
 IFS=, read -r -a targets <<<"$targets"
 
 out=build/fuzz
@@ -92,10 +100,12 @@ run_target() {
   # The seeds and past findings come first (every one is run once at start-up).
   # TMPDIR: each target's work folder (fuzz_support.h) lies under build/fuzz/tmp.
   TMPDIR="$PWD/$out/tmp" "$out/${target}_fuzzer" "$out/corpus/$target" "$(seeds_of "$target")" \
-    "tests/fuzz/regressions/$target" "${mode[@]}" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10 \
+    "tests/fuzz/regressions/$target" "${mode[@]}" "${limits[@]}" \
     -print_final_stats=1 -dict=tests/fuzz/hiertag.dict -artifact_prefix="$out/artifacts/$target-" \
     >"$out/logs/$target.log" 2>&1
 }
+# What fails a run: an input over 10 s, 2 GiB of memory, or one allocation over 1 GiB.
+limits=(-rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10)
 
 fuzz_start=$SECONDS
 rm -f "$out"/artifacts/*
@@ -107,34 +117,8 @@ done
 wait
 rm -rf "$out/tmp"
 
-failed=()
-total=0
-for target in "${targets[@]}"; do
-  log=$out/logs/$target.log
-  executions=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
-  rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
-  corpus=$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" | tail -1 | cut -d' ' -f2)
-  seeds_count=$(find "$(seeds_of "$target")" -type f ! -name .stamp | wc -l)
-  total=$((total + ${executions:-0}))
-  code=$(cat "$out/logs/$target.status")
-  if [ "$code" = 0 ]; then
-    printf 'fuzz: %-13s %9s executions (%s/s), %3s seeds, corpus %s, 0 crashes\n' \
-      "$target" "$executions" "$rate" "$seeds_count" "$corpus"
-  else
-    failed+=("$target")
-    printf 'fuzz: %-13s FAILED (exit %s) after %s executions; log %s\n' "$target" "$code" "$executions" "$log"
-    grep -E 'ERROR: |SUMMARY: |runtime error|fuzz: |Test unit written|what\(\)' "$log" | head -12 | sed 's/^/    /'
-    for artifact in "$out/artifacts/$target-"*; do
-      [ -f "$artifact" ] || continue
-      echo "    finding: $artifact ($(stat -c %s "$artifact") bytes), first bytes:"
-      od -A x -t x1z -v "$artifact" | head -8 | sed 's/^/      /'
-    done
-  fi
-done
-if [ -n "$seconds" ]; then how="${seconds}s each"; else how="seeds, past findings and fixed mutations"; fi
-summary="${#targets[@]} targets ($how): $total executions, ${#failed[@]} failing; build+seeds ${prepared}s, fuzzing $((SECONDS - fuzz_start))s"
-if ((${#failed[@]})); then
-  echo "fuzz: FAILED (${failed[*]}): $summary; replay: $out/<target>_fuzzer $out/artifacts/<file>"
-  exit 1
-fi
-echo "fuzz: $summary"
+# A line per target and one summary line last; a failing target's errors, and
+# each finding's path and first bytes (bench/fuzz_report.py, which also writes --report).
+exec .venv/bin/python bench/fuzz_report.py --targets "$target_list" --prepared "$prepared" \
+  --fuzzing "$((SECONDS - fuzz_start))" --jobs "$jobs" ${seconds:+--seconds "$seconds"} --flags="$flags" \
+  --options="${limits[*]}" --command "$command" ${report:+--markdown "$report"}
