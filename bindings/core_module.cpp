@@ -22,12 +22,14 @@
 //
 // A malformed argument raises ValueError with the core's one-line reason.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -194,6 +196,27 @@ std::vector<std::string> WeightValuesOf(nb::bytes bytes) {
   return values;
 }
 
+// place_by_rules' rows (holder, has_inputs, neighbours) -> (tag or id, rule name).
+using PlacementRow = std::tuple<std::optional<int>, bool, std::vector<int>>;
+
+std::vector<std::tuple<int, std::string>> PlacedRows(
+    const std::vector<PlacementRow>& rows,
+    const std::function<std::vector<Placement>(const std::vector<UnplacedNode>&)>& place) {
+  std::vector<UnplacedNode> nodes;
+  nodes.reserve(rows.size());
+  for (const auto& [holder, has_inputs, neighbours] : rows) nodes.push_back({holder, has_inputs, neighbours});
+  std::vector<Placement> placements;
+  try {
+    placements = place(nodes);
+  } catch (const std::out_of_range& error) {
+    throw nb::value_error(error.what());
+  }
+  std::vector<std::tuple<int, std::string>> result;
+  result.reserve(placements.size());
+  for (const Placement& placement : placements) result.emplace_back(placement.tag, TagRuleName(placement.rule));
+  return result;
+}
+
 }  // namespace
 }  // namespace hiertag
 
@@ -233,26 +256,23 @@ NB_MODULE(_core, m) {
 
   m.def(
       "place_by_rules",
-      [](const std::vector<std::tuple<std::optional<int>, bool, std::vector<int>>>& rows, const CallTags& call_tags) {
-        std::vector<UnplacedNode> nodes;
-        nodes.reserve(rows.size());
-        for (const auto& [holder, has_inputs, neighbours] : rows) nodes.push_back({holder, has_inputs, neighbours});
-        std::vector<Placement> placements;
-        try {
-          placements = PlaceByRules(nodes, call_tags);
-        } catch (const std::out_of_range& error) {
-          throw nb::value_error(error.what());
-        }
-        std::vector<std::tuple<int, std::string>> result;
-        result.reserve(placements.size());
-        for (const Placement& placement : placements) result.emplace_back(placement.tag, TagRuleName(placement.rule));
-        return result;
+      [](const std::vector<PlacementRow>& rows, const CallTags& call_tags) {
+        return PlacedRows(rows, [&](const std::vector<UnplacedNode>& nodes) { return PlaceByRules(nodes, call_tags); });
       },
       "nodes"_a, "call_tags"_a,
       "Places the nodes no record tags by hiertag's rules (placement_rules.h): nodes are (holder, has_inputs, "
       "neighbours) in sweep order, holder None outside nested graphs; a holder or neighbour is a call tag id or "
       "unplaced(k), the k-th node of the list. Returns (tag, rule) per node, rule 'enclosing', 'consumers', "
       "'neighbours' or 'root'.");
+  m.def(
+      "place_by_rules",
+      [](const std::vector<PlacementRow>& rows, int root, const std::function<int(int, int)>& common) {
+        return PlacedRows(rows,
+                          [&](const std::vector<UnplacedNode>& nodes) { return PlaceByRules(nodes, root, common); });
+      },
+      "nodes"_a, "root"_a, "common"_a,
+      "The same rules over the caller's own ids (>= 0): common(a, b) is the id of the innermost place holding "
+      "both, root the id of a node nothing places. Returns (id, rule) per node.");
   m.def(
       "calls_of_readers",
       [](const std::vector<std::tuple<int, int, std::vector<std::tuple<int, int>>>>& rows) {

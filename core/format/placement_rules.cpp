@@ -31,8 +31,8 @@ constexpr int kWaiting = -1;
 
 class Placer {
  public:
-  Placer(const std::vector<UnplacedNode>& nodes, const CallTags& call_tags)
-      : nodes_(nodes), call_tags_(call_tags), placements_(nodes.size()), tags_(nodes.size(), kWaiting) {
+  Placer(const std::vector<UnplacedNode>& nodes, int root, const std::function<int(int, int)>& common)
+      : nodes_(nodes), root_(root), common_(common), placements_(nodes.size()), tags_(nodes.size(), kWaiting) {
     for (const UnplacedNode& node : nodes_) {
       if (node.holder) Check(*node.holder);
       for (int neighbour : node.neighbours) Check(neighbour);
@@ -56,7 +56,7 @@ class Placer {
       if (k == waiting.size()) break;
       waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(k));
     }
-    for (size_t i : waiting) Place(i, CallTags::kRoot, TagRule::kRoot);
+    for (size_t i : waiting) Place(i, root_, TagRule::kRoot);
     return std::move(placements_);
   }
 
@@ -93,7 +93,7 @@ class Placer {
       if (tag == kWaiting) {
         complete = false;
       } else {
-        common = common == kWaiting ? tag : call_tags_.CommonAncestor(common, tag);
+        common = common == kWaiting ? tag : common_(common, tag);
       }
     }
     if (common == kWaiting || (!complete && !settle_partial)) return false;
@@ -102,7 +102,8 @@ class Placer {
   }
 
   const std::vector<UnplacedNode>& nodes_;
-  const CallTags& call_tags_;
+  int root_;
+  const std::function<int(int, int)>& common_;
   std::vector<Placement> placements_;
   std::vector<int> tags_;
 };
@@ -110,7 +111,12 @@ class Placer {
 }  // namespace
 
 std::vector<Placement> PlaceByRules(const std::vector<UnplacedNode>& nodes, const CallTags& call_tags) {
-  return Placer(nodes, call_tags).Run();
+  return PlaceByRules(nodes, CallTags::kRoot, [&call_tags](int a, int b) { return call_tags.CommonAncestor(a, b); });
+}
+
+std::vector<Placement> PlaceByRules(const std::vector<UnplacedNode>& nodes, int root,
+                                    const std::function<int(int, int)>& common) {
+  return Placer(nodes, root, common).Run();
 }
 
 std::vector<int> CallsOfReaders(const std::vector<RulePlacedNode>& nodes) {

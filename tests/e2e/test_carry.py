@@ -210,6 +210,42 @@ def hiertag_carry(*arguments):
                           capture_output=True, text=True)
 
 
+def test_nodes_standing_for_no_original_node_take_the_module_call_around_them(tmp_path):
+    """Check that nodes standing for no original node, neither a conversion nor
+    computing an original value (nodes a tool left reading values and read by
+    nothing), are placed by hiertag's own rules over the file's calls
+    (core.place_by_rules, the plugin's code): a chain of two reading inside the
+    second call of a module called twice joins that call, not the module's
+    first (the second waits for the first, placed in the same sweep), and one
+    reading from both calls goes to their caller."""
+    import torch
+    import hiertag
+    from hiertag import OPSET
+    model, args = zoo_model("called_twice")
+    with quiet(), hiertag.tagging():
+        torch.onnx.export(model, args, str(tmp_path / "tagged.onnx"), dynamo=False, opset_version=OPSET)
+    transformed = onnx.load(tmp_path / "tagged.onnx")
+    for node in transformed.graph.node:
+        del node.metadata_props[:]  # as the tools leave them
+    inside_second = "/shared/proj_1/Gemm_output_0"
+    transformed.graph.node.extend([
+        onnx.helper.make_node("Identity", [inside_second], ["left_a"], name="left_a"),
+        onnx.helper.make_node("Neg", ["left_a"], ["left_b"], name="left_b"),
+        onnx.helper.make_node("Add", ["/shared/Relu_output_0", inside_second], ["across"], name="across")])
+    onnx.save(transformed, tmp_path / "transformed.onnx")
+    out = tmp_path / "out.onnx"
+    done = hiertag_carry(tmp_path / "tagged.onnx", tmp_path / "transformed.onnx", "-o", out, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    placed = {n.name: checks.node_props(n) for n in onnx.load(out).graph.node}
+    for name in ("left_a", "left_b"):
+        assert (placed[name][core.TAG_KEY], placed[name].get(core.CALL_KEY)) == ("/CalledTwice/Expert", "1")
+    assert (placed["across"][core.TAG_KEY], placed["across"].get(core.CALL_KEY)) == ("/CalledTwice", None)
+    assert result["rule"] == result["rules"]["neighbours"] == 3, result["rules"]
+    assert result["calls"]["declared_by_carry"] == 0 and result["calls"]["verified"] > 0
+    assert run_tool("validate", out).returncode == 0
+
+
 def test_files_keeping_every_tensor_in_a_data_file_are_carried_as_the_same_files_inline(tmp_path):
     """Check that `carry`, which reads no weight it does not need, gives files that
     keep every tensor in a data file (shape inputs in Constants too) the tags and

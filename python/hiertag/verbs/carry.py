@@ -39,11 +39,13 @@ correspondence depends on which tool ran or on op types:
              and what it makes stand for the same original value) goes to the
              side whose boundary keeps the original name: the call making the
              value when it writes that name, the calls reading it when it reads
-             it; a node computing from weights alone, where the tool gave it
-             readers of other calls (constants it merged), to its readers'
-             common ancestor; a node in a nested graph to the node holding the
-             graph; anything else to its neighbours' common ancestor; the root
-             only when nothing applies, listed as unplaced.
+             it; a node in a nested graph to the node holding the graph;
+             anything else by hiertag's own rules, the plugin's
+             (core.place_by_rules, over the file's calls): a node computing
+             from weights alone to its readers' common call (also where the
+             tool gave a placed one readers of other calls: constants it
+             merged), any other to its neighbours', once they are placed; the
+             root only when nothing applies, listed as unplaced.
 
 Placement is inference; what carry claims it checks (hiertag/carry_check.py).
 Both models run once in ONNX Runtime, optimizations off, on the same
@@ -619,10 +621,6 @@ class Carrier:
             return Placement(tag, call, shared=shared, category=SHARED if shared else EXACT)
         return Placement(tag, call, shared=shared, spans=texts, rewrite=self.pass_name, category=SPAN)
 
-    def from_refs(self, refs, category, rule):
-        tag, call = common_call(self.calls, refs)
-        return Placement(tag, call, category=category, rule=rule)
-
     def shared_by(self, placements, category, rule=None):
         """A node that is work of each of its readers' calls, kept once: the
         first reader's call, shared with the others' (hiertag.shared_with),
@@ -699,44 +697,78 @@ class Carrier:
             if converted and consumers:
                 # The value enters its readers under its original name: their boundaries stay exact.
                 self.placements[index] = self.shared_by(consumers, RULE, CONVERSION)
-            elif not t.reads[index] and consumers:
-                self.placements[index] = self.from_refs([p.own() for p in consumers], RULE, WEIGHTS)
             else:
                 waiting.append(index)
-        while waiting:
-            still = []
-            for index in waiting:
-                neighbours = self._consumer_placements(index) + [
-                    self.placements[t.producer[name]] for name in t.reads[index]
-                    if t.producer.get(name) in self.placements]
-                if neighbours:
-                    self.placements[index] = self.from_refs([p.own() for p in neighbours], RULE, NEIGHBOURS)
-                else:
-                    still.append(index)
-            if len(still) == len(waiting):
-                for index in still:
-                    self.placements[index] = Placement(self.root, None, category=RULE, rule=ROOT)
-                break
-            waiting = still
+        self._settle_by_rules(waiting)
+
+    def _settle_by_rules(self, waiting):
+        """The nodes left waiting, by hiertag's own rules (_by_rules): their
+        neighbours are the nodes reading what they make and making what they
+        read. Graph inputs and outputs and weights are no neighbours: the calls
+        around the node decide."""
+        t = self.c.t
+        left = set(waiting)
+        nodes = []
+        for index in waiting:
+            readers = [reader for name in t.nodes[index].output for reader, _ in t.consumers.get(name, [])
+                       if reader != index]
+            producers = [t.producer[name] for name in t.reads[index] if name in t.producer]
+            neighbours = [i if i in left else self.placements.get(i) for i in readers + producers]
+            nodes.append((index, bool(t.reads[index]), [n for n in neighbours if n is not None]))
+        self._by_rules(nodes)
 
     def _follow_weight_readers(self):
         """A node computing from weights alone is data of no call: where the
         tool gave it readers of calls that never read it in the original
-        (constants it merged), it goes to its readers' common ancestor, as
-        hiertag's own rule for constants has it."""
+        (constants it merged), it goes to its readers' common call, by
+        hiertag's own rule for constants (_by_rules: consumers)."""
         c, t = self.c, self.c.t
-        placed = dict(self.placements)
+        moved = []
         for index in reversed(range(len(t.nodes))):
             if t.reads[index]:
                 continue
-            placement = placed[index]
+            placement = self.placements[index]
             before = {checks.node_refs(c.o.nodes[reader])[0] for name in t.nodes[index].output
                       for reader, _ in c.o.consumers.get(name, []) if checks.node_refs(c.o.nodes[reader])}
-            readers = [placed[reader] for name in t.nodes[index].output
+            readers = [self.placements[reader] for name in t.nodes[index].output
                        for reader, _ in t.consumers.get(name, []) if reader != index]
             if any(reader.own() not in before and not self.calls.belongs(reader.own(), placement.own())
                    for reader in readers):
-                self.placements[index] = self.from_refs([reader.own() for reader in readers], RULE, WEIGHTS)
+                moved.append((index, False, readers))
+        self._by_rules(moved)
+
+    def _by_rules(self, nodes):
+        """Places `nodes`, each (index, has_inputs, neighbours) in sweep order,
+        by hiertag's own rules, the plugin's (core.place_by_rules), over this
+        file's calls: a neighbour is a Placement, or the index of another of
+        `nodes`. A node with inputs goes to its neighbours' common call
+        ("neighbours"), one without to its readers' ("weights": it computes
+        from weights alone, their data), once all of them are placed; where
+        some never are, the first node with a placed neighbour goes first; the
+        root when none of them ever is."""
+        row = {index: k for k, (index, _, _) in enumerate(nodes)}
+        refs, ids = [], {}
+
+        def intern(ref):
+            if ref not in ids:
+                ids[ref] = len(refs)
+                refs.append(ref)
+            return ids[ref]
+
+        def common(a, b):
+            return intern(common_call(self.calls, [refs[a], refs[b]]))
+
+        def ref_of(neighbour):
+            return intern(neighbour.own()) if isinstance(neighbour, Placement) else core.unplaced(row[neighbour])
+
+        root = intern((self.root, None))
+        rows = [(None, has_inputs, [ref_of(n) for n in neighbours]) for _, has_inputs, neighbours in nodes]
+        names = {"consumers": WEIGHTS, "neighbours": NEIGHBOURS, "root": ROOT}
+        # Computed in full before any is set: a neighbour that is a Placement stays as it was given.
+        placed = core.place_by_rules(rows, root, common)
+        for (index, _, _), (ident, rule) in zip(nodes, placed):
+            tag, call = refs[ident]
+            self.placements[index] = Placement(tag, call, category=RULE, rule=names[rule])
 
     def _share_merged(self):
         """The tool merged a computation of one module call into an identical

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "hiertag/core/format/call_tags.h"
@@ -89,6 +90,33 @@ TEST_F(PlacementRulesTest, AReferenceOutsideTheListIsRefused) {
   EXPECT_THROW(Place({{std::nullopt, true, {Unplaced(1)}}}), std::out_of_range);
   EXPECT_THROW(Place({{Unplaced(3), false, {}}}), std::out_of_range);
   EXPECT_TRUE(Place({}).empty());
+}
+
+// Ids of a caller's own (carry's calls): 0-3 are calls of one tag, 10 their
+// parent, 20 the root; two calls meet in the parent, anything else at the root.
+int MeetOfCalls(int a, int b) { return a == b ? a : (a <= 10 && b <= 10) ? 10 : 20; }
+
+TEST(PlaceByRulesOverOwnIdsTest, TheCallersMeetAndRootPlaceTheNodes) {
+  std::vector<std::pair<int, int>> asked;
+  auto meet = [&asked](int a, int b) {
+    asked.emplace_back(a, b);
+    return MeetOfCalls(a, b);
+  };
+  auto placed = PlaceByRules(
+      {{std::nullopt, true, {1, 2}}, {std::nullopt, false, {3, 3}}, {std::nullopt, true, {}}, {Unplaced(0), false, {}}},
+      20, meet);
+  ExpectPlaced(placed[0], 10, TagRule::kNeighbours);
+  ExpectPlaced(placed[1], 3, TagRule::kConsumers);
+  ExpectPlaced(placed[2], 20, TagRule::kRoot);
+  ExpectPlaced(placed[3], 10, TagRule::kEnclosing);
+  EXPECT_EQ(asked, (std::vector<std::pair<int, int>>{{1, 2}, {3, 3}}));
+}
+
+TEST(PlaceByRulesOverOwnIdsTest, WhatTheMeetThrowsPassesThrough) {
+  auto refuse = [](int, int) -> int { throw std::invalid_argument("no meet"); };
+  EXPECT_THROW(PlaceByRules({{std::nullopt, true, {1, 2}}}, 20, refuse), std::invalid_argument);
+  // A single neighbour needs no meet.
+  ExpectPlaced(PlaceByRules({{std::nullopt, true, {2}}}, 20, refuse)[0], 2, TagRule::kNeighbours);
 }
 
 TEST(CallsOfReadersTest, ANodeJoinsTheCallOfTheLastReaderWithItsTag) {

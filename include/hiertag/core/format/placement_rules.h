@@ -32,6 +32,7 @@
 // No torch dependency.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -63,6 +64,14 @@ struct Placement {
 // One placement per node, in order. Throws std::out_of_range for a reference
 // to a node not in the list.
 std::vector<Placement> PlaceByRules(const std::vector<UnplacedNode>& nodes, const CallTags& call_tags);
+
+// The same rules over any placement ids (>= 0): `common(a, b)` is the id of
+// the innermost place holding both (CallTags::CommonAncestor above; `hiertag
+// carry` holds a call within a tag, so that two calls of one tag meet in its
+// parent), and `root` the id a node nothing places takes. Exceptions `common`
+// throws pass through.
+std::vector<Placement> PlaceByRules(const std::vector<UnplacedNode>& nodes, int root,
+                                    const std::function<int(int, int)>& common);
 
 // Which call of its tag a node a rule placed belongs to, when the tag has
 // several: the call of a node reading it with the same tag (the last such
