@@ -1,5 +1,5 @@
 """End-to-end: `hiertag carry` on real exports with trained-like weights, run
-through the tools that usually come next, called as scripts/carry_matrix.py
+through the tools that usually come next, called as bench/carry_matrix.py
 calls them (that script runs the whole matrix; here BERT, ResNet, the GPT-style
 decoder and the MobileNetV3-style CNN through the tools that change them
 most). Every property is checked on the carried file itself: every node
@@ -27,7 +27,7 @@ from tests.e2e.test_export import run_tool
 import importlib.util
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("carry_matrix", ROOT / "scripts" / "carry_matrix.py")
+_spec = importlib.util.spec_from_file_location("carry_matrix", ROOT / "bench" / "carry_matrix.py")
 matrix = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(matrix)
 

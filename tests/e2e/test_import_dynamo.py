@@ -2,7 +2,7 @@
 exporter, run as a user runs it, against the tagged TorchScript export of the
 same model; and what HIERTAG does to a `torch.onnx.export` call that takes the
 dynamo path. The full measurement over every bundled model is
-scripts/dynamo_vs_hiertag.py (bench/results/dynamo.md)."""
+bench/dynamo_vs_hiertag.py (bench/results/dynamo.md)."""
 
 import contextlib
 import inspect

@@ -1,4 +1,4 @@
-"""The sweep's fast subset (the whole sweep is scripts/sweep.py, about 15 minutes):
+"""The sweep's fast subset (the whole sweep is bench/sweep.py, about 15 minutes):
 third-party architectures that exercise what HF-style models do not, each in a
 fresh process, with every check of the sweep."""
 
@@ -28,7 +28,7 @@ SUBSET = ["albert", "mistral", "swin", "segformer", "bart", "convnext", "mixtral
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep.py"), "--models", ",".join(SUBSET),
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "sweep.py"), "--models", ",".join(SUBSET),
                              "--out", str(out)], capture_output=True, text=True, cwd=ROOT)
     report = json.loads((out / "sweep.json").read_text())
     return result, {r["model"]: r for r in report["results"]}, (out / "sweep.md").read_text(), report["meta"]
@@ -78,7 +78,7 @@ def test_model_torch_cannot_export_is_listed_with_its_error_and_not_counted(swee
 
 
 def test_unknown_model_is_a_one_line_error():
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep.py"), "--models", "nonesuch"],
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "sweep.py"), "--models", "nonesuch"],
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode != 0 and result.stderr.strip().startswith("sweep: unknown model nonesuch")
     assert len(result.stderr.strip().splitlines()) == 1

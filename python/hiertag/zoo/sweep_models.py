@@ -1,4 +1,4 @@
-"""The broad sweep's models (scripts/sweep.py): transformers architectures beyond
+"""The broad sweep's models (bench/sweep.py): transformers architectures beyond
 the bundled nine, each from a tiny config with seeded random weights (nothing
 is downloaded). Each entry is (family, builder); a builder returns (model, args)
 as torch.onnx.export takes them."""

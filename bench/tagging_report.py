@@ -3,7 +3,7 @@ model, how many nodes each tagging rule tagged and the op types of the nodes
 no recorded scope tagged (the measurement behind README "What gets tagged, and when": no
 conversion loses a scope, so no symbolic function is registered).
 
-usage: .venv/bin/python scripts/tagging_report.py [MODEL...]"""
+usage: .venv/bin/python bench/tagging_report.py [MODEL...]"""
 
 import io
 import os

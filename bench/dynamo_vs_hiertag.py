@@ -15,7 +15,7 @@ forward narrowed to the supplied arguments, as `hiertag export` does):
   tags      for every module path both tables list, whether the import's tag is
             one the TorchScript table gives that path, and whether its calls agree.
 
-usage: .venv/bin/python scripts/dynamo_vs_hiertag.py [--models a,b,...] [--out DIR] [--timeout S] [--render]
+usage: .venv/bin/python bench/dynamo_vs_hiertag.py [--models a,b,...] [--out DIR] [--timeout S] [--render]
 Writes DIR/dynamo.md and DIR/dynamo.json (default DIR: bench/results), about
 4 minutes for all bundled models; --render writes dynamo.md again from dynamo.json."""
 
@@ -32,9 +32,9 @@ import time
 import warnings
 from pathlib import Path
 
+import provenance  # bench/ is this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import provenance  # noqa: E402  (bench/provenance.py: the commit, and whether the tree was clean)
 
 
 def first_line(error):
@@ -232,7 +232,7 @@ def render(results, environment):
     unoptimized = [r for r in both if r["dynamo_unoptimized"]["export"] == "ok"]
     lines = [
         "# Module metadata: torch's dynamo exporter against hiertag", "",
-        f"Command: `.venv/bin/python scripts/dynamo_vs_hiertag.py` ({environment['date']}, "
+        f"Command: `.venv/bin/python bench/dynamo_vs_hiertag.py` ({environment['date']}, "
         f"{provenance.describe(environment)}, torch {environment['torch']}, onnxscript {environment['onnxscript']}, transformers "
         f"{environment['transformers']}, onnx {environment['onnx']}, onnxruntime {environment['onnxruntime']}, python "
         f"{environment['python']}).", "",

@@ -13,7 +13,7 @@ hiertag's entries are stripped; and every call of every module must pass the
 verifier (hiertag verify, hiertag/verbs/verify.py): its boundary check, and its extraction
 reproducing the full model's values, or a refusal the file records.
 
-usage: .venv/bin/python scripts/sweep.py [--models a,b,...] [--out DIR] [--timeout S] [--build DIR]
+usage: .venv/bin/python bench/sweep.py [--models a,b,...] [--out DIR] [--timeout S] [--build DIR]
 Writes DIR/sweep.md and DIR/sweep.json (default DIR: bench/results); exits 0
 only when every exportable model passes every check."""
 
@@ -29,11 +29,10 @@ import time
 import warnings
 from pathlib import Path
 
+import provenance  # bench/ is this script's folder
 from hiertag import OPSET
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import provenance  # noqa: E402  (bench/provenance.py: the commit, and whether the tree was clean)
 
 CHECKS = ["tagged", "table", "checker", "validate", "runtime", "stripped", "flag_off"]
 
@@ -194,7 +193,7 @@ def render(results, meta):
     lines = [
         "# hiertag sweep: third-party architectures",
         "",
-        f"Command: `.venv/bin/python scripts/sweep.py` ({meta['when']}, {provenance.describe(meta)}, "
+        f"Command: `.venv/bin/python bench/sweep.py` ({meta['when']}, {provenance.describe(meta)}, "
         f"{', '.join(f'{k} {v}' for k, v in meta['versions'].items())}).",
         "",
         f"**{len(passed)} of {len(exportable)} exportable models pass every check**; "

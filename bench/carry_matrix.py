@@ -35,7 +35,7 @@ tool).
 Each model runs in a fresh process (torch names a scripted class's nodes
 differently after its first export in a process).
 
-usage: .venv/bin/python scripts/carry_matrix.py [--models a,b] [--tools x,y] [--out DIR]
+usage: .venv/bin/python bench/carry_matrix.py [--models a,b] [--tools x,y] [--out DIR]
 Writes DIR/carry.md and DIR/carry.json (default DIR: bench/results); exits 0
 only when every cell passes: every node tagged, validate and tree accept the
 file, no call wrong, extract as the file says."""
@@ -51,9 +51,9 @@ import warnings
 from importlib import metadata
 from pathlib import Path
 
+import provenance  # bench/ is this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import provenance  # noqa: E402  (bench/provenance.py: the commit, and whether the tree was clean)
 
 BUNDLED = ["bert", "gpt2", "t5", "llama", "vit", "resnet"]
 CORNER_CASES = ["mobilenet_v3_style", "gpt_style"]
@@ -337,7 +337,7 @@ def loads_in_onnxruntime(path):
 def plain_export_error(name, directory):
     """Why torch itself cannot export the model (its own export, without
     hiertag's tagging, fails or writes a file ONNX Runtime refuses with its
-    default options, as scripts/sweep.py checks), or None."""
+    default options, as bench/sweep.py checks), or None."""
     import onnxruntime
     import torch
     from hiertag import OPSET
@@ -498,7 +498,7 @@ def render(report):
     models = [m for m in report["models"] if any(c["model"] == m for c in cells)]
     every = totals(cells)
     lines = ["# hiertag carry: tags after the tools that come next", "",
-             f"Command: `.venv/bin/python scripts/carry_matrix.py{report['arguments']}` ({report['date']}, "
+             f"Command: `.venv/bin/python bench/carry_matrix.py{report['arguments']}` ({report['date']}, "
              f"{provenance.describe(report)}, " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ").", "",
              f"{len(models)} models (trained-like weights) by {len(report['tools'])} tools: "
              f"**{sum(c['passed'] for c in cells)} of {len(cells)} cells pass** (every node tagged, `hiertag "
