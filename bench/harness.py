@@ -9,7 +9,8 @@ For every model, N rounds; each round exports once per method, each export in
 a fresh process (bench/export_once.py), the order of the methods rotating
 from round to round. The first round's files are scored in a separate process
 (bench/score.py); later rounds' files are compared byte for byte with the
-first. Then build/hiertag_pass_scaling runs (Google Benchmark, JSON output).
+first. Then build/hiertag_pass_scaling runs once (Google Benchmark), measured,
+tabulated and plotted as bench/pass_scaling_report.py does (CPU time).
 What runs from build/ is first brought up to date with the checkout
 (provenance.build_targets), so the commit the report names is the one measured.
 Writes to DIR (default bench/results): results.json (every measurement,
@@ -21,7 +22,6 @@ import datetime
 import hashlib
 import importlib.metadata
 import json
-import math
 import os
 import platform
 import statistics
@@ -36,12 +36,11 @@ BENCH = ROOT / "bench"
 PYTHON = sys.executable
 METHODS = ("plain", "hiertag", "legacy")
 
+import pass_scaling_report  # noqa: E402  (measures, tabulates and plots the pass scaling)
 import provenance  # noqa: E402
 import suite  # noqa: E402
 
 MIB = 1024 * 1024
-# The pass-scaling benchmarks that walk torch's graph (PlanTaggedModel reads bytes).
-GRAPH_WALKING_PASSES = ("AssignHierarchyTags", "RecordCseSharing", "VisitGraph")
 
 
 def log(message):
@@ -152,26 +151,13 @@ def summarize(records):
     return summary
 
 
-_TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-
-
 def pass_scaling(only, failures):
     log("pass scaling (build/hiertag_pass_scaling)")
-    done = subprocess.run([str(ROOT / "build" / "hiertag_pass_scaling"), "--benchmark_format=json"]
-                          + ([f"--benchmark_filter={only}"] if only else []), capture_output=True, text=True)
-    if done.returncode != 0:
-        failures.append(f"pass scaling: exit status {done.returncode}")
+    try:
+        rows, _ = pass_scaling_report.measure(1, only or ".")
+    except pass_scaling_report.BenchmarkFailed as error:
+        failures.append(f"pass scaling: {error}")
         return []
-    rows = []
-    for entry in json.loads(done.stdout)["benchmarks"]:
-        if entry.get("run_type") == "aggregate":
-            continue
-        benchmark, _, size = entry["name"].partition("/")
-        nodes = int(entry.get("nodes", size))
-        ms = entry["real_time"] * _TIME_UNIT_MS[entry["time_unit"]]
-        rows.append({"pass": benchmark.removeprefix("BM_"), "size": int(size), "nodes": nodes, "ms": ms,
-                     "ns_per_node": ms * 1e6 / nodes, "peak_heap_bytes": entry.get("max_bytes_used"),
-                     "allocations": entry.get("allocs_per_iter")})
     return rows
 
 
@@ -198,30 +184,6 @@ def plot_export_times(results, path):
     axes.set_title("torch.onnx.export(..., dynamo=False): plain, hiertag, legacy HTP")
     axes.legend()
     axes.grid(axis="y", alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
-def plot_pass_scaling(rows, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    figure, (time_axes, memory_axes) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for name in sorted({r["pass"] for r in rows}):
-        mine = sorted((r for r in rows if r["pass"] == name), key=lambda r: r["nodes"])
-        nodes = [r["nodes"] for r in mine]
-        time_axes.plot(nodes, [r["ns_per_node"] for r in mine], marker="o", label=name)
-        if all(r["peak_heap_bytes"] is not None for r in mine):
-            memory_axes.plot(nodes, [r["peak_heap_bytes"] / r["nodes"] for r in mine], marker="o", label=name)
-    for axes, label in ((time_axes, "time per node, ns"), (memory_axes, "peak heap per node, bytes")):
-        axes.set_xscale("log")
-        axes.set_xlabel("graph nodes")
-        axes.set_ylabel(label)
-        axes.set_ylim(bottom=0)
-        axes.grid(alpha=0.3)
-        axes.legend()
-    figure.suptitle("hiertag passes on synthetic graphs (flat per-node lines = linear scaling)")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -356,21 +318,7 @@ def write_markdown(report, path):
             "per-node time over the visit's at the same size, separates the pass's own growth from the memory's. "
             "*Growth*: the exponent k of time ~ nodes^k from the size before (1 = linear).",
             "",
-            "| pass | nodes | time ms | ns per node | growth | x visit | peak heap bytes per node |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        visit = {row["size"]: row["ns_per_node"] for row in report["pass_scaling"] if row["pass"] == "VisitGraph"}
-        previous = {}
-        for row in report["pass_scaling"]:
-            before = previous.get(row["pass"])
-            growth = (f"{math.log(row['ms'] / before['ms']) / math.log(row['nodes'] / before['nodes']):.2f}"
-                      if before else "-")
-            previous[row["pass"]] = row
-            heap = f"{row['peak_heap_bytes'] / row['nodes']:.0f}" if row["peak_heap_bytes"] is not None else "n/a"
-            over_graph = row["pass"] in GRAPH_WALKING_PASSES and row["size"] in visit
-            times = f"{row['ns_per_node'] / visit[row['size']]:.1f}" if over_graph else "-"
-            lines.append(f"| {row['pass']} | {row['nodes']:,} | {row['ms']:.2f} | {row['ns_per_node']:.0f} | "
-                         f"{growth} | {times} | {heap} |")
+        ] + pass_scaling_report.table(report["pass_scaling"])
         lines += ["", "![pass scaling](pass_scaling.png)"]
     if report["failures"]:
         lines += ["", "## Failed measurements", ""] + [f"- {failure}" for failure in report["failures"]]
@@ -380,7 +328,7 @@ def write_markdown(report, path):
 def render(report, out):
     plot_export_times(report["models"], out / "export_time.png")
     if report["pass_scaling"]:
-        plot_pass_scaling(report["pass_scaling"], out / "pass_scaling.png")
+        pass_scaling_report.plot(report["pass_scaling"], out / "pass_scaling.png")
     write_markdown(report, out / "results.md")
 
 
