@@ -203,6 +203,11 @@ class Eager:
         return {name: value.astype(types[name]) for name, value in self.feeds.items() if name in types}
 
 
+# A boundary value at most this many times as far as the nearest value of the
+# original: too close to tell apart by values (identification_check).
+UNDECIDED_RATIO = 1.5
+
+
 def identification_check(original, carried, eager, statuses):
     """{key: failures} for a precision-changing tool, whose values no fixed
     bound holds against eager PyTorch: on the eager inputs, each value
@@ -211,7 +216,12 @@ def identification_check(original, carried, eager, statuses):
     all values of the original of its shape, and within half its magnitude
     (a graph output is the model's output by name, within half its magnitude).
     On values alone, not carry's correspondence; the original's boundaries
-    are the ones the boundary check holds against eager PyTorch (Eager)."""
+    are the ones the boundary check holds against eager PyTorch (Eager).
+    Returns ({key: failures}, {key: undecided}): a value whose nearest is
+    another, but whose boundary value is at most UNDECIDED_RATIO times as far,
+    is undecided, not failed: the tool's drift is as large as the gap between
+    the two in the original (T5's RMS norm: the normalized value and the same
+    times a weight near one), so values cannot tell them apart."""
     import numpy as np
     from hiertag import carry_check, checks
     table = checks.module_table(carried)
@@ -222,7 +232,7 @@ def identification_check(original, carried, eager, statuses):
     graph_outputs = {o.name for o in carried.graph.output}
     o_values = checks.intermediate_values(original, eager.feeds_for(original), o_names)
     t_values = checks.intermediate_values(carried, eager.feeds_for(carried), t_names)
-    results = {}
+    results, undecided = {}, {}
     for (tag, call), (inputs, outputs) in sorted(t_bounds.items()):
         key = checks.boundary_key(table, tag, call)
         if statuses[key]["status"] != carry_check.VERIFIED:
@@ -240,10 +250,16 @@ def identification_check(original, carried, eager, statuses):
                          for original_name, value in o_values.items() if np.shape(value) == np.shape(t_values[name])]
                 best = min((distance for distance, _ in found), default=float("inf"))
                 nearest = {o for distance, o in found if distance <= best * (1 + 1e-3) + 1e-9}
-                if best > carry_check.UNRELATED or not nearest & set(side):
-                    failures.append(f"{key}: {verb} '{name}', nearest to {sorted(nearest)[:2]} "
-                                    f"({best:.1e} of its magnitude), no value that crossed its boundary there")
-    return results
+                if best <= carry_check.UNRELATED and nearest & set(side):
+                    continue
+                line = (f"{key}: {verb} '{name}', nearest to {sorted(nearest)[:2]} ({best:.1e} of its magnitude), "
+                        f"no value that crossed its boundary there")
+                on_side = min((distance for distance, o in found if o in side), default=float("inf"))
+                if on_side <= carry_check.UNRELATED and on_side <= best * UNDECIDED_RATIO:
+                    undecided.setdefault(key, []).append(f"{line} (one that did at {on_side:.1e})")
+                else:
+                    failures.append(line)
+    return results, undecided
 
 
 def eager_check(carried, eager, tolerance):
@@ -381,8 +397,9 @@ def cell(name, tool, source, directory, eager):
     tolerance = calls["tolerance"]
     with quiet():
         results, assignments = eager_check(carried, eager, tolerance)
+    undecided = {}
     if calls["method"] == carry_check.BY_CORRESPONDENCE:
-        results = identification_check(original, carried, eager, statuses)
+        results, undecided = identification_check(original, carried, eager, statuses)
     # Wrong: a call carry did not declare whose carried boundary is not what it received and returned.
     wrong = [failure for key, failures in results.items() for failure in failures
              if statuses[key]["status"] not in (carry_check.DECLARED, carry_check.EXPORT)]
@@ -399,6 +416,8 @@ def cell(name, tool, source, directory, eager):
                                        "declared_at_export", "never_ran", "no_nodes", "method", "tolerance",
                                        "drift")},
         "eager_checked": len(results), "export_failures": eager.export_failures[:5], "wrong": len({line.split(": ")[0] for line in wrong}), "wrong_lines": wrong[:20],
+        "undecided": len([key for key in undecided if not results.get(key)]),
+        "undecided_lines": [line for key, lines in undecided.items() if not results.get(key) for line in lines][:20],
         "declared": summary["declared"], "extract_right": right, "extract_tried": tried,
         "extract_problems": problems[:20],
     }
@@ -472,7 +491,7 @@ def versions():
 
 
 COUNTS = ("calls", "verified", "declared_by_tool", "declared_by_carry", "declared_at_export", "never_ran", "no_nodes",
-          "wrong")
+          "wrong", "undecided")
 
 
 def totals(cells):
@@ -508,7 +527,9 @@ def render(report):
              f"{every['declared_by_carry']:,} declared by carry (it could not establish the boundary), "
              f"{every['declared_at_export']:,} declared at export, {every['never_ran']:,} never ran, "
              f"{every['no_nodes']:,} left no node; **{every['wrong']} wrong** (a call carry presented whose boundary "
-             f"is not what it received and returned in eager PyTorch).", "",
+             f"is not what it received and returned in eager PyTorch)"
+             + (f"; of the verified, {every['undecided']} undecided by values (section Undecided by values)"
+                if every["undecided"] else "") + ".", "",
              "## Per tool", "",
              "| tool | cells passing | calls | verified | declared by the tool | declared by carry | at export | "
              "never ran / no node | wrong | how verified |",
@@ -567,6 +588,17 @@ def render(report):
         lines += [f"- {c['model']} / {c['tool']}: `{d['call']}`: {d['reason']}" for c, d in by_carry[:40]]
         if len(by_carry) > 40:
             lines.append(f"- ... {len(by_carry) - 40} more (carry.json lists them)")
+    undecided = [(c, line) for c in good for line in c.get("undecided_lines", [])]
+    if undecided:
+        lines += ["", "## Undecided by values", "",
+                  "Calls of a precision-changing tool that carry verified by correspondence, where the independent "
+                  f"check by values could not decide: a value crossing the call's carried boundary is nearest to "
+                  f"another value of the original, but at most {UNDECIDED_RATIO} times as far from one that crossed "
+                  "the call's boundary there; the tool's drift is as large as the gap between the two (neither "
+                  "wrong nor established by this check):", ""]
+        lines += [f"- {c['model']} / {c['tool']}: {line}" for c, line in undecided[:40]]
+        if len(undecided) > 40:
+            lines.append(f"- ... {len(undecided) - 40} more (carry.json lists them)")
     problems = [(c, line) for c in good for line in c["wrong_lines"] + c["extract_problems"]]
     if problems or len(good) < len(cells):
         lines += ["", "## Problems", ""]
