@@ -25,7 +25,9 @@ bound holds, each value crossing the call's carried boundary must be nearest,
 among all values of the tagged original on the same eager inputs, to a value
 that crossed the same call's boundary there, and the original's boundaries
 are themselves held against eager PyTorch within float32 rounding. A call
-that fails is *wrong*: carry presented a boundary that is not the call's.
+that fails is *wrong*: carry presented a boundary that is not the call's; one
+whose value is nearly as near a boundary value as the nearest is *undecided*
+(identification_check), listed but not failed.
 `hiertag extract` on every call: refused, naming the transformation or the
 export pass, where the file declares the call; written otherwise, and run on
 the tensors the call received in eager PyTorch, returning the ones it returned
