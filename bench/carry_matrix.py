@@ -44,13 +44,11 @@ file, no call wrong, extract as the file says."""
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
-from importlib import metadata
 from pathlib import Path
 
 import provenance  # bench/ is this script's folder
@@ -483,13 +481,8 @@ def run_model(name, tools, timeout=1800):
 
 
 def versions():
-    found = {"python": platform.python_version()}
-    for package in ("torch", "transformers", "onnx", "onnxruntime", "onnxsim", "onnxslim", "onnxconverter-common"):
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = "not installed"
-    return found
+    return provenance.versions("torch", "transformers", "onnx", "onnxruntime", "onnxsim", "onnxslim",
+                               "onnxconverter-common")
 
 
 COUNTS = ("calls", "verified", "declared_by_tool", "declared_by_carry", "declared_at_export", "never_ran", "no_nodes",

@@ -24,7 +24,6 @@ import contextlib
 import io
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -212,13 +211,7 @@ def passing(side):
 
 
 def versions():
-    import onnx
-    import onnxruntime
-    import onnxscript
-    import torch
-    import transformers
-    return {"torch": torch.__version__, "onnxscript": onnxscript.__version__, "transformers": transformers.__version__,
-            "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "python": platform.python_version(),
+    return {**provenance.versions("torch", "onnxscript", "transformers", "onnx", "onnxruntime"),
             **provenance.git_state(), "date": time.strftime("%Y-%m-%d")}
 
 
@@ -235,7 +228,7 @@ def render(results, environment):
         f"Command: `.venv/bin/python bench/dynamo_vs_hiertag.py` ({environment['date']}, "
         f"{provenance.describe(environment)}, torch {environment['torch']}, onnxscript {environment['onnxscript']}, transformers "
         f"{environment['transformers']}, onnx {environment['onnx']}, onnxruntime {environment['onnxruntime']}, python "
-        f"{environment['python']}).", "",
+        f"{environment['python']}" + (f", {environment['cpu']}" if "cpu" in environment else "") + ").", "",
         "Every bundled model of `hiertag.zoo`, each in a fresh process, exported three ways with the same call "
         "(the forward narrowed to the supplied arguments, as `hiertag export` does): hiertag's tagged export "
         "(`dynamo=False`, `HIERTAG=1`); torch's default export (`dynamo=True`, its default `optimize=True`, HIERTAG "

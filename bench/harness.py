@@ -86,7 +86,7 @@ def machine():
     except OSError:
         pass
     memory_kib = first("/proc/meminfo", "MemTotal")
-    return {"cpu": first("/proc/cpuinfo", "model name") or platform.processor(),
+    return {"cpu": provenance.cpu(),
             "cores": os.cpu_count(),
             "memory_gib": round(int(memory_kib.split()[0]) / MIB, 1) if memory_kib else None,
             "os": os_name, "kernel": platform.release(), "python": platform.python_version(),

@@ -3,8 +3,10 @@
 brought up to date with that checkout before a measurement runs what it built."""
 
 import fcntl
+import platform
 import re
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,3 +66,40 @@ def describe(state):
     if not state.get("commit"):
         return "no commit known"
     return f"commit {state['commit']}" + (" (with uncommitted changes)" if state.get("uncommitted_changes") else "")
+
+
+# The vector extensions ONNX Runtime picks its kernels and graph layouts by: its
+# optimized graphs (NCHWc) and quantized results differ between such machines.
+VECTOR_EXTENSIONS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def cpu():
+    """'AMD EPYC (avx2)': the CPU's model name and the vector extensions it has."""
+    model, flags = None, set()
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model is None:
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    model = model or platform.processor() or "unknown CPU"
+    found = [flag for flag in VECTOR_EXTENSIONS if flag in flags]
+    return f"{model} ({', '.join(found)})" if found else model
+
+
+def versions(*packages):
+    """{"python": ..., each package: its installed version or "not installed", "cpu": cpu()}:
+    what a result depends on besides the commit."""
+    found = {"python": platform.python_version()}
+    for package in packages:
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = "not installed"
+    found["cpu"] = cpu()
+    return found

@@ -177,10 +177,7 @@ def run_one(name, timeout, build_dir):
 
 
 def versions():
-    from importlib.metadata import version
-    found = {name: version(name) for name in ("torch", "transformers", "onnx", "onnxruntime")}
-    found["python"] = platform.python_version()
-    return found
+    return provenance.versions("torch", "transformers", "onnx", "onnxruntime")
 
 
 def _mark(value):

@@ -35,3 +35,16 @@ def test_build_targets_names_targets_the_build_has():
     built = {path.name for path in (provenance.ROOT / "build").iterdir()}
     assert {"libhiertag.so", "libhiertag_python.so", "hiertag", "hiertag_pass_scaling"} <= built
     assert any(name.startswith("_core.") for name in built)
+
+
+def test_versions_name_each_package_and_the_cpu_its_kernels_depend_on():
+    import onnx
+    found = provenance.versions("onnx", "no-such-package")
+    assert found["onnx"] == onnx.__version__ and found["no-such-package"] == "not installed"
+    with open("/proc/cpuinfo") as info:
+        lines = info.read().splitlines()
+    model = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    flags = next(line.split(":", 1)[1].split() for line in lines if line.startswith("flags"))
+    assert found["cpu"].startswith(model)
+    for flag in provenance.VECTOR_EXTENSIONS:
+        assert (flag in found["cpu"][len(model):]) == (flag in flags), flag
