@@ -9,7 +9,8 @@ the edges covered at the end, the peak memory and the outcome.
 usage: .venv/bin/python bench/fuzz_report.py --targets a,b --prepared S --fuzzing S --jobs J
            --flags F --options O [--seconds N] [--command C] [--markdown FILE]
 Reads DIR/logs/<target>.log and .status, DIR/artifacts and the seeds under
-DIR/seeds (--dir, default build/fuzz) and tests/fuzz/regressions/<target>/.
+DIR/seeds (--dir, default build/fuzz), and the past findings in
+tests/fuzz/regressions/<target>/ (--regressions).
 Exit status 1 when a target failed."""
 
 import argparse
@@ -42,7 +43,7 @@ def last(pattern, text, default=None):
     return found[-1] if found else default
 
 
-def target_result(out, target):
+def target_result(out, regressions, target):
     """What the target's log and status file under `out` say about its run."""
     log_path = out / "logs" / f"{target}.log"
     log = log_path.read_text(errors="replace") if log_path.exists() else ""
@@ -57,7 +58,7 @@ def target_result(out, target):
         "corpus": f"{corpus[0]} / {corpus[1]}" if corpus else "-",
         "edges": last(r"cov: (\d+)", log, "-"),
         "seeds": files_in(seeds_of(out, target)),
-        "past_findings": files_in(ROOT / "tests" / "fuzz" / "regressions" / target),
+        "past_findings": files_in(regressions / target),
     }
 
 
@@ -118,8 +119,9 @@ def markdown(results, options, state):
         "# Fuzzing the tool", "",
         f"Command: `{options.command}` ({datetime.date.today().isoformat()}, {provenance.describe(state)}; "
         f"{clang_version()}; {platform.platform()}, {options.jobs} targets at a time). {how}. Every target "
-        f"built with `{options.flags}`, run with `{options.options}`, on a "
-        "fresh corpus from the seeds of `tests/fuzz/make_seed_corpus.py` (tagged exports of the bundled models, "
+        f"built with `{options.flags}`, run with `{options.options}`, on "
+        f"{'the corpus of the run before and ' if options.kept_corpus else 'a fresh corpus from '}"
+        "the seeds of `tests/fuzz/make_seed_corpus.py` (tagged exports of the bundled models, "
         "their external-data variants with hostile locations and ranges, graphs nested 1, 64 and 65 deep, "
         "malformed module tables; the exports' tables, rewrite records and tags for `json` and `tag_grammar`) "
         "and the past findings of `tests/fuzz/regressions/`. Build and seeds "
@@ -151,18 +153,21 @@ def main():
     parser.add_argument("--markdown", type=Path, default=None, help="also write the run as Markdown here")
     parser.add_argument("--dir", type=Path, default=ROOT / "build" / "fuzz",
                         help="the run's folder (logs/, artifacts/, seeds/; default build/fuzz)")
+    parser.add_argument("--regressions", type=Path, default=ROOT / "tests" / "fuzz" / "regressions",
+                        help="the past findings, a folder per target (default tests/fuzz/regressions)")
+    parser.add_argument("--kept-corpus", action="store_true", help="the run went on from the corpora before")
     options = parser.parse_args()
     state = provenance.git_state()
-    results = [target_result(options.dir, target) for target in options.targets.split(",")]
+    results = [target_result(options.dir, options.regressions, target) for target in options.targets.split(",")]
     how = f"{options.seconds}s each" if options.seconds else "seeds, past findings and fixed mutations"
     summary = (f"{len(results)} targets ({how}): {sum(r['executions'] for r in results)} executions, "
                f"{sum(r['exit'] != 0 for r in results)} failing; build+seeds {options.prepared}s, "
                f"fuzzing {options.fuzzing}s")
-    failed = print_results(options.dir, results, summary)
-    if options.markdown:
+    if options.markdown:  # said first: the summary stays the last line
         options.markdown.parent.mkdir(parents=True, exist_ok=True)
         options.markdown.write_text(markdown(results, options, state))
         print(f"fuzz: report written to {options.markdown}")
+    failed = print_results(options.dir, results, summary)
     sys.exit(1 if failed else 0)
 
 

@@ -36,7 +36,7 @@ while (($#)); do
     --targets) targets="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --keep-corpus) keep_corpus=true; shift ;;
-    --report) report="$2"; shift 2 ;;
+    --report) report=$(cd "$OLDPWD" && realpath -m "$2"); shift 2 ;;  # from where it was called
     *) echo "usage: scripts/fuzz.sh [--seconds N] [--targets a,b] [--jobs J] [--keep-corpus] [--report FILE]" >&2
        exit 2 ;;
   esac
@@ -121,4 +121,5 @@ rm -rf "$out/tmp"
 # each finding's path and first bytes (bench/fuzz_report.py, which also writes --report).
 exec .venv/bin/python bench/fuzz_report.py --targets "$target_list" --prepared "$prepared" \
   --fuzzing "$((SECONDS - fuzz_start))" --jobs "$jobs" ${seconds:+--seconds "$seconds"} --flags="$flags" \
-  --options="${limits[*]}" --command "$command" ${report:+--markdown "$report"}
+  --options="${limits[*]}" --command "$command" ${report:+--markdown "$report"} \
+  $($keep_corpus && echo --kept-corpus)

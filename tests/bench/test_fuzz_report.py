@@ -37,6 +37,7 @@ stat::peak_rss_mb:              501
 
 def run_report(folder, *extra):
     return subprocess.run([sys.executable, str(ROOT / "bench" / "fuzz_report.py"), "--dir", str(folder),
+                           "--regressions", str(folder / "regressions"),
                            "--targets", "tree,extract", "--prepared", "54", "--fuzzing", "184", "--jobs", "2",
                            "--flags=-O1 -fsanitize=address,undefined", "--options=-timeout=10", *extra],
                           capture_output=True, text=True, cwd=ROOT)
@@ -52,6 +53,8 @@ def make_run(folder, extract_status):
     (folder / "logs" / "tree.status").write_text("0\n")
     (folder / "logs" / "extract.log").write_text(FAILING_LOG if extract_status else PASSING_LOG)
     (folder / "logs" / "extract.status").write_text(f"{extract_status}\n")
+    (folder / "regressions" / "tree").mkdir(parents=True)  # one past finding of tree's, none of extract's
+    (folder / "regressions" / "tree" / "crash-0").write_bytes(b"y")
 
 
 def test_a_passing_run_is_a_line_per_target_and_a_summary(tmp_path):
@@ -88,9 +91,11 @@ def test_the_report_names_the_command_the_commit_and_each_target(tmp_path):
     assert done.returncode == 1
     text = report.read_text()
     assert text.startswith("# Fuzzing the tool\n\nCommand: `scripts/fuzz.sh --seconds 600` (")
+    assert "on a fresh corpus from the seeds" in text
+    assert done.stdout.splitlines()[0] == f"fuzz: report written to {report}"
     assert provenance.describe(provenance.git_state()) in text
     assert "600 s per target from a random seed" in text
     assert "built with `-O1 -fsanitize=address,undefined`, run with `-timeout=10`" in text
-    assert "| `tree` | 32,000 | 571 | 3 | 0 | 673 / 13959Kb | 3959 | 454 | 0 crashes, leaks, timeouts, OOMs |" in text
+    assert "| `tree` | 32,000 | 571 | 3 | 1 | 673 / 13959Kb | 3959 | 454 | 0 crashes, leaks, timeouts, OOMs |" in text
     assert "| `extract` | 100 | 50 | 3 | 0 | 70 / 9100Kb | 4800 | 501 | **failed** (exit 77) |" in text
     assert "| **all** | **32,100** | | | | | | | **1 failing** |" in text

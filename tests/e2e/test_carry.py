@@ -216,7 +216,8 @@ def test_nodes_standing_for_no_original_node_take_the_module_call_around_them(tm
     nothing), are placed by hiertag's own rules over the file's calls
     (core.place_by_rules, the plugin's code): a chain of two reading inside the
     second call of a module called twice joins that call, not the module's
-    first (the second waits for the first, placed in the same sweep), and one
+    first (the two wait for each other until a sweep places nothing; then the
+    first with a placed neighbour goes, and the other follows), and one
     reading from both calls goes to their caller."""
     import torch
     import hiertag
@@ -244,6 +245,21 @@ def test_nodes_standing_for_no_original_node_take_the_module_call_around_them(tm
     assert result["rule"] == result["rules"]["neighbours"] == 3, result["rules"]
     assert result["calls"]["declared_by_carry"] == 0 and result["calls"]["verified"] > 0
     assert run_tool("validate", out).returncode == 0
+
+
+def test_the_rules_over_carrys_own_ids_meet_with_its_function_and_pass_its_errors_on():
+    """Check the _core entry carry places by: ids are the caller's, the meet is
+    its Python function (asked once per pair of placed neighbours), the root
+    its id, and what the function raises reaches the caller."""
+    asked = []
+
+    def meet(a, b):
+        asked.append((a, b))
+        return 10
+    placed = core.place_by_rules([(None, True, [1, 2]), (None, False, [core.unplaced(0)]), (None, True, [])], 20, meet)
+    assert placed == [(10, "neighbours"), (10, "consumers"), (20, "root")] and asked == [(1, 2)]
+    with pytest.raises(ZeroDivisionError):
+        core.place_by_rules([(None, True, [1, 2])], 0, lambda a, b: 1 // 0)
 
 
 def test_files_keeping_every_tensor_in_a_data_file_are_carried_as_the_same_files_inline(tmp_path):

@@ -747,7 +747,7 @@ class Carrier:
         some never are, the first node with a placed neighbour goes first; the
         root when none of them ever is."""
         row = {index: k for k, (index, _, _) in enumerate(nodes)}
-        refs, ids = [], {}
+        refs, ids, met = [], {}, {}
 
         def intern(ref):
             if ref not in ids:
@@ -756,7 +756,10 @@ class Carrier:
             return ids[ref]
 
         def common(a, b):
-            return intern(common_call(self.calls, [refs[a], refs[b]]))
+            # Each sweep meets the placed neighbours of every waiting node again: once per pair.
+            if (a, b) not in met:
+                met[a, b] = intern(common_call(self.calls, [refs[a], refs[b]]))
+            return met[a, b]
 
         def ref_of(neighbour):
             return intern(neighbour.own()) if isinstance(neighbour, Placement) else core.unplaced(row[neighbour])

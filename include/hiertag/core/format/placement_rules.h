@@ -1,7 +1,9 @@
 // The rules that place a node no record tags: enclosing, consumers,
 // neighbours, root (README "Tagging rules"). One implementation for every
 // writer of tags: AssignHierarchyTags (passes/) runs it on torch's graph,
-// `hiertag import-dynamo` (through the _core extension) on a dynamo file.
+// `hiertag import-dynamo` (through the _core extension) on a dynamo file, and
+// `hiertag carry` (consumers, neighbours, root) on the nodes of a transformed
+// file that stand for no original node, over its own ids (a call each).
 //
 // The caller describes each unplaced node by what the rules read, in the
 // order the nodes are swept (the serialization pre-order):
