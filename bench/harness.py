@@ -20,7 +20,6 @@ pass_scaling.png. Exits 1 when a measurement failed (the report says which)."""
 import argparse
 import datetime
 import hashlib
-import importlib.metadata
 import json
 import os
 import platform
@@ -74,22 +73,18 @@ def machine():
                 return next((line.split(":", 1)[1].strip() for line in file if line.startswith(prefix)), None)
         except OSError:
             return None
-    versions = {}
-    for package in ("torch", "transformers", "onnx", "onnxruntime", "numpy"):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = None
+    versions = provenance.versions("torch", "transformers", "onnx", "onnxruntime", "numpy")
+    cpu, python = versions.pop("cpu"), versions.pop("python")  # the report names them on their own
     os_name = None
     try:
         os_name = platform.freedesktop_os_release().get("PRETTY_NAME")
     except OSError:
         pass
     memory_kib = first("/proc/meminfo", "MemTotal")
-    return {"cpu": provenance.cpu(),
+    return {"cpu": cpu,
             "cores": os.cpu_count(),
             "memory_gib": round(int(memory_kib.split()[0]) / MIB, 1) if memory_kib else None,
-            "os": os_name, "kernel": platform.release(), "python": platform.python_version(),
+            "os": os_name, "kernel": platform.release(), "python": python,
             "versions": versions, **provenance.git_state(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
