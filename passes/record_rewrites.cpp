@@ -166,6 +166,22 @@ struct RewriteRecorder::Arrays {
   std::vector<uint32_t> seen;              // per node before: the last walk that reached it
   ska::flat_hash_map<const Value*, Index> producers;
   std::vector<std::pair<const Value*, Index>> readers;  // (input, reader) before the pass, sorted
+  // The nodes the pass made, in graph order, and the graph's inputs: filled
+  // only when the pass changed the graph.
+  ska::flat_hash_map<Node*, uint32_t> created;  // a made node -> its index in created_order
+  std::vector<Node*> created_order;
+  std::vector<ScopePtr> created_scope;  // a made node's scope before any loan
+  // (scope, index into created_order) of every made node, sorted: a made
+  // node's scope is the one of what it replaced (MadeInScopesOf).
+  std::vector<std::pair<const torch::jit::Scope*, uint32_t>> made_in_scope;
+  ska::flat_hash_set<const Value*> inputs_before;
+  ska::flat_hash_set<const Value*> new_inputs;
+
+  // Lets go of the scopes held (see GraphBefore::ReleaseScopes).
+  void ReleaseScopes() {
+    before.ReleaseScopes();
+    created_scope.clear();
+  }
 };
 
 namespace {
@@ -210,7 +226,13 @@ class Observer {
         members_(arrays.members),
         seen_(arrays.seen),
         producers_(arrays.producers),
-        readers_(arrays.readers) {
+        readers_(arrays.readers),
+        created_(arrays.created),
+        created_order_(arrays.created_order),
+        created_scope_(arrays.created_scope),
+        made_in_scope_(arrays.made_in_scope),
+        inputs_before_(arrays.inputs_before),
+        new_inputs_(arrays.new_inputs) {
     before_.Take(graph);
   }
 
@@ -229,6 +251,12 @@ class Observer {
     inputs_changed_.assign(count, 0);
     grouped_.assign(count, 0);
     seen_.assign(count, 0);
+    created_.clear();
+    created_order_.clear();
+    created_scope_.clear();
+    made_in_scope_.clear();
+    inputs_before_.clear();
+    new_inputs_.clear();
     std::vector<Index> inputs_changed;
     VisitNodesAndReturns(graph_.block(), [&](Node* node) {
       Index i = IndexOf(node);
@@ -243,10 +271,11 @@ class Observer {
         created_.emplace(node, static_cast<uint32_t>(created_order_.size()));
         created_order_.push_back(node);
         created_scope_.push_back(node->scope());
-        made_in_scope_[node->scope().get()].push_back(created_order_.size() - 1);
+        made_in_scope_.emplace_back(created_scope_.back().get(), created_order_.size() - 1);
       }
       return true;
     });
+    std::sort(made_in_scope_.begin(), made_in_scope_.end());
     inputs_before_.insert(before_.graph_inputs.begin(), before_.graph_inputs.end());
     for (Value* input : graph_.inputs()) {
       if (!inputs_before_.count(input)) new_inputs_.insert(input);
@@ -474,8 +503,8 @@ class Observer {
     for (Index i : group) {
       const torch::jit::Scope* scope = before_.scopes[i].get();
       if (!scopes.insert(scope).second) continue;
-      auto made = made_in_scope_.find(scope);
-      if (made != made_in_scope_.end()) indices.insert(indices.end(), made->second.begin(), made->second.end());
+      auto made = std::lower_bound(made_in_scope_.begin(), made_in_scope_.end(), std::make_pair(scope, uint32_t{0}));
+      for (; made != made_in_scope_.end() && made->first == scope; ++made) indices.push_back(made->second);
     }
     std::sort(indices.begin(), indices.end());
     return indices;
@@ -812,12 +841,12 @@ class Observer {
   bool producers_built_ = false;
   bool readers_built_ = false;
   uint32_t stamp_ = 0;
-  ska::flat_hash_map<Node*, uint32_t> created_;  // a made node -> its index in created_order_
-  std::vector<Node*> created_order_;             // made nodes, in graph order
-  std::vector<ScopePtr> created_scope_;          // a made node's scope before any loan
-  ska::flat_hash_map<const torch::jit::Scope*, std::vector<uint32_t>> made_in_scope_;  // -> created_order_ indices
-  std::unordered_set<Value*> inputs_before_;
-  std::unordered_set<Value*> new_inputs_;
+  ska::flat_hash_map<Node*, uint32_t>& created_;
+  std::vector<Node*>& created_order_;
+  std::vector<ScopePtr>& created_scope_;
+  std::vector<std::pair<const torch::jit::Scope*, uint32_t>>& made_in_scope_;
+  ska::flat_hash_set<const Value*>& inputs_before_;
+  ska::flat_hash_set<const Value*>& new_inputs_;
   std::unordered_set<Node*> absorbed_;
   std::vector<GrowingLoan> growing_;                 // in the order the pass first grew them
   ska::flat_hash_map<Node*, size_t> growing_index_;  // -> growing_
@@ -837,7 +866,7 @@ void RewriteRecorder::Observe(torch::jit::Graph& graph, const std::string& pass,
     run_pass();
     observer.After();
   }
-  arrays_->before.ReleaseScopes();
+  arrays_->ReleaseScopes();
 }
 
 void RecordRewrites(torch::jit::Graph& graph, const std::string& pass, BorrowedScopes& borrowed, RewriteLog& log,
