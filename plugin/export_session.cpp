@@ -62,19 +62,23 @@ void ExportSession::RunTorch(const std::function<void()>& run, std::chrono::stea
 void ExportSession::BeforeFunctionSubstitution(torch::jit::Graph& graph) {
   Expect({ExportStage::kTracing, ExportStage::kOptimizing}, "_jit_pass_onnx_function_substitution");
   OwnWork own(*this, Work::kInlining);
-  std::vector<torch::jit::Node*> nodes;
-  CollectNodesAndReturns(graph.block(), &nodes);
-  before_inlining_.reserve(nodes.size());
-  for (torch::jit::Node* node : nodes) {
-    before_inlining_.insert(node);
+  VisitNodesAndReturns(graph.block(), [this](torch::jit::Node* node) {
+    if (node->kind() != c10::prim::CallFunction) return true;
     const BorrowedScopes::Loan* loan = borrowed_.Find(node->scope());
-    if (node->kind() != c10::prim::CallFunction || loan == nullptr || loan->shared_with.empty()) continue;
+    if (loan == nullptr || loan->shared_with.empty()) return true;
     InlinedAlias alias{{}, loan->shared_with};
     for (torch::jit::Value* output : node->outputs()) {
       for (const torch::jit::Use& use : output->uses()) alias.uses.emplace_back(use.user, use.offset);
     }
     inlined_aliases_.push_back(std::move(alias));
-  }
+    return true;
+  });
+  // Which nodes existed before is asked only about the aliases' readers: with
+  // no alias call (most models) no set of every node is built, here or after.
+  if (inlined_aliases_.empty()) return;
+  std::vector<torch::jit::Node*> nodes;
+  CollectNodesAndReturns(graph.block(), &nodes);
+  before_inlining_.insert(nodes.begin(), nodes.end());
 }
 
 void ExportSession::AfterFunctionSubstitution(torch::jit::Graph& graph) {
@@ -83,6 +87,7 @@ void ExportSession::AfterFunctionSubstitution(torch::jit::Graph& graph) {
   MaybeFailAt("function-substitution");
   OwnWork own(*this, Work::kInlining);
   MarkInlinedCalls(graph, borrowed_);
+  if (inlined_aliases_.empty()) return;
   std::vector<torch::jit::Node*> nodes;
   CollectNodesAndReturns(graph.block(), &nodes);
   ska::flat_hash_set<torch::jit::Node*> alive(nodes.begin(), nodes.end());
