@@ -11,6 +11,8 @@ JSON object on stdout:
                      (Linux: the peak is reset just before it, /proc/self/clear_refs)
   hiertag_work_ms    hiertag's own work in the export (HIERTAG_REPORT), hiertag only
   hiertag_work_parts its parts as the report line breaks it down: {part: ms}
+  hiertag_pass_parts the passes part broken down (snapshot, check, matching,
+                     classify: RewriteTimes in record_rewrites.h): {part: ms}
   root_fallback      nodes that only a fallback put on the root module
                      (hiertag: its "root" rule; legacy: its fallback tag)
 
@@ -44,6 +46,7 @@ from hiertag import OPSET  # noqa: E402
 METHODS = ("plain", "hiertag", "legacy")
 _REPORT = re.compile(r"root (\d+);.*hiertag work ([0-9.]+) ms(?: \(([^)]*)\))?")
 _PART = re.compile(r"(?:^|, )([a-z-]+) ([0-9.]+)")
+_PASS_PARTS = re.compile(r"; observed passes: ([^\n]*)")
 
 
 def _status_bytes(field):
@@ -114,6 +117,9 @@ def measure_built(method, model_name, build, path):
         measured["hiertag_work_ms"] = float(found.group(2))
         # Its parts (set-up, inlining, passes, cse, tagging, entries, plan), in ms.
         measured["hiertag_work_parts"] = {part: float(ms) for part, ms in _PART.findall(found.group(3) or "")}
+        passes = _PASS_PARTS.search(report.getvalue())
+        measured["hiertag_pass_parts"] = {part: float(ms) for part, ms in _PART.findall(passes.group(1))} \
+            if passes else {}
     elif method == "legacy":
         measured["root_fallback"] = result["root_fallback"]
     return measured

@@ -236,8 +236,14 @@ class Observer {
     before_.Take(graph);
   }
 
-  void After() {
-    if (Unchanged()) {
+  // Classifies what the pass did, adding the time of each part to `times`.
+  void After(RewriteTimes& times) {
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point start = Clock::now();
+    bool unchanged = Unchanged();
+    Clock::time_point checked = Clock::now();
+    times.check += checked - start;
+    if (unchanged) {
       GRAPH_DEBUG("hiertag: ", pass_, " left the graph as it was");
       return;
     }
@@ -280,12 +286,15 @@ class Observer {
     for (Value* input : graph_.inputs()) {
       if (!inputs_before_.count(input)) new_inputs_.insert(input);
     }
+    Clock::time_point matched = Clock::now();
+    times.matching += matched - checked;
     for (Index i = 0; i < count; ++i) {
       if (!alive_[i] && !grouped_[i]) Classify(Group(i));
     }
     std::sort(inputs_changed.begin(), inputs_changed.end());
     for (Index i : inputs_changed) ClassifyReadsPastKeptNodes(i);
     LendGrownLoans();
+    times.classify += Clock::now() - matched;
   }
 
  private:
@@ -861,12 +870,17 @@ RewriteRecorder::~RewriteRecorder() = default;
 
 void RewriteRecorder::Observe(torch::jit::Graph& graph, const std::string& pass,
                               const std::function<void()>& run_pass) {
+  using Clock = std::chrono::steady_clock;
   {
-    Observer observer(graph, pass, borrowed_, log_, *arrays_);
+    Clock::time_point start = Clock::now();
+    Observer observer(graph, pass, borrowed_, log_, *arrays_);  // notes the graph
+    times_.snapshot += Clock::now() - start;
     run_pass();
-    observer.After();
+    observer.After(times_);
   }
+  Clock::time_point start = Clock::now();
   arrays_->ReleaseScopes();
+  times_.snapshot += Clock::now() - start;  // letting go of what the snapshot held
 }
 
 void RecordRewrites(torch::jit::Graph& graph, const std::string& pass, BorrowedScopes& borrowed, RewriteLog& log,

@@ -196,6 +196,14 @@ std::string ExportSession::ReportLine() const {
     report.own_parts.emplace_back(kWorkNames[work], milliseconds);
   }
   report.observed_passes = observed_passes_;
+  const RewriteTimes& times = recorder_.times();
+  for (const auto& [part, time] :
+       {std::pair<const char*, std::chrono::steady_clock::duration>{"snapshot", times.snapshot},
+        {"check", times.check},
+        {"matching", times.matching},
+        {"classify", times.classify}}) {
+    report.pass_parts.emplace_back(part, Milliseconds(time).count());
+  }
   report.write_milliseconds = Milliseconds(write_time_).count();
   return FormatExportReport(report);
 }

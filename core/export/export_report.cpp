@@ -28,7 +28,13 @@ std::string FormatExportReport(const ExportReport& report) {
     }
     line << ")";
   }
-  line << ", writing " << report.write_milliseconds << " ms\n";
+  line << ", writing " << report.write_milliseconds << " ms";
+  const char* separator = "; observed passes: ";
+  for (const auto& [part, milliseconds] : report.pass_parts) {
+    line << separator << part << " " << milliseconds;
+    separator = ", ";
+  }
+  line << "\n";
   return line.str();
 }
 

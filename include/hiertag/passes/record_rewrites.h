@@ -73,6 +73,7 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -103,6 +104,18 @@ struct RewriteLog {
   int merged = 0;  // nodes shared with merged groups
 };
 
+// Where observing the passes spent its time, summed over the passes
+// (HIERTAG_REPORT prints it): the walk noting the graph before each pass; the
+// walk telling whether the pass changed it; after a pass that did, pairing the
+// nodes before with the nodes after (indexing, then a walk over the graph); and
+// classifying what it removed, bypassed and made (loans lent included).
+struct RewriteTimes {
+  std::chrono::steady_clock::duration snapshot{};
+  std::chrono::steady_clock::duration check{};
+  std::chrono::steady_clock::duration matching{};
+  std::chrono::steady_clock::duration classify{};
+};
+
 // Observes the export's passes one after another, recording into `log`. It
 // keeps its per-node arrays from one pass to the next: once they have grown
 // to the graph, observing a pass allocates nothing in proportion to it.
@@ -116,12 +129,15 @@ class RewriteRecorder {
   // Runs `run_pass` on `graph` (which it changes in place) and records what it rewrote.
   void Observe(torch::jit::Graph& graph, const std::string& pass, const std::function<void()>& run_pass);
 
+  const RewriteTimes& times() const { return times_; }
+
   struct Arrays;  // defined where it is used (record_rewrites.cpp)
 
  private:
   BorrowedScopes& borrowed_;
   RewriteLog& log_;
   std::unique_ptr<Arrays> arrays_;
+  RewriteTimes times_;
 };
 
 // Observes one pass: runs `run_pass` on `graph` (which it changes in place)

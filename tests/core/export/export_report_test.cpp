@@ -39,6 +39,20 @@ TEST(ExportReportTest, OwnWorkIsBrokenDownByPart) {
       << line;
 }
 
+TEST(ExportReportTest, ObservedPassesAreBrokenDownAtTheEnd) {
+  // Check that the passes' parts come last, after the write, in the order given.
+  ExportReport report;
+  report.own_milliseconds = 3.0;
+  report.own_parts = {{"passes", 2.0}};
+  report.observed_passes = 14;
+  report.pass_parts = {{"snapshot", 1.25}, {"check", 0.5}, {"matching", 0.0}, {"classify", 0.0}};
+  std::string line = FormatExportReport(report);
+  EXPECT_NE(line.find("(passes 2.0 in 14), writing 0.0 ms; observed passes: snapshot 1.2, check 0.5, matching 0.0, "
+                      "classify 0.0\n"),
+            std::string::npos)
+      << line;
+}
+
 TEST(ExportReportTest, NothingUnrecordedLeavesThatPartOut) {
   // Check that with every node recorded there is no "not recorded" part.
   ExportReport report;
