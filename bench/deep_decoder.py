@@ -207,6 +207,10 @@ def summarize(runs):
         if parts:
             summary[method]["hiertag_work_parts_ms"] = {part: statistics.median(p.get(part, 0.0) for p in parts)
                                                         for part in parts[0]}
+        passes = [r.get("hiertag_pass_parts") for r in records if r.get("hiertag_pass_parts")]
+        if passes:
+            summary[method]["hiertag_pass_parts_ms"] = {part: statistics.median(p.get(part, 0.0) for p in passes)
+                                                        for part in passes[0]}
     if all(m in summary for m in METHODS):
         # per pair: tagged / plain of the same pair, then the median of those
         pairs = {}
@@ -328,6 +332,18 @@ def render(results, out):
             parts, nodes = d["summary"]["hiertag"]["hiertag_work_parts_ms"], d["scores"]["hiertag"]["nodes"]
             lines.append(f"| {d['layers']} | {nodes:,} | " + " | ".join(f"{parts.get(n, 0.0):,.0f}" for n in names)
                          + f" | {parts.get('passes', 0.0) * 1e3 / nodes:.1f} |")
+    split = [d for d in depths if d["summary"].get("hiertag", {}).get("hiertag_pass_parts_ms")]
+    if split:
+        names = list(split[0]["summary"]["hiertag"]["hiertag_pass_parts_ms"])
+        lines += ["", "The *passes* part broken down (`HIERTAG_REPORT`'s observed passes, median ms: the snapshot "
+                      "before each pass, the check after it, and after a pass that changed the graph the matching "
+                      "of nodes and the classification; RewriteTimes in record_rewrites.h):", "",
+                  "| layers | nodes | " + " | ".join(names) + " |",
+                  "|---:|---:|" + "---:|" * len(names)]
+        for d in split:
+            parts, nodes = d["summary"]["hiertag"]["hiertag_pass_parts_ms"], d["scores"]["hiertag"]["nodes"]
+            lines.append(f"| {d['layers']} | {nodes:,} | " + " | ".join(f"{parts.get(n, 0.0):,.0f}" for n in names)
+                         + " |")
     plugins = {}
     for d in depths:
         for r in d["runs"].get("hiertag", []):
