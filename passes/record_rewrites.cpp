@@ -871,16 +871,23 @@ RewriteRecorder::~RewriteRecorder() = default;
 void RewriteRecorder::Observe(torch::jit::Graph& graph, const std::string& pass,
                               const std::function<void()>& run_pass) {
   using Clock = std::chrono::steady_clock;
-  {
-    Clock::time_point start = Clock::now();
-    Observer observer(graph, pass, borrowed_, log_, *arrays_);  // notes the graph
-    times_.snapshot += Clock::now() - start;
-    run_pass();
-    observer.After(times_);
-  }
+  // Lets go of the scopes the arrays hold however the pass ends: torch goes on
+  // exporting after some of its passes throw (shape inference), and a scope
+  // still held here would look shared to BorrowedScopes::ShareWith.
+  struct Release {
+    Arrays& arrays;
+    RewriteTimes& times;
+    ~Release() {
+      Clock::time_point start = Clock::now();
+      arrays.ReleaseScopes();
+      times.snapshot += Clock::now() - start;
+    }
+  } release{*arrays_, times_};
   Clock::time_point start = Clock::now();
-  arrays_->ReleaseScopes();
-  times_.snapshot += Clock::now() - start;  // letting go of what the snapshot held
+  Observer observer(graph, pass, borrowed_, log_, *arrays_);  // notes the graph
+  times_.snapshot += Clock::now() - start;
+  run_pass();
+  observer.After(times_);
 }
 
 void RecordRewrites(torch::jit::Graph& graph, const std::string& pass, BorrowedScopes& borrowed, RewriteLog& log,

@@ -78,6 +78,7 @@ void ExportSession::BeforeFunctionSubstitution(torch::jit::Graph& graph) {
   if (inlined_aliases_.empty()) return;
   std::vector<torch::jit::Node*> nodes;
   CollectNodesAndReturns(graph.block(), &nodes);
+  before_inlining_.reserve(nodes.size());
   before_inlining_.insert(nodes.begin(), nodes.end());
 }
 
@@ -109,9 +110,19 @@ void ExportSession::ObservePass(torch::jit::Graph& graph, const char* pass, cons
   MaybeFailAt("graph-pass");
   std::chrono::steady_clock::duration torch_time{};
   auto start = std::chrono::steady_clock::now();
-  recorder_.Observe(graph, pass, [&] { RunTorch(run, &torch_time); });
-  own_time_[static_cast<int>(Work::kPasses)] += std::chrono::steady_clock::now() - start - torch_time;
-  ++observed_passes_;
+  // Counted however the pass ends: torch goes on exporting after some of its
+  // passes throw (shape inference).
+  auto count = [&] {
+    own_time_[static_cast<int>(Work::kPasses)] += std::chrono::steady_clock::now() - start - torch_time;
+    ++observed_passes_;
+  };
+  try {
+    recorder_.Observe(graph, pass, [&] { RunTorch(run, &torch_time); });
+  } catch (...) {
+    count();
+    throw;
+  }
+  count();
 }
 
 void ExportSession::ObserveCse(torch::jit::Graph& graph, const std::function<void()>& run) {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -881,6 +882,23 @@ TEST_F(RecordRewritesTest, PassChangingNothingRecordsNothing) {
   EXPECT_EQ(graph_->toString(), before);
   EXPECT_TRUE(log_.records.empty());
   EXPECT_TRUE(borrowed_.empty());
+}
+
+TEST_F(RecordRewritesTest, PassThatThrowsLeavesNoScopeHeld) {
+  // Check that a pass throwing (torch exports on after its shape inference throws) leaves the recorder
+  // holding none of the graph's scopes, so a later loan grows in place.
+  Parse(kTransposePair);
+  SetScope("t1", to_last_);
+  SetScope("t2", to_first_);
+  SetScope("y", to_first_);
+  const size_t held = to_first_.use_count();
+  RewriteRecorder recorder(borrowed_, log_);
+
+  EXPECT_THROW(recorder.Observe(*graph_, kPass, [] { throw std::runtime_error("shape inference failed"); }),
+               std::runtime_error);
+
+  EXPECT_EQ(to_first_.use_count(), held);
+  EXPECT_TRUE(log_.records.empty());
 }
 
 TEST_F(RecordRewritesTest, NumberHandedBetweenModulesIsNotRecordedRemoved) {

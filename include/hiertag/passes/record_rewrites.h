@@ -105,10 +105,11 @@ struct RewriteLog {
 };
 
 // Where observing the passes spent its time, summed over the passes
-// (HIERTAG_REPORT prints it): the walk noting the graph before each pass; the
-// walk telling whether the pass changed it; after a pass that did, pairing the
-// nodes before with the nodes after (indexing, then a walk over the graph); and
-// classifying what it removed, bypassed and made (loans lent included).
+// (HIERTAG_REPORT prints it): the walk noting the graph before each pass (and
+// letting go of the scopes it held after the pass); the walk telling whether
+// the pass changed it; after a pass that did, pairing the nodes before with
+// the nodes after (indexing, then a walk over the graph); and classifying what
+// it removed, bypassed and made (loans lent included).
 struct RewriteTimes {
   std::chrono::steady_clock::duration snapshot{};
   std::chrono::steady_clock::duration check{};

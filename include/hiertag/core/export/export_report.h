@@ -34,8 +34,8 @@ struct ExportReport {
   std::vector<std::pair<std::string, double>> own_parts;
   int observed_passes = 0;  // torch passes RecordRewrites observed
   // The passes part broken down (RewriteTimes: snapshot, check, matching,
-  // classify), in milliseconds; their sum is less than the part by the time
-  // spent around them.
+  // classify), in milliseconds; their sum is at most the part (which also
+  // counts the time spent around them).
   std::vector<std::pair<std::string, double>> pass_parts;
   double write_milliseconds = 0;  // writing the file (hiertag replaces torch's write)
 };
