@@ -203,14 +203,11 @@ def summarize(runs):
         works = [r["hiertag_work_ms"] for r in records if r["hiertag_work_ms"] is not None]
         if works:
             summary[method]["hiertag_work_ms"] = _spread(works)
-        parts = [r.get("hiertag_work_parts") for r in records if r.get("hiertag_work_parts")]
-        if parts:
-            summary[method]["hiertag_work_parts_ms"] = {part: statistics.median(p.get(part, 0.0) for p in parts)
-                                                        for part in parts[0]}
-        passes = [r.get("hiertag_pass_parts") for r in records if r.get("hiertag_pass_parts")]
-        if passes:
-            summary[method]["hiertag_pass_parts_ms"] = {part: statistics.median(p.get(part, 0.0) for p in passes)
-                                                        for part in passes[0]}
+        for key in ("hiertag_work_parts", "hiertag_pass_parts"):
+            parts = [r.get(key) for r in records if r.get(key)]
+            if parts:
+                summary[method][f"{key}_ms"] = {part: statistics.median(p.get(part, 0.0) for p in parts)
+                                                for part in parts[0]}
     if all(m in summary for m in METHODS):
         # per pair: tagged / plain of the same pair, then the median of those
         pairs = {}
@@ -256,6 +253,25 @@ def _rows_by_build(depths):
         return []
     return ["Rows from more than one build: "
             + "; ".join(f"{', '.join(layers)} layers at {build}" for build, layers in builds.items()) + ".", ""]
+
+
+def _parts_table(depths, key, caption, per_node=None):
+    """The lines of a table of the hiertag runs' median parts (summary[key]) per depth, with
+    the part `per_node` also in µs per node; none when no depth has them."""
+    parted = [d for d in depths if d["summary"].get("hiertag", {}).get(key)]
+    if not parted:
+        return []
+    names = list(parted[0]["summary"]["hiertag"][key])
+    extra = [f"{per_node} µs per node"] if per_node else []
+    lines = ["", caption, "", "| layers | nodes | " + " | ".join(names + extra) + " |",
+             "|---:|---:|" + "---:|" * (len(names) + len(extra))]
+    for d in parted:
+        parts, nodes = d["summary"]["hiertag"][key], d["scores"]["hiertag"]["nodes"]
+        cells = [f"{parts.get(n, 0.0):,.0f}" for n in names]
+        if per_node:
+            cells.append(f"{parts.get(per_node, 0.0) * 1e3 / nodes:.1f}")
+        lines.append(f"| {d['layers']} | {nodes:,} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def render(results, out):
@@ -321,29 +337,13 @@ def render(results, out):
             lines.append(f"| {d['layers']} | {nodes:,} | {nodes / d['layers']:.1f} | {seconds:.1f} | "
                          f"{seconds * 1e6 / nodes:.0f} | {exponent} | {per_node} | {growth} | {sizes} |")
             previous = (nodes, seconds)
-    parted = [d for d in depths if d["summary"].get("hiertag", {}).get("hiertag_work_parts_ms")]
-    if parted:
-        names = list(parted[0]["summary"]["hiertag"]["hiertag_work_parts_ms"])
-        lines += ["", "Where hiertag's own work goes (`HIERTAG_REPORT`'s parts, median ms; *passes*: observing "
-                      "torch's graph passes, RecordRewrites):", "",
-                  "| layers | nodes | " + " | ".join(names) + " | passes µs per node |",
-                  "|---:|---:|" + "---:|" * (len(names) + 1)]
-        for d in parted:
-            parts, nodes = d["summary"]["hiertag"]["hiertag_work_parts_ms"], d["scores"]["hiertag"]["nodes"]
-            lines.append(f"| {d['layers']} | {nodes:,} | " + " | ".join(f"{parts.get(n, 0.0):,.0f}" for n in names)
-                         + f" | {parts.get('passes', 0.0) * 1e3 / nodes:.1f} |")
-    split = [d for d in depths if d["summary"].get("hiertag", {}).get("hiertag_pass_parts_ms")]
-    if split:
-        names = list(split[0]["summary"]["hiertag"]["hiertag_pass_parts_ms"])
-        lines += ["", "The *passes* part broken down (`HIERTAG_REPORT`'s observed passes, median ms: the snapshot "
-                      "before each pass, the check after it, and after a pass that changed the graph the matching "
-                      "of nodes and the classification; RewriteTimes in record_rewrites.h):", "",
-                  "| layers | nodes | " + " | ".join(names) + " |",
-                  "|---:|---:|" + "---:|" * len(names)]
-        for d in split:
-            parts, nodes = d["summary"]["hiertag"]["hiertag_pass_parts_ms"], d["scores"]["hiertag"]["nodes"]
-            lines.append(f"| {d['layers']} | {nodes:,} | " + " | ".join(f"{parts.get(n, 0.0):,.0f}" for n in names)
-                         + " |")
+    lines += _parts_table(depths, "hiertag_work_parts_ms",
+                          "Where hiertag's own work goes (`HIERTAG_REPORT`'s parts, median ms; *passes*: observing "
+                          "torch's graph passes, RecordRewrites):", per_node="passes")
+    lines += _parts_table(depths, "hiertag_pass_parts_ms",
+                          "The *passes* part broken down (`HIERTAG_REPORT`'s observed passes, median ms: the snapshot "
+                          "before each pass, the check after it, and after a pass that changed the graph the matching "
+                          "of nodes and the classification; RewriteTimes in record_rewrites.h):")
     plugins = {}
     for d in depths:
         for r in d["runs"].get("hiertag", []):
