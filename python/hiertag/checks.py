@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import tempfile
+import weakref
 
 import numpy as np
 import onnx
@@ -157,17 +158,19 @@ def _attribute_tensors(module):
 
 # Scripted model -> the nn.Module it was scripted from (same paths, same
 # weights): forward hooks cannot run on a ScriptModule, so the boundary check
-# records the eager twin.
-_EAGER_TWINS = {}
+# records the eager twin. Weak keys: an entry goes with its scripted model, so
+# a later model that Python puts at the freed one's address (same id()) is not
+# taken for it.
+_EAGER_TWINS = weakref.WeakKeyDictionary()
 
 
 def register_eager_twin(scripted, eager):
-    _EAGER_TWINS[id(scripted)] = eager
+    _EAGER_TWINS[scripted] = eager
 
 
 def eager_reference(model):
     """The module whose forward hooks stand for `model`'s calls."""
-    return _EAGER_TWINS.get(id(model), model)
+    return _EAGER_TWINS.get(model, model)
 
 
 def record_module_io(model, args):
