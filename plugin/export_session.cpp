@@ -48,15 +48,13 @@ void ExportSession::MaybeFailAt(std::string_view step) const {
   }
 }
 
-void ExportSession::RunTorch(const std::function<void()>& run, std::chrono::steady_clock::duration* torch_time) {
-  auto start = std::chrono::steady_clock::now();
-  try {
-    run();
-  } catch (...) {
-    *torch_time += std::chrono::steady_clock::now() - start;
-    throw;
-  }
-  *torch_time += std::chrono::steady_clock::now() - start;
+void ExportSession::OwnWork::RunTorch(const std::function<void()>& run) {
+  struct Timer {
+    std::chrono::steady_clock::duration& total;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    ~Timer() { total += std::chrono::steady_clock::now() - start; }
+  } timer{torch_time_};
+  run();
 }
 
 void ExportSession::BeforeFunctionSubstitution(torch::jit::Graph& graph) {
@@ -108,31 +106,17 @@ void ExportSession::ObservePass(torch::jit::Graph& graph, const char* pass, cons
   Expect({ExportStage::kTracing, ExportStage::kOptimizing}, pass);
   stage_ = ExportStage::kOptimizing;
   MaybeFailAt("graph-pass");
-  std::chrono::steady_clock::duration torch_time{};
-  auto start = std::chrono::steady_clock::now();
-  // Counted however the pass ends: torch goes on exporting after some of its
-  // passes throw (shape inference).
-  auto count = [&] {
-    own_time_[static_cast<int>(Work::kPasses)] += std::chrono::steady_clock::now() - start - torch_time;
-    ++observed_passes_;
-  };
-  try {
-    recorder_.Observe(graph, pass, [&] { RunTorch(run, &torch_time); });
-  } catch (...) {
-    count();
-    throw;
-  }
-  count();
+  ++observed_passes_;  // however it ends
+  OwnWork own(*this, Work::kPasses);
+  recorder_.Observe(graph, pass, [&] { own.RunTorch(run); });
 }
 
 void ExportSession::ObserveCse(torch::jit::Graph& graph, const std::function<void()>& run) {
   Expect({ExportStage::kTracing, ExportStage::kOptimizing}, "_jit_pass_cse");
   stage_ = ExportStage::kOptimizing;
   MaybeFailAt("cse");
-  std::chrono::steady_clock::duration torch_time{};
-  auto start = std::chrono::steady_clock::now();
-  RecordCseSharing(graph, borrowed_, [&] { RunTorch(run, &torch_time); });
-  own_time_[static_cast<int>(Work::kCse)] += std::chrono::steady_clock::now() - start - torch_time;
+  OwnWork own(*this, Work::kCse);
+  RecordCseSharing(graph, borrowed_, [&] { own.RunTorch(run); });
 }
 
 void ExportSession::NoteInitializers(const torch::jit::Graph& graph, size_t initializer_count) {

@@ -97,24 +97,32 @@ class ExportSession {
   // Counts `time` as hiertag's own work (the session's set-up, timed by its maker).
   void AddOwnWork(std::chrono::steady_clock::duration time) { own_time_[static_cast<int>(Work::kSetUp)] += time; }
 
-  // Adds the time until it goes out of scope to hiertag's own work of kind `work`.
+  // Adds the time until it goes out of scope, less the time spent in
+  // RunTorch, to hiertag's own work of kind `work`; however the scope ends:
+  // torch goes on exporting after some of its passes throw (shape inference).
   class OwnWork {
    public:
     OwnWork(ExportSession& session, Work work)
         : session_(session), work_(work), start_(std::chrono::steady_clock::now()) {}
-    ~OwnWork() { session_.own_time_[static_cast<int>(work_)] += std::chrono::steady_clock::now() - start_; }
+    ~OwnWork() {
+      session_.own_time_[static_cast<int>(work_)] += std::chrono::steady_clock::now() - start_ - torch_time_;
+    }
+    OwnWork(const OwnWork&) = delete;
+    OwnWork& operator=(const OwnWork&) = delete;
+
+    // Runs torch's work, keeping its time out of hiertag's own.
+    void RunTorch(const std::function<void()>& run);
 
    private:
     ExportSession& session_;
     Work work_;
     std::chrono::steady_clock::time_point start_;
+    std::chrono::steady_clock::duration torch_time_{};
   };
 
  private:
   // Throws unless the session is in one of `allowed`; `step` names the hook.
   void Expect(std::initializer_list<ExportStage> allowed, const char* step) const;
-  // Runs torch's work, keeping its time out of hiertag's own.
-  void RunTorch(const std::function<void()>& run, std::chrono::steady_clock::duration* torch_time);
 
   ModuleTable modules_;
   std::unordered_set<std::string> member_names_;
