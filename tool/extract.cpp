@@ -336,7 +336,7 @@ class Extractor {
     bool entries_written = false;
     auto write_entries = [&] {
       for (const auto& [key, value] : entries) {
-        wire::AppendLengthDelimited(bytes, kModelMetadataProps, StringEntry(key, value));
+        AppendStringEntry(bytes, kModelMetadataProps, key, value);
       }
       entries_written = true;
     };

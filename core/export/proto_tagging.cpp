@@ -39,11 +39,13 @@ class PlanBuilder {
   PlanBuilder(const std::vector<SerializedNodeTag>& nodes, TaggedModelPlan* plan, std::string* error)
       : nodes_(nodes), plan_(plan), error_(error), used_(nodes.size(), false) {
     for (const SerializedNodeTag& entry : nodes) by_identity_ |= !entry.outputs.empty();
+    by_outputs_.reserve(nodes.size());
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i].outputs.empty()) {
         without_outputs_.push_back(i);
       } else {
-        by_outputs_.emplace(OutputsKey(nodes[i].outputs), i);
+        OutputsKey(nodes[i].outputs, &key_);
+        by_outputs_.emplace(key_, i);
       }
     }
   }
@@ -57,7 +59,7 @@ class PlanBuilder {
     auto write_entries = [&] {
       std::string bytes;
       for (const ModelMetadataEntry& entry : entries) {
-        AppendLengthDelimited(&bytes, kModelMetadataProps, StringEntry(entry.key, entry.value));
+        AppendStringEntry(&bytes, kModelMetadataProps, entry.key, entry.value);
       }
       Own(&out, std::move(bytes));
       entries_written = true;
@@ -156,7 +158,7 @@ class PlanBuilder {
     Reader scan(node);
     Field field;
     std::optional<std::string_view> op_type;
-    std::vector<std::string> outputs;
+    std::vector<std::string_view> outputs;  // views into `node`
     while (!scan.done()) {
       if (!scan.Next(&field)) return Fail("a NodeProto is not well-formed");
       if (field.number == kNodeOpType && field.wire_type == kLengthDelimited) op_type = field.payload;
@@ -176,7 +178,7 @@ class PlanBuilder {
     Reader reader(node);
     while (!reader.done()) {
       reader.Next(&field);
-      if (field.number == kNodeAttribute && field.wire_type == kLengthDelimited) {
+      if (field.number == kNodeAttribute && field.wire_type == kLengthDelimited && HoldsGraphs(field.payload)) {
         Rebuilt attribute;
         if (!BuildAttribute(field.payload, depth, &attribute)) return false;
         Splice(out, kNodeAttribute, std::move(attribute));
@@ -185,16 +187,27 @@ class PlanBuilder {
       }
     }
     std::string entries;
-    AppendLengthDelimited(&entries, kNodeMetadataProps, StringEntry(kHierarchyTagKey, expected.tag));
+    AppendStringEntry(&entries, kNodeMetadataProps, kHierarchyTagKey, expected.tag);
     if (!expected.shared_with.empty()) {
-      AppendLengthDelimited(&entries, kNodeMetadataProps,
-                            StringEntry(kSharedWithKey, WriteStringList(expected.shared_with)));
+      AppendStringEntry(&entries, kNodeMetadataProps, kSharedWithKey, WriteStringList(expected.shared_with));
     }
-    for (const auto& [key, value] : expected.more) {
-      AppendLengthDelimited(&entries, kNodeMetadataProps, StringEntry(key, value));
-    }
+    for (const auto& [key, value] : expected.more) AppendStringEntry(&entries, kNodeMetadataProps, key, value);
     Own(out, std::move(entries));
     return true;
+  }
+
+  // Whether an AttributeProto has a graph field (the others are copied as they are).
+  static bool HoldsGraphs(std::string_view attribute) {
+    Reader reader(attribute);
+    Field field;
+    while (!reader.done()) {
+      if (!reader.Next(&field)) return true;  // BuildAttribute tells what is wrong
+      if ((field.number == kAttributeGraph || field.number == kAttributeGraphs) &&
+          field.wire_type == kLengthDelimited) {
+        return true;
+      }
+    }
+    return false;
   }
 
   bool BuildAttribute(std::string_view attribute, int depth, Rebuilt* out) {
@@ -214,28 +227,31 @@ class PlanBuilder {
     return true;
   }
 
-  static std::string OutputsKey(const std::vector<std::string>& outputs) {
-    std::string key;
-    for (const std::string& output : outputs) key += output + '\0';
-    return key;
+  // The outputs joined, each followed by a NUL, into `key`.
+  template <typename Names>
+  static void OutputsKey(const Names& outputs, std::string* key) {
+    key->clear();
+    for (std::string_view output : outputs) key->append(output).push_back('\0');
   }
 
-  static std::string DescribeOutputs(const std::vector<std::string>& outputs) {
+  template <typename Names>
+  static std::string DescribeOutputs(const Names& outputs) {
     if (outputs.empty()) return "without outputs";
-    std::string text = "making '" + outputs.front() + "'";
+    std::string text = "making '" + std::string(outputs.front()) + "'";
     if (outputs.size() > 1) text += " (and " + std::to_string(outputs.size() - 1) + " more)";
     return text;
   }
 
   // The entry of the node with these outputs, each entry taken once; a node
   // without outputs takes the next entry without outputs.
-  std::optional<size_t> Match(const std::vector<std::string>& outputs) {
+  std::optional<size_t> Match(const std::vector<std::string_view>& outputs) {
     size_t index = 0;
     if (outputs.empty() || !by_identity_) {
       if (next_without_outputs_ >= without_outputs_.size()) return std::nullopt;
       index = without_outputs_[next_without_outputs_++];
     } else {
-      auto found = by_outputs_.find(OutputsKey(outputs));
+      OutputsKey(outputs, &key_);
+      auto found = by_outputs_.find(key_);
       if (found == by_outputs_.end()) return std::nullopt;
       index = found->second;
     }
@@ -253,6 +269,7 @@ class PlanBuilder {
   std::vector<size_t> without_outputs_;  // entries without outputs, in pre-order
   size_t next_without_outputs_ = 0;
   size_t written_ = 0;
+  std::string key_;  // Match's buffer, so a lookup allocates nothing
 };
 
 void TaggedModelPlan::ForEachChunk(const std::function<void(std::string_view)>& sink) const {

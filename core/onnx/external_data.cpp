@@ -114,10 +114,10 @@ std::string TensorWithInlineData(std::string_view tensor, std::string_view data)
 
 std::string TensorWithExternalData(std::string_view tensor, const ExternalData& where) {
   std::string out = WithoutData(tensor);
-  wire::AppendLengthDelimited(&out, kTensorExternalData, StringEntry("location", where.location));
-  wire::AppendLengthDelimited(&out, kTensorExternalData, StringEntry("offset", std::to_string(where.offset)));
+  AppendStringEntry(&out, kTensorExternalData, "location", where.location);
+  AppendStringEntry(&out, kTensorExternalData, "offset", std::to_string(where.offset));
   if (where.length) {
-    wire::AppendLengthDelimited(&out, kTensorExternalData, StringEntry("length", std::to_string(*where.length)));
+    AppendStringEntry(&out, kTensorExternalData, "length", std::to_string(*where.length));
   }
   wire::AppendVarint(&out, (static_cast<uint64_t>(kTensorDataLocation) << 3) | wire::kVarint);
   wire::AppendVarint(&out, kDataLocationExternal);

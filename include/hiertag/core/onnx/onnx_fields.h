@@ -50,12 +50,14 @@ inline constexpr uint32_t kEntryValue = 2;
 inline constexpr uint32_t kOpsetDomain = 1;
 inline constexpr uint32_t kOpsetVersion = 2;
 
-// A StringStringEntryProto (a metadata_props entry), serialized.
-inline std::string StringEntry(std::string_view key, std::string_view value) {
-  std::string entry;
-  wire::AppendLengthDelimited(&entry, kEntryKey, key);
-  wire::AppendLengthDelimited(&entry, kEntryValue, value);
-  return entry;
+// Appends a StringStringEntryProto (a metadata_props entry) as
+// length-delimited field `field` of the message `out` holds, written in place.
+inline void AppendStringEntry(std::string* out, uint32_t field, std::string_view key, std::string_view value) {
+  size_t size = 2 + wire::VarintSize(key.size()) + key.size() + wire::VarintSize(value.size()) + value.size();
+  wire::AppendVarint(out, (static_cast<uint64_t>(field) << 3) | wire::kLengthDelimited);
+  wire::AppendVarint(out, size);
+  wire::AppendLengthDelimited(out, kEntryKey, key);
+  wire::AppendLengthDelimited(out, kEntryValue, value);
 }
 
 }  // namespace hiertag::onnx_field

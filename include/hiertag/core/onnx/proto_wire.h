@@ -96,6 +96,13 @@ inline void AppendVarint(std::string* out, uint64_t value) {
   out->push_back(static_cast<char>(value));
 }
 
+// How many bytes AppendVarint writes for `value`.
+inline size_t VarintSize(uint64_t value) {
+  size_t size = 1;
+  for (; value >= 0x80; value >>= 7) ++size;
+  return size;
+}
+
 inline void AppendLengthDelimited(std::string* out, uint32_t field, std::string_view payload) {
   AppendVarint(out, (static_cast<uint64_t>(field) << 3) | kLengthDelimited);
   AppendVarint(out, payload.size());
