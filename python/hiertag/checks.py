@@ -170,7 +170,10 @@ def register_eager_twin(scripted, eager):
 
 def eager_reference(model):
     """The module whose forward hooks stand for `model`'s calls."""
-    return _EAGER_TWINS.get(model, model)
+    try:
+        return _EAGER_TWINS.get(model, model)
+    except TypeError:  # a user's module without a hash (__eq__ defined, __hash__ not) is no twin
+        return model
 
 
 def record_module_io(model, args):

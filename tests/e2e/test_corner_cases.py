@@ -168,6 +168,20 @@ def test_a_scripted_models_eager_twin_goes_with_it():
     assert len(checks._EAGER_TWINS) == registered
 
 
+def test_a_module_without_a_hash_is_its_own_reference():
+    # A user's module may define __eq__ and so lose __hash__ (hiertag verify
+    # FILE.py:FUNCTION checks such a model): the twins' map cannot hold it,
+    # and it needs no twin.
+    class Unhashable(torch.nn.Linear):
+        def __eq__(self, other):
+            return self is other
+
+    model = Unhashable(2, 2)
+    with pytest.raises(TypeError):
+        hash(model)
+    assert checks.eager_reference(model) is model
+
+
 @pytest.mark.parametrize("setting, expected", [
     ("1", "/Containers/ModuleList/Sequential.0/Expert.0"),
     ("Sequential", "/Containers/Sequential.0/Expert.0"),
