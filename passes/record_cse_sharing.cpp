@@ -32,10 +32,10 @@ struct GraphBefore {
   std::vector<uint32_t> use_begin;
   std::vector<InputSlot> uses;
 
-  // Reads each node in the one walk that reaches it (its scope and uses while
-  // the node is in cache), not in a second loop over a collected list. The
-  // arrays are sized by a counting walk first: grown step by step, right after
-  // the trace freed many small objects, they cost as much again (the 200-layer
+  // Reads each node in the walk that reaches it (its scope and uses while the
+  // node is in cache), not in a loop over a collected list. The arrays are
+  // sized by a counting walk first: grown step by step, right after the trace
+  // freed many small objects, they cost as much again (the 200-layer
   // decoder's 58k nodes: 37 ms grown, 23 ms counted and sized).
   explicit GraphBefore(Block* block) {
     size_t node_count = 0, use_count = 0;

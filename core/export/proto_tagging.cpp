@@ -1,8 +1,9 @@
 // Proto tagging: wire-level insertion of node and model metadata_props.
 //
-// Only ModelProto.graph, GraphProto.node, NodeProto.attribute and
-// AttributeProto.g/graphs are descended into; every other field is copied as
-// raw bytes. Field numbers are those of onnx.proto (ONNX >= 1.16).
+// Only ModelProto.graph, GraphProto.node, the NodeProto.attribute entries that
+// hold a graph and AttributeProto.g/graphs are descended into; every other
+// field is copied as raw bytes (as the input encoded it). Field numbers are
+// those of onnx.proto (ONNX >= 1.16).
 #include "hiertag/core/export/proto_tagging.h"
 
 #include <cstdint>
@@ -158,7 +159,10 @@ class PlanBuilder {
     Reader scan(node);
     Field field;
     std::optional<std::string_view> op_type;
-    std::vector<std::string_view> outputs;  // views into `node`
+    // Views into `node`, in a buffer every node reuses: read only before the
+    // node's bodies are built (which reuse it in turn).
+    std::vector<std::string_view>& outputs = outputs_;
+    outputs.clear();
     while (!scan.done()) {
       if (!scan.Next(&field)) return Fail("a NodeProto is not well-formed");
       if (field.number == kNodeOpType && field.wire_type == kLengthDelimited) op_type = field.payload;
@@ -269,7 +273,8 @@ class PlanBuilder {
   std::vector<size_t> without_outputs_;  // entries without outputs, in pre-order
   size_t next_without_outputs_ = 0;
   size_t written_ = 0;
-  std::string key_;  // Match's buffer, so a lookup allocates nothing
+  std::string key_;                        // an outputs key being built, so a lookup allocates nothing
+  std::vector<std::string_view> outputs_;  // BuildNode's: the outputs of the node being matched
 };
 
 void TaggedModelPlan::ForEachChunk(const std::function<void(std::string_view)>& sink) const {

@@ -435,6 +435,32 @@ TEST(ProtoTaggingTest, NodeWithoutOpTypeFails) {
   EXPECT_FALSE(error.empty());
 }
 
+TEST(ProtoTaggingTest, MalformedNodeOrAttributeFails) {
+  // Check that a node or an attribute whose payload is not a message is rejected, even
+  // inside well-formed framing: an attribute without a graph is copied, not rebuilt,
+  // but it is still read.
+  const std::string not_a_message = "\xff";
+  for (const std::string& node :
+       {NodeProto("Relu", "/n") + not_a_message, NodeProto("Relu", "/n", BytesField(kNodeAttribute, not_a_message))}) {
+    std::string tagged = "untouched", error;
+    EXPECT_FALSE(AddTagsToSerializedModel(ModelProto(GraphProto({node})), {{"Relu", "/Net", {}, {}, {"/n_out"}}}, {},
+                                          &tagged, &error));
+    EXPECT_EQ(tagged, "untouched");
+    EXPECT_NE(error.find("not well-formed"), std::string::npos) << error;
+  }
+}
+
+TEST(ProtoTaggingTest, AttributeWithoutGraphIsCopiedAsItIs) {
+  // Check that a node's other attributes keep their bytes, their order and their place.
+  std::string alpha = BytesField(kNodeAttribute, BytesField(kAttributeName, "alpha") + VarintField(kAttributeType, 1));
+  std::string node = NodeProto("LeakyRelu", "/n", alpha + alpha);
+  std::string tagged, error;
+  ASSERT_TRUE(AddTagsToSerializedModel(ModelProto(GraphProto({node})), {{"LeakyRelu", "/Net", {}, {}, {"/n_out"}}}, {},
+                                       &tagged, &error))
+      << error;
+  EXPECT_NE(tagged.find(node), std::string::npos);
+}
+
 // The Loop model's tags with each node's outputs (NodeProto writes "<name>_out"), in another order.
 std::vector<SerializedNodeTag> LoopModelTagsByIdentity() {
   return {{"Identity", "/Net", {}, {}, {"/Identity_out"}},

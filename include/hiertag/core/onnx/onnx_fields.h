@@ -52,8 +52,12 @@ inline constexpr uint32_t kOpsetVersion = 2;
 
 // Appends a StringStringEntryProto (a metadata_props entry) as
 // length-delimited field `field` of the message `out` holds, written in place.
+// `key` and `value` must not point into `*out` (appending may move it).
 inline void AppendStringEntry(std::string* out, uint32_t field, std::string_view key, std::string_view value) {
-  size_t size = 2 + wire::VarintSize(key.size()) + key.size() + wire::VarintSize(value.size()) + value.size();
+  constexpr uint64_t kKeyTag = (static_cast<uint64_t>(kEntryKey) << 3) | wire::kLengthDelimited;
+  constexpr uint64_t kValueTag = (static_cast<uint64_t>(kEntryValue) << 3) | wire::kLengthDelimited;
+  size_t size = wire::VarintSize(kKeyTag) + wire::VarintSize(key.size()) + key.size() + wire::VarintSize(kValueTag) +
+                wire::VarintSize(value.size()) + value.size();
   wire::AppendVarint(out, (static_cast<uint64_t>(field) << 3) | wire::kLengthDelimited);
   wire::AppendVarint(out, size);
   wire::AppendLengthDelimited(out, kEntryKey, key);
