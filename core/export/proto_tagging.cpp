@@ -72,7 +72,7 @@ class PlanBuilder {
       if (field.number == kModelGraph && field.wire_type == kLengthDelimited) {
         Rebuilt graph;
         if (!BuildGraph(field.payload, 0, &graph)) return false;
-        Splice(&out, kModelGraph, std::move(graph));
+        Splice(&out, kModelGraph, graph);
         saw_graph = true;
       } else {
         Borrow(&out, field.raw);
@@ -109,29 +109,41 @@ class PlanBuilder {
     out->size += bytes.size();
   }
 
-  void Own(Rebuilt* out, std::string bytes) {
+  // Appends a copy of `bytes` to `out`: to its last chunk when that is owned.
+  void Own(Rebuilt* out, std::string_view bytes) {
     if (bytes.empty()) return;
     out->size += bytes.size();
     TaggedModelPlan::Chunk* last = out->chunks.empty() ? nullptr : &out->chunks.back();
     if (last != nullptr && last->borrowed.empty()) {
-      plan_->owned_[last->owned] += bytes;
+      plan_->owned_[last->owned].append(bytes);
     } else {
-      plan_->owned_.push_back(std::move(bytes));
+      plan_->owned_.emplace_back(bytes);
       out->chunks.push_back({{}, plan_->owned_.size() - 1});
     }
   }
 
-  // Appends `inner` as length-delimited field `field` of `out`.
-  void Splice(Rebuilt* out, uint32_t field, Rebuilt inner) {
-    std::string header;
-    AppendVarint(&header, (static_cast<uint64_t>(field) << 3) | kLengthDelimited);
-    AppendVarint(&header, inner.size);
-    Own(out, std::move(header));
+  // Appends the header of length-delimited field `field` of `size` bytes.
+  void OwnHeader(Rebuilt* out, uint32_t field, size_t size) {
+    header_.clear();
+    AppendVarint(&header_, (static_cast<uint64_t>(field) << 3) | kLengthDelimited);
+    AppendVarint(&header_, size);
+    Own(out, header_);
+  }
+
+  // Appends `inner` as length-delimited field `field` of `out`. Inner's owned
+  // chunks are taken over as they are (one is copied where it joins out's).
+  void Splice(Rebuilt* out, uint32_t field, const Rebuilt& inner) {
+    OwnHeader(out, field, inner.size);
     for (const TaggedModelPlan::Chunk& chunk : inner.chunks) {
-      if (chunk.borrowed.empty()) {
-        Own(out, std::move(plan_->owned_[chunk.owned]));
-      } else {
+      if (!chunk.borrowed.empty()) {
         Borrow(out, chunk.borrowed);
+      } else if (!out->chunks.empty() && out->chunks.back().borrowed.empty()) {
+        Own(out, plan_->owned_[chunk.owned]);
+        plan_->owned_[chunk.owned].clear();
+        plan_->owned_[chunk.owned].shrink_to_fit();
+      } else {
+        out->size += plan_->owned_[chunk.owned].size();
+        out->chunks.push_back(chunk);
       }
     }
   }
@@ -143,9 +155,7 @@ class PlanBuilder {
     while (!reader.done()) {
       if (!reader.Next(&field)) return Fail("a GraphProto is not well-formed");
       if (field.number == kGraphNode && field.wire_type == kLengthDelimited) {
-        Rebuilt node;
-        if (!BuildNode(field.payload, depth, &node)) return false;
-        Splice(out, kGraphNode, std::move(node));
+        if (!BuildNode(field.payload, depth, out)) return false;
       } else {
         Borrow(out, field.raw);
       }
@@ -153,7 +163,8 @@ class PlanBuilder {
     return true;
   }
 
-  bool BuildNode(std::string_view node, int depth, Rebuilt* out) {
+  // Appends the node, tagged, to `graph` as a GraphProto.node field.
+  bool BuildNode(std::string_view node, int depth, Rebuilt* graph) {
     ++written_;
     // The node's identity first, so its entry is taken before its bodies' nodes take theirs.
     Reader scan(node);
@@ -163,10 +174,14 @@ class PlanBuilder {
     // node's bodies are built (which reuse it in turn).
     std::vector<std::string_view>& outputs = outputs_;
     outputs.clear();
+    bool holds_graphs = false;
     while (!scan.done()) {
       if (!scan.Next(&field)) return Fail("a NodeProto is not well-formed");
       if (field.number == kNodeOpType && field.wire_type == kLengthDelimited) op_type = field.payload;
       if (field.number == kNodeOutput && field.wire_type == kLengthDelimited) outputs.emplace_back(field.payload);
+      if (field.number == kNodeAttribute && field.wire_type == kLengthDelimited) {
+        holds_graphs = holds_graphs || HoldsGraphs(field.payload);
+      }
     }
     if (!op_type) return Fail("a NodeProto has no op_type");
     std::optional<size_t> match = Match(outputs);
@@ -179,25 +194,39 @@ class PlanBuilder {
       return Fail("node " + DescribeOutputs(outputs) + " is '" + std::string(*op_type) + "' in the model but '" +
                   expected.op_type + "' in the graph");
     }
+    if (!holds_graphs) {  // the node's bytes as they are, then its entries
+      WriteEntries(expected);
+      OwnHeader(graph, kGraphNode, node.size() + entries_.size());
+      Borrow(graph, node);
+      Own(graph, entries_);
+      return true;
+    }
+    Rebuilt out;
     Reader reader(node);
     while (!reader.done()) {
       reader.Next(&field);
       if (field.number == kNodeAttribute && field.wire_type == kLengthDelimited && HoldsGraphs(field.payload)) {
         Rebuilt attribute;
         if (!BuildAttribute(field.payload, depth, &attribute)) return false;
-        Splice(out, kNodeAttribute, std::move(attribute));
+        Splice(&out, kNodeAttribute, attribute);
       } else {
-        Borrow(out, field.raw);
+        Borrow(&out, field.raw);
       }
     }
-    std::string entries;
-    AppendStringEntry(&entries, kNodeMetadataProps, kHierarchyTagKey, expected.tag);
-    if (!expected.shared_with.empty()) {
-      AppendStringEntry(&entries, kNodeMetadataProps, kSharedWithKey, WriteStringList(expected.shared_with));
-    }
-    for (const auto& [key, value] : expected.more) AppendStringEntry(&entries, kNodeMetadataProps, key, value);
-    Own(out, std::move(entries));
+    WriteEntries(expected);  // after the bodies, whose nodes use entries_ too
+    Own(&out, entries_);
+    Splice(graph, kGraphNode, out);
     return true;
+  }
+
+  // The node's metadata_props entries, into entries_.
+  void WriteEntries(const SerializedNodeTag& expected) {
+    entries_.clear();
+    AppendStringEntry(&entries_, kNodeMetadataProps, kHierarchyTagKey, expected.tag);
+    if (!expected.shared_with.empty()) {
+      AppendStringEntry(&entries_, kNodeMetadataProps, kSharedWithKey, WriteStringList(expected.shared_with));
+    }
+    for (const auto& [key, value] : expected.more) AppendStringEntry(&entries_, kNodeMetadataProps, key, value);
   }
 
   // Whether an AttributeProto has a graph field (the others are copied as they are).
@@ -223,7 +252,7 @@ class PlanBuilder {
           field.wire_type == kLengthDelimited) {
         Rebuilt graph;
         if (!BuildGraph(field.payload, depth + 1, &graph)) return false;
-        Splice(out, field.number, std::move(graph));
+        Splice(out, field.number, graph);
       } else {
         Borrow(out, field.raw);
       }
@@ -275,6 +304,8 @@ class PlanBuilder {
   size_t written_ = 0;
   std::string key_;                        // an outputs key being built, so a lookup allocates nothing
   std::vector<std::string_view> outputs_;  // BuildNode's: the outputs of the node being matched
+  std::string entries_;                    // BuildNode's: the metadata entries of the node being written
+  std::string header_;                     // OwnHeader's
 };
 
 void TaggedModelPlan::ForEachChunk(const std::function<void(std::string_view)>& sink) const {
