@@ -62,7 +62,7 @@ class PlanBuilder {
       for (const ModelMetadataEntry& entry : entries) {
         AppendStringEntry(&bytes, kModelMetadataProps, entry.key, entry.value);
       }
-      Own(&out, std::move(bytes));
+      Own(&out, bytes);
       entries_written = true;
     };
     while (!reader.done()) {
@@ -131,7 +131,8 @@ class PlanBuilder {
   }
 
   // Appends `inner` as length-delimited field `field` of `out`. Inner's owned
-  // chunks are taken over as they are (one is copied where it joins out's).
+  // chunks are taken over as they are (at most one, the first, is copied: where
+  // it joins out's last owned chunk).
   void Splice(Rebuilt* out, uint32_t field, const Rebuilt& inner) {
     OwnHeader(out, field, inner.size);
     for (const TaggedModelPlan::Chunk& chunk : inner.chunks) {
@@ -201,7 +202,7 @@ class PlanBuilder {
       Own(graph, entries_);
       return true;
     }
-    Rebuilt out;
+    Rebuilt out;  // each attribute is read again here: few nodes hold graphs
     Reader reader(node);
     while (!reader.done()) {
       reader.Next(&field);

@@ -461,6 +461,38 @@ TEST(ProtoTaggingTest, AttributeWithoutGraphIsCopiedAsItIs) {
   EXPECT_NE(tagged.find(node), std::string::npos);
 }
 
+TEST(ProtoTaggingTest, NestedBodiesAreRebuiltByteForByte) {
+  // Check the whole output against one written by hand: an If whose then-branch holds a
+  // Loop with a body of its own, an else-branch, plain attributes after the graphs, and a
+  // node after the If. Every node ends with its hierarchy_tag entry, nothing else moves.
+  std::string alpha = BytesField(kNodeAttribute, BytesField(kAttributeName, "alpha") + VarintField(kAttributeType, 1));
+  auto model_of = [&](bool tagged) {
+    auto tag = [&](std::string_view value) {
+      return tagged ? BytesField(kNodeMetadataProps,
+                                 BytesField(kEntryKey, kHierarchyTagKey) + BytesField(kEntryValue, value))
+                    : std::string();
+    };
+    std::string inner = NodeProto("Relu", "/inner") + tag("/Net/Inner");
+    std::string loop =
+        NodeProto("Loop", "/loop", GraphAttribute("body", GraphProto({inner})) + alpha) + tag("/Net/Loop");
+    std::string other = NodeProto("Neg", "/other") + tag("/Net/Other");
+    std::string branch = NodeProto("If", "/if",
+                                   GraphAttribute("then_branch", GraphProto({loop})) +
+                                       GraphAttribute("else_branch", GraphProto({other})) + alpha) +
+                         tag("/Net");
+    std::string after = NodeProto("Add", "/after", alpha) + tag("/Net/After");
+    return ModelProto(GraphProto({branch, after}));
+  };
+  std::vector<SerializedNodeTag> tags = {{"Add", "/Net/After", {}, {}, {"/after_out"}},
+                                         {"Relu", "/Net/Inner", {}, {}, {"/inner_out"}},
+                                         {"If", "/Net", {}, {}, {"/if_out"}},
+                                         {"Neg", "/Net/Other", {}, {}, {"/other_out"}},
+                                         {"Loop", "/Net/Loop", {}, {}, {"/loop_out"}}};
+  std::string tagged, error;
+  ASSERT_TRUE(AddTagsToSerializedModel(model_of(false), tags, {}, &tagged, &error)) << error;
+  EXPECT_EQ(tagged, model_of(true));
+}
+
 // The Loop model's tags with each node's outputs (NodeProto writes "<name>_out"), in another order.
 std::vector<SerializedNodeTag> LoopModelTagsByIdentity() {
   return {{"Identity", "/Net", {}, {}, {"/Identity_out"}},

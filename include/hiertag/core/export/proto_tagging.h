@@ -8,12 +8,14 @@
 // What changes: each NodeProto gains metadata_props (field 9) entries
 // `hierarchy_tag` (and `hiertag.shared_with` where listed); the ModelProto gains
 // metadata_props (field 14) entries before its first higher-numbered field.
-// Every other byte is torch's: only ModelProto.graph, GraphProto.node,
-// NodeProto.attribute and AttributeProto.g/graphs are descended into.
+// Every other byte is torch's: only ModelProto.graph, GraphProto.node, the
+// NodeProto.attribute entries holding a graph and AttributeProto.g/graphs are
+// descended into.
 //
 // The result is planned, not built: a TaggedModelPlan is a list of chunks, each
-// either a view into `model` (initializers and every other untouched field, never
-// copied) or a small rewritten piece (node protos and length prefixes). Writing
+// either a view into `model` (initializers, node bytes and every other untouched
+// field, never copied) or a small written piece (length prefixes and metadata
+// entries). Writing
 // the chunks in order yields the tagged model, so a caller can stream it to a
 // file without ever copying the weights. The plan borrows `model`: keep it alive.
 //
