@@ -94,7 +94,12 @@ struct GraphBefore {
   std::vector<Value*> inputs;
   std::vector<uint32_t> use_begin;
   std::vector<Use> uses;
-  std::vector<Value*> graph_inputs;
+  // The graph inputs' unique() numbers, and one past the highest: values are
+  // numbered once per graph, in the order they are made, so a graph input
+  // after the pass numbered at least this is one the pass added. (A pointer
+  // noted before could be a freed input's address, reused.)
+  std::vector<size_t> graph_inputs;
+  size_t inputs_unique_end = 0;
 
   void Take(torch::jit::Graph& graph) {
     nodes.clear();
@@ -116,7 +121,12 @@ struct GraphBefore {
     });
     input_begin.push_back(static_cast<uint32_t>(inputs.size()));
     use_begin.push_back(static_cast<uint32_t>(uses.size()));
-    graph_inputs.assign(graph.inputs().begin(), graph.inputs().end());
+    graph_inputs.clear();
+    inputs_unique_end = 0;
+    for (const Value* input : graph.inputs()) {
+      graph_inputs.push_back(input->unique());
+      inputs_unique_end = std::max(inputs_unique_end, input->unique() + 1);
+    }
   }
 
   void TakeNode(Node* node) {
@@ -166,16 +176,14 @@ struct RewriteRecorder::Arrays {
   std::vector<uint32_t> seen;              // per node before: the last walk that reached it
   ska::flat_hash_map<const Value*, Index> producers;
   std::vector<std::pair<const Value*, Index>> readers;  // (input, reader) before the pass, sorted
-  // The nodes the pass made, in graph order, and the graph's inputs: filled
-  // only when the pass changed the graph.
+  // The nodes the pass made, in graph order: filled only when the pass changed
+  // the graph.
   ska::flat_hash_map<Node*, uint32_t> created;  // a made node -> its index in created_order
   std::vector<Node*> created_order;
   std::vector<ScopePtr> created_scope;  // a made node's scope before any loan
   // (scope, index into created_order) of every made node, sorted: a made
   // node's scope is the one of what it replaced (MadeInScopesOf).
   std::vector<std::pair<const torch::jit::Scope*, uint32_t>> made_in_scope;
-  ska::flat_hash_set<const Value*> inputs_before;
-  ska::flat_hash_set<const Value*> new_inputs;
 
   // Lets go of the scopes held (see GraphBefore::ReleaseScopes).
   void ReleaseScopes() {
@@ -230,9 +238,7 @@ class Observer {
         created_(arrays.created),
         created_order_(arrays.created_order),
         created_scope_(arrays.created_scope),
-        made_in_scope_(arrays.made_in_scope),
-        inputs_before_(arrays.inputs_before),
-        new_inputs_(arrays.new_inputs) {
+        made_in_scope_(arrays.made_in_scope) {
     before_.Take(graph);
   }
 
@@ -261,8 +267,6 @@ class Observer {
     created_order_.clear();
     created_scope_.clear();
     made_in_scope_.clear();
-    inputs_before_.clear();
-    new_inputs_.clear();
     std::vector<Index> inputs_changed;
     VisitNodesAndReturns(graph_.block(), [&](Node* node) {
       Index i = IndexOf(node);
@@ -282,10 +286,6 @@ class Observer {
       return true;
     });
     std::sort(made_in_scope_.begin(), made_in_scope_.end());
-    inputs_before_.insert(before_.graph_inputs.begin(), before_.graph_inputs.end());
-    for (Value* input : graph_.inputs()) {
-      if (!inputs_before_.count(input)) new_inputs_.insert(input);
-    }
     Clock::time_point matched = Clock::now();
     times.matching += matched - checked;
     for (Index i = 0; i < count; ++i) {
@@ -304,7 +304,8 @@ class Observer {
   // place is looked at only for nodes that also read something else).
   bool Unchanged() const {
     if (graph_.inputs().size() != before_.graph_inputs.size() ||
-        !std::equal(before_.graph_inputs.begin(), before_.graph_inputs.end(), graph_.inputs().begin())) {
+        !std::equal(before_.graph_inputs.begin(), before_.graph_inputs.end(), graph_.inputs().begin(),
+                    [](size_t unique, const Value* input) { return unique == input->unique(); })) {
       return false;
     }
     Index next = 0;  // in Take's order, the index the next node must have
@@ -433,7 +434,7 @@ class Observer {
         if (use.index >= use.user->inputs().size()) continue;
         Value* now = use.user->input(use.index);
         Node* producer = now->node();
-        if (new_inputs_.count(now)) {
+        if (NewInput(now)) {
           if (!folded_scopes(i).empty()) {
             log_.records.push_back(
                 {RewriteRecord::Kind::kFolded, pass_, folded_scopes(i), now->unique(), nullptr, nullptr, {}, -1});
@@ -597,13 +598,22 @@ class Observer {
   // Whether `value` existed before the pass (a node made it that is still
   // there, or it is a graph input): only then can a pointer noted before the
   // pass be compared with it (a freed value's address can be reused).
-  bool Existed(Value* value) const { return inputs_before_.count(value) || Alive(value->node()); }
+  bool Existed(Value* value) const { return InputBefore(value) || Alive(value->node()); }
+
+  // Whether `value`, in the graph after the pass, is a graph input it was
+  // before the pass, or one the pass added.
+  bool InputBefore(const Value* value) const {
+    return value->node() == graph_.param_node() && value->unique() < before_.inputs_unique_end;
+  }
+  bool NewInput(const Value* value) const {
+    return value->node() == graph_.param_node() && value->unique() >= before_.inputs_unique_end;
+  }
 
   // The nodes, before the pass, on a path from `from` to `to` (`to` included),
   // in graph order; empty when `to` was not computed from `from`. Nodes before
   // `from`'s producer cannot have read it: the walk stops there.
   std::vector<Index> Between(Value* from, Index to) {
-    Index earliest = inputs_before_.count(from) ? 0 : IndexOf(from->node());
+    Index earliest = InputBefore(from) ? 0 : IndexOf(from->node());
     std::vector<Index> ancestors;
     bool reached = false;
     uint32_t walk = NewWalk();
@@ -772,9 +782,8 @@ class Observer {
     Index i = IndexOf(node);
     if (i == kNotBefore || !alive_[i]) return false;
     if (AttributesChanged(i)) return true;
-    return inputs_changed_[i] && std::any_of(node->inputs().begin(), node->inputs().end(), [&](Value* input) {
-             return new_inputs_.count(input) || Created(input->node());
-           });
+    return inputs_changed_[i] && std::any_of(node->inputs().begin(), node->inputs().end(),
+                                             [&](Value* input) { return NewInput(input) || Created(input->node()); });
   }
 
   // A node's loan as this pass grows it: copied from the node's loan once, and
@@ -854,8 +863,6 @@ class Observer {
   std::vector<Node*>& created_order_;
   std::vector<ScopePtr>& created_scope_;
   std::vector<std::pair<const torch::jit::Scope*, uint32_t>>& made_in_scope_;
-  ska::flat_hash_set<const Value*>& inputs_before_;
-  ska::flat_hash_set<const Value*>& new_inputs_;
   std::unordered_set<Node*> absorbed_;
   std::vector<GrowingLoan> growing_;                 // in the order the pass first grew them
   ska::flat_hash_map<Node*, size_t> growing_index_;  // -> growing_

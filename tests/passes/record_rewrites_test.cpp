@@ -493,6 +493,32 @@ TEST_F(RecordRewritesTest, ConsumerReadingExistingInputIsNotRecordedFolded) {
   EXPECT_TRUE(borrowed_.empty());
 }
 
+TEST_F(RecordRewritesTest, NewInitializerAtAnErasedInputsAddressIsRecordedFolded) {
+  // Check that an initializer the pass adds right after erasing an unused input
+  // is told new by its number, not its address: glibc's malloc hands the
+  // erased input's memory to the next value of its size, so the new input
+  // usually sits where the erased one was, and was taken for it (no fold
+  // recorded: the module folded away left no trace).
+  Parse(kFoldableWeight);
+  SetScope("n", to_last_);
+  SetScope("t", to_last_);
+  SetScope("y", head_);
+  const Value* erased = vmap_.at("other");
+  Value* folded = nullptr;
+
+  RunPass(ReplaceWeightChain(vmap_, [&] {
+    graph_->eraseInput(2);
+    return folded = graph_->addInput("folded");
+  }));
+
+  ASSERT_NE(folded, nullptr);
+  std::cout << "the new input " << (folded == erased ? "reuses" : "does not reuse") << " the erased one's address\n";
+  ASSERT_EQ(log_.records.size(), 1u);
+  EXPECT_EQ(log_.records[0].kind, RewriteRecord::Kind::kFolded);
+  EXPECT_EQ(log_.records[0].scopes, (std::vector<ScopePtr>{to_last_}));
+  EXPECT_EQ(log_.records[0].initializer, folded->unique());
+}
+
 TEST_F(RecordRewritesTest, FoldedInitializerNamesTheModuleThatLeftNoNode) {
   // Check that at tagging, the folded record resolves to to_last's tag with the initializer's id.
   Parse(kFoldableWeight);
