@@ -1,67 +1,98 @@
 """How long ONNX Runtime takes to create a session (optimizations off, as
 `carry`'s value check and `verify` create theirs) on a file, and on synthetic
-graphs of as many nodes, to tell a cost of the graph's size from one of its
-content.
+graphs of as many computing nodes, to tell a cost of the graph's size from one
+of its shape.
 
     .venv/bin/python bench/ort_session_cost.py FILE.onnx [--json]
 
-Rows, each a session created in this process from serialized bytes (external
-data, if any, is not loaded: the weights are not what is measured):
+Each row is one session created in this process from serialized bytes, after a
+session on a one-node model has paid ONNX Runtime's one-time set-up. N is the
+file's main-graph nodes less its Constant nodes (ONNX Runtime turns those into
+initializers when it reads a graph); external data is mapped from the file's
+folder, as `carry` maps it.
   file                 the file as it is
-  constants as initializers
-                       the same graph with every Constant node holding a tensor
-                       turned into an initializer of its output's name
-  chain of N           N Add nodes, each reading the one before (N: the file's node count)
-  fan-out of N         N Add nodes, each reading the one graph input twice (the
-                       graph's output is the last one's; the others' are unread)"""
+  file, every value an output
+                       the file with every value its main graph's nodes make added
+                       as a graph output (as `carry`'s value check asks for values)
+  chain of N           N Add nodes, each reading the one before and the graph input
+  fan-out of N         N Add nodes, each reading the graph input twice; the graph's
+                       output is the last one's, the others' are read by nobody
+  fan-out of N, summed the same N nodes, all read by one Sum that is the output"""
 
 import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper
 
 
-def session_seconds(model):
+def session_seconds(model, data_folder=None):
     import onnxruntime
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if data_folder is not None:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_folder))
     serialized = model.SerializeToString()
     start = time.perf_counter()
     onnxruntime.InferenceSession(serialized, options)
     return time.perf_counter() - start
 
 
-def constants_as_initializers(model):
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    kept = []
-    for node in copy.graph.node:
-        if node.op_type == "Constant" and [a.name for a in node.attribute] == ["value"]:
-            tensor = onnx.TensorProto()
-            tensor.CopyFrom(node.attribute[0].t)
-            tensor.name = node.output[0]
-            copy.graph.initializer.append(tensor)
-        else:
-            kept.append(node)
-    del copy.graph.node[:]
-    copy.graph.node.extend(kept)
-    return copy
+def every_value_an_output(model):
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    listed = {output.name for output in probe.graph.output}
+    for node in model.graph.node:
+        for name in node.output:
+            if name and name not in listed:
+                probe.graph.output.append(onnx.ValueInfoProto(name=name))
+                listed.add(name)
+    return probe
 
 
-def synthetic(count, fan_out, opset, ir_version):
-    """`count` Add nodes named as an exporter names a deep model's."""
-    nodes, previous = [], "x"
+def synthetic(count, shape, opset, ir_version):
+    """`count` Add nodes named as the exporter names a deep model's, in
+    `shape` "chain", "fan-out" or "summed" (module docstring)."""
+    nodes, previous, outputs = [], "x", []
     for i in range(count):
         output = f"/model/layers.{i // 120}/block/Add_{i}_output_0"
-        nodes.append(helper.make_node("Add", ["x" if fan_out else previous, "x"], [output],
-                                      name=f"/model/layers.{i // 120}/block/Add_{i}"))
+        first = previous if shape == "chain" else "x"
+        nodes.append(helper.make_node("Add", [first, "x"], [output], name=f"/model/layers.{i // 120}/block/Add_{i}"))
         previous = output
-    graph = helper.make_graph(nodes, "synthetic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        outputs.append(output)
+    if shape == "summed":
+        nodes.append(helper.make_node("Sum", outputs, ["sum"], name="/model/Sum"))
+        previous = "sum"
+    graph = helper.make_graph(nodes, shape, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
                               [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [1, 8])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
+
+
+def measure(path):
+    """Yields the report {"file", "nodes", "computing_nodes", "onnxruntime",
+    "rows": [{"graph", "seconds"}]} each time a row is added to it."""
+    import onnxruntime
+
+    from hiertag import OPSET
+    model = onnx.load(str(path), load_external_data=False)
+    computing = sum(1 for node in model.graph.node if node.op_type != "Constant")
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), OPSET)
+    session_seconds(synthetic(1, "chain", opset, model.ir_version))  # ONNX Runtime's one-time set-up
+    graphs = [
+        ("file", lambda: model, path.parent),
+        ("file, every value an output", lambda: every_value_an_output(model), path.parent),
+        (f"chain of {computing}", lambda: synthetic(computing, "chain", opset, model.ir_version), None),
+        (f"fan-out of {computing}", lambda: synthetic(computing, "fan-out", opset, model.ir_version), None),
+        (f"fan-out of {computing}, summed", lambda: synthetic(computing, "summed", opset, model.ir_version), None),
+    ]
+    report = {"file": str(path), "nodes": len(model.graph.node), "computing_nodes": computing,
+              "onnxruntime": onnxruntime.__version__, "rows": []}
+    for name, make, folder in graphs:
+        report["rows"].append({"graph": name, "seconds": session_seconds(make(), folder)})
+        yield report
 
 
 def main():
@@ -69,24 +100,25 @@ def main():
     parser.add_argument("model", help="an ONNX file")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     options = parser.parse_args()
-    model = onnx.load(options.model, load_external_data=False)
-    count = len(model.graph.node)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
-    graphs = [
-        ("file", lambda: model),
-        ("constants as initializers", lambda: constants_as_initializers(model)),
-        (f"chain of {count}", lambda: synthetic(count, False, opset, model.ir_version)),
-        (f"fan-out of {count}", lambda: synthetic(count, True, opset, model.ir_version)),
-    ]
-    if not options.json:
-        print(f"{options.model}: {count:,} nodes", flush=True)
-    rows = []
-    for name, make in graphs:
-        rows.append({"graph": name, "seconds": session_seconds(make())})
-        if not options.json:
-            print(f"{name:40s} {rows[-1]['seconds']:8.2f} s", flush=True)
+    path = Path(options.model).resolve()
+    if not path.is_file():
+        print(f"ort_session_cost: {options.model}: no such file", file=sys.stderr)
+        return 2
+    report = None
+    try:
+        for report in measure(path):
+            if not options.json:
+                if len(report["rows"]) == 1:
+                    print(f"{path}: {report['nodes']:,} nodes, {report['computing_nodes']:,} not Constant; "
+                          f"onnxruntime {report['onnxruntime']}")
+                row = report["rows"][-1]
+                print(f"{row['graph']:40s} {row['seconds']:8.2f} s", flush=True)
+    except Exception as error:  # not an ONNX model, or one ONNX Runtime refuses: the cause in one line
+        lines = str(error).strip().splitlines()
+        print(f"ort_session_cost: {options.model}: {lines[-1] if lines else type(error).__name__}", file=sys.stderr)
+        return 1
     if options.json:
-        print(json.dumps(rows))
+        print(json.dumps(report))
     return 0
 
 

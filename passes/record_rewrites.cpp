@@ -596,7 +596,7 @@ class Observer {
   }
 
   // Whether `value` existed before the pass (a node made it that is still
-  // there, or it is a graph input): only then can a pointer noted before the
+  // there, or it was a graph input then): only then can a pointer noted before the
   // pass be compared with it (a freed value's address can be reused).
   bool Existed(Value* value) const { return InputBefore(value) || Alive(value->node()); }
 

@@ -1,6 +1,11 @@
-"""bench/ort_session_cost.py: the graphs it times ONNX Runtime's session set-up
-on stand for what they say (the file's graph with its constants moved computes
-the same; the synthetic ones are valid models of as many nodes)."""
+"""bench/ort_session_cost.py: the synthetic graphs it times ONNX Runtime's
+session set-up on are the shapes it names, and the command reports every row
+or says in one line why it cannot."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -8,40 +13,72 @@ import onnxruntime
 from onnx import TensorProto, helper
 
 import ort_session_cost
+from hiertag import OPSET
+
+SCRIPT = Path(ort_session_cost.__file__)
 
 
-def outputs(model, feeds):
+def outputs(model):
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return onnxruntime.InferenceSession(model.SerializeToString(), options).run(None, feeds)
-
-
-def test_constants_as_initializers_computes_what_the_file_computes():
-    scale = helper.make_node("Constant", [], ["scale"], value=helper.make_tensor("s", TensorProto.FLOAT, [2], [2, 3]))
-    shift = helper.make_node("Constant", [], ["shift"], value=helper.make_tensor("t", TensorProto.FLOAT, [2], [1, -1]))
-    graph = helper.make_graph(
-        [scale, shift, helper.make_node("Mul", ["x", "scale"], ["m"]), helper.make_node("Add", ["m", "shift"], ["y"])],
-        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    moved = ort_session_cost.constants_as_initializers(model)
-
-    assert [node.op_type for node in moved.graph.node] == ["Mul", "Add"]
-    assert sorted(tensor.name for tensor in moved.graph.initializer) == ["scale", "shift"]
-    assert len(model.graph.node) == 4  # the file's model is left as it was
-    feeds = {"x": np.array([1.5, -2.0], dtype=np.float32)}
-    np.testing.assert_array_equal(outputs(moved, feeds)[0], outputs(model, feeds)[0])
-    np.testing.assert_array_equal(outputs(model, feeds)[0], np.array([4.0, -7.0], dtype=np.float32))
-
-
-def test_synthetic_graphs_are_valid_models_of_as_many_nodes():
     feeds = {"x": np.ones((1, 8), dtype=np.float32)}
-    chain = ort_session_cost.synthetic(5, False, 17, 8)
-    fan_out = ort_session_cost.synthetic(5, True, 17, 8)
-    for model in (chain, fan_out):
+    return onnxruntime.InferenceSession(model.SerializeToString(), options).run(None, feeds)[0]
+
+
+def readers(model):
+    read = {}
+    for node in model.graph.node:
+        for name in node.input:
+            read[name] = read.get(name, 0) + 1
+    return read
+
+
+def test_synthetic_graphs_have_the_shapes_they_are_named_for():
+    chain, fan_out, summed = (ort_session_cost.synthetic(5, shape, OPSET, 8) for shape in ("chain", "fan-out", "summed"))
+    for model in (chain, fan_out, summed):
         onnx.checker.check_model(model)
-        assert len(model.graph.node) == 5
-    np.testing.assert_array_equal(outputs(chain, feeds)[0], np.full((1, 8), 6.0, dtype=np.float32))  # x + 5x
-    np.testing.assert_array_equal(outputs(fan_out, feeds)[0], np.full((1, 8), 2.0, dtype=np.float32))  # x + x
-    readers = [name for node in fan_out.graph.node for name in node.input]
-    assert set(readers) == {"x"}
+    assert [len(model.graph.node) for model in (chain, fan_out, summed)] == [5, 5, 6]
+    np.testing.assert_array_equal(outputs(chain), np.full((1, 8), 6.0))  # x + x, then + x four times
+    np.testing.assert_array_equal(outputs(fan_out), np.full((1, 8), 2.0))  # the last x + x
+    np.testing.assert_array_equal(outputs(summed), np.full((1, 8), 10.0))  # five x + x
+    made = [node.output[0] for node in fan_out.graph.node]
+    assert readers(fan_out) == {"x": 10} and not any(name in readers(fan_out) for name in made)
+    assert all(readers(summed)[name] == 1 for name in made)
+    assert all(readers(chain)[name] == 1 for name in made[:-1])
+
+
+def test_every_value_an_output_adds_each_once_and_leaves_the_file_as_it_was():
+    model = ort_session_cost.synthetic(3, "chain", OPSET, 8)
+    probe = ort_session_cost.every_value_an_output(model)
+    made = [node.output[0] for node in model.graph.node]
+    assert [output.name for output in probe.graph.output] == [made[-1], *made[:-1]]
+    assert [output.name for output in model.graph.output] == [made[-1]]
+
+
+def test_reports_every_row_of_a_file(tmp_path):
+    constant = helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.FLOAT, [1], [2.0]))
+    graph = helper.make_graph([constant, helper.make_node("Mul", ["x", "c"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    path = tmp_path / "small.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=8), path)
+
+    done = subprocess.run([sys.executable, SCRIPT, path, "--json"], capture_output=True, text=True, check=True)
+
+    report = json.loads(done.stdout)
+    assert (report["nodes"], report["computing_nodes"], report["onnxruntime"]) == (2, 1, onnxruntime.__version__)
+    assert [row["graph"] for row in report["rows"]] == ["file", "file, every value an output", "chain of 1",
+                                                        "fan-out of 1", "fan-out of 1, summed"]
+    assert all(row["seconds"] > 0 for row in report["rows"])
+
+
+def test_bad_input_is_refused_in_one_line(tmp_path):
+    missing = subprocess.run([sys.executable, SCRIPT, tmp_path / "none.onnx"], capture_output=True, text=True)
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"not a model")
+    unreadable = subprocess.run([sys.executable, SCRIPT, garbage], capture_output=True, text=True)
+
+    assert missing.returncode == 2 and missing.stderr.strip().endswith("none.onnx: no such file")
+    assert unreadable.returncode == 1 and unreadable.stderr.startswith(f"ort_session_cost: {garbage}: ")
+    for done in (missing, unreadable):
+        assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
