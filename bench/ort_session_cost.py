@@ -6,14 +6,16 @@ of its shape.
     .venv/bin/python bench/ort_session_cost.py FILE.onnx [--json]
 
 Each row is one session created in this process from serialized bytes, after a
-session on a one-node model has paid ONNX Runtime's one-time set-up. N is the
-file's main-graph nodes less its Constant nodes (ONNX Runtime turns those into
-initializers when it reads a graph); external data is mapped from the file's
-folder, as `carry` maps it.
+session on a one-node model has paid ONNX Runtime's one-time set-up; one run
+each, in this order. N is the file's main-graph nodes less its Constant nodes
+(ONNX Runtime turns those into initializers when it reads a graph); external
+data is mapped from the file's folder (`carry` reads tensors under 64 KiB in
+and maps the others).
   file                 the file as it is
   file, every value an output
                        the file with every value its main graph's nodes make added
-                       as a graph output (as `carry`'s value check asks for values)
+                       as a graph output (on a copy stripped of hiertag's entries,
+                       nearly what `carry`'s value check asks for)
   chain of N           N Add nodes, each reading the one before and the graph input
   fan-out of N         N Add nodes, each reading the graph input twice; the graph's
                        output is the last one's, the others' are read by nobody
@@ -26,11 +28,13 @@ import time
 from pathlib import Path
 
 import onnx
+import onnxruntime
 from onnx import TensorProto, helper
+
+from hiertag import OPSET
 
 
 def session_seconds(model, data_folder=None):
-    import onnxruntime
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     if data_folder is not None:
@@ -53,14 +57,20 @@ def every_value_an_output(model):
     return probe
 
 
+# Nodes of one synthetic layer in names: about as many as a layer of
+# bench/deep_decoder.py's decoder has (121).
+LAYER_NODES = 120
+
+
 def synthetic(count, shape, opset, ir_version):
     """`count` Add nodes named as the exporter names a deep model's, in
     `shape` "chain", "fan-out" or "summed" (module docstring)."""
     nodes, previous, outputs = [], "x", []
     for i in range(count):
-        output = f"/model/layers.{i // 120}/block/Add_{i}_output_0"
+        prefix = f"/model/layers.{i // LAYER_NODES}/block"
+        output = f"{prefix}/Add_{i}_output_0"
         first = previous if shape == "chain" else "x"
-        nodes.append(helper.make_node("Add", [first, "x"], [output], name=f"/model/layers.{i // 120}/block/Add_{i}"))
+        nodes.append(helper.make_node("Add", [first, "x"], [output], name=f"{prefix}/Add_{i}"))
         previous = output
         outputs.append(output)
     if shape == "summed":
@@ -73,10 +83,8 @@ def synthetic(count, shape, opset, ir_version):
 
 def measure(path):
     """Yields the report {"file", "nodes", "computing_nodes", "onnxruntime",
-    "rows": [{"graph", "seconds"}]} each time a row is added to it."""
-    import onnxruntime
-
-    from hiertag import OPSET
+    "rows": [{"graph", "seconds"}]} once before its first row, then each time a
+    row is added to it. Raises what reading the file or ONNX Runtime raises."""
     model = onnx.load(str(path), load_external_data=False)
     computing = sum(1 for node in model.graph.node if node.op_type != "Constant")
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), OPSET)
@@ -90,6 +98,7 @@ def measure(path):
     ]
     report = {"file": str(path), "nodes": len(model.graph.node), "computing_nodes": computing,
               "onnxruntime": onnxruntime.__version__, "rows": []}
+    yield report
     for name, make, folder in graphs:
         report["rows"].append({"graph": name, "seconds": session_seconds(make(), folder)})
         yield report
@@ -102,21 +111,27 @@ def main():
     options = parser.parse_args()
     path = Path(options.model).resolve()
     if not path.is_file():
-        print(f"ort_session_cost: {options.model}: no such file", file=sys.stderr)
+        print(f"ort_session_cost: {options.model}: {'not a file' if path.exists() else 'no such file'}",
+              file=sys.stderr)
         return 2
-    report = None
-    try:
-        for report in measure(path):
-            if not options.json:
-                if len(report["rows"]) == 1:
-                    print(f"{path}: {report['nodes']:,} nodes, {report['computing_nodes']:,} not Constant; "
-                          f"onnxruntime {report['onnxruntime']}")
-                row = report["rows"][-1]
-                print(f"{row['graph']:40s} {row['seconds']:8.2f} s", flush=True)
-    except Exception as error:  # not an ONNX model, or one ONNX Runtime refuses: the cause in one line
-        lines = str(error).strip().splitlines()
-        print(f"ort_session_cost: {options.model}: {lines[-1] if lines else type(error).__name__}", file=sys.stderr)
-        return 1
+    report, rows = None, measure(path)
+    while True:
+        try:
+            report = next(rows)
+        except StopIteration:
+            break
+        except Exception as error:  # reading the file, or ONNX Runtime's (its errors derive from Exception alone)
+            lines = str(error).strip().splitlines()
+            print(f"ort_session_cost: {options.model}: {lines[-1] if lines else type(error).__name__}",
+                  file=sys.stderr)
+            return 1
+        if options.json:
+            continue
+        if not report["rows"]:
+            print(f"{path}: {report['nodes']:,} nodes, {report['computing_nodes']:,} not Constant; "
+                  f"onnxruntime {report['onnxruntime']}", flush=True)
+        else:
+            print(f"{report['rows'][-1]['graph']:40s} {report['rows'][-1]['seconds']:8.2f} s", flush=True)
     if options.json:
         print(json.dumps(report))
     return 0

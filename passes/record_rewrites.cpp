@@ -600,11 +600,12 @@ class Observer {
   // pass be compared with it (a freed value's address can be reused).
   bool Existed(Value* value) const { return InputBefore(value) || Alive(value->node()); }
 
-  // Whether `value`, in the graph after the pass, is a graph input it was
-  // before the pass, or one the pass added.
+  // Whether `value`, in the graph after the pass, is a graph input that was
+  // one before the pass.
   bool InputBefore(const Value* value) const {
     return value->node() == graph_.param_node() && value->unique() < before_.inputs_unique_end;
   }
+  // Whether `value`, in the graph after the pass, is a graph input the pass added.
   bool NewInput(const Value* value) const {
     return value->node() == graph_.param_node() && value->unique() >= before_.inputs_unique_end;
   }

@@ -498,10 +498,11 @@ TEST_F(RecordRewritesTest, NewInitializerAtAnErasedInputsAddressIsRecordedFolded
   // Check that an initializer the pass adds right after erasing an unused input
   // is told new by its number, not its address. glibc's malloc hands the
   // erased input's memory to the next value of its size, so the new input
-  // usually sits where the erased one was and was taken for it (no fold
-  // recorded: the module folded away left no trace). The old code fails this
-  // only when the allocator reuses the address (glibc; not under ASan, whose
-  // quarantine holds freed memory back), which the test reports as a property.
+  // usually sits where the erased one was: code telling inputs apart by
+  // address takes it for the erased one, and records no fold (the module
+  // folded away leaves no trace). Such code fails this only when the
+  // allocator reuses the address (glibc; not under ASan, whose quarantine
+  // holds freed memory back), which the test reports as a property.
   Parse(kFoldableWeight);
   SetScope("n", to_last_);
   SetScope("t", to_last_);
