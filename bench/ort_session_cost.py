@@ -31,14 +31,11 @@ import onnx
 import onnxruntime
 from onnx import TensorProto, helper
 
-from hiertag import OPSET
+from hiertag import OPSET, checks
 
 
 def session_seconds(model, data_folder=None):
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    if data_folder is not None:
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_folder))
+    options = checks.unoptimized_session_options(data_folder)
     serialized = model.SerializeToString()
     start = time.perf_counter()
     onnxruntime.InferenceSession(serialized, options)
@@ -46,15 +43,7 @@ def session_seconds(model, data_folder=None):
 
 
 def every_value_an_output(model):
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    listed = {output.name for output in probe.graph.output}
-    for node in model.graph.node:
-        for name in node.output:
-            if name and name not in listed:
-                probe.graph.output.append(onnx.ValueInfoProto(name=name))
-                listed.add(name)
-    return probe
+    return checks.with_outputs(model, [name for node in model.graph.node for name in node.output if name])
 
 
 # Nodes of one synthetic layer in names: about as many as a layer of

@@ -300,21 +300,36 @@ def _fits(graph_input, array):
     return len(shape) == array.ndim and all(not isinstance(d, int) or d == n for d, n in zip(shape, array.shape))
 
 
-def intermediate_values(model, feeds, names, data_folder=None):
-    """ONNX Runtime values of `names` (optimizations off so every node runs).
-    `data_folder`: where the external data of a model read without it lies (ONNX
-    Runtime maps it from there instead of holding a copy)."""
-    import onnxruntime
+def with_outputs(model, names):
+    """A copy of `model` whose main graph also outputs `names` (those it does not already)."""
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     existing = {o.name for o in probe.graph.output}
     for name in names:
         if name not in existing:
             probe.graph.output.append(onnx.ValueInfoProto(name=name))
+    return probe
+
+
+def unoptimized_session_options(data_folder=None):
+    """ONNX Runtime session options with graph optimizations off, so every
+    node of the file runs. `data_folder`: where the external data of a model
+    read without it lies (ONNX Runtime maps it from there instead of holding a
+    copy)."""
+    import onnxruntime
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     if data_folder is not None:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_folder))
+    return options
+
+
+def intermediate_values(model, feeds, names, data_folder=None):
+    """ONNX Runtime values of `names` (optimizations off so every node runs;
+    `data_folder` as for unoptimized_session_options)."""
+    import onnxruntime
+    probe = with_outputs(model, names)
+    options = unoptimized_session_options(data_folder)
     wanted = [o.name for o in probe.graph.output]
     try:
         serialized = probe.SerializeToString()

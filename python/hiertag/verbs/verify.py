@@ -143,9 +143,7 @@ def run_extracted(path, info, eager):
     if missing:
         return f"FAIL ('{missing[0]}' is not on the call's boundary)"
     # Without graph optimizations: the check is of the file's values, not of ONNX Runtime's optimizer.
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = onnxruntime.InferenceSession(str(path), options)
+    session = onnxruntime.InferenceSession(str(path), checks.unoptimized_session_options())
     types = {i.name: i.type for i in session.get_inputs()}
     feeds = {name: received[name].numpy().astype(_numpy_type(types[name])) for name in info["inputs"]}
     produced = session.run(info["outputs"], feeds)
