@@ -324,9 +324,106 @@ def unoptimized_session_options(data_folder=None):
     return options
 
 
-def intermediate_values(model, feeds, names, data_folder=None):
-    """ONNX Runtime values of `names` (optimizations off so every node runs;
-    `data_folder` as for unoptimized_session_options)."""
+# ONNX Runtime's session set-up grows faster than the graph it is given: it
+# looks graph outputs and initializers up by name in linear scans, and its
+# planner of buffer reuse is quadratic too (bench/ort_session_cost.py: 2.4 s
+# to set up a 16k-node graph with every value an output, 35 s at 65k nodes).
+# intermediate_values therefore runs a main graph of more nodes than this in
+# consecutive segments, each its own session.
+SEGMENT_NODES = 1000
+
+
+def intermediate_values(model, feeds, names, data_folder=None, segment_nodes=SEGMENT_NODES):
+    """ONNX Runtime values of `names` and of the model's outputs (optimizations
+    off so every node runs; `data_folder` as for unoptimized_session_options).
+
+    The main graph runs in segments of `segment_nodes` nodes in file order:
+    each segment a model of those nodes, whose inputs are the graph inputs and
+    initializers they read and the values earlier segments made (typed as
+    computed), and whose outputs are the values later segments read and those
+    asked for. Every node runs the kernel it would run in one session, on the
+    same inputs. When a value crossing a cut is not a tensor (a sequence) or a
+    segment cannot run, the whole graph runs in one session, whose error is
+    the model's."""
+    graph = model.graph
+    if len(graph.node) <= segment_nodes or graph.sparse_initializer:
+        return _session_values(model, names, feeds, data_folder)
+    try:
+        return _segment_values(model, feeds, names, data_folder, segment_nodes)
+    except _CannotSegment:
+        return _session_values(model, names, feeds, data_folder)
+
+
+class _CannotSegment(Exception):
+    pass
+
+
+def _segment_values(model, feeds, names, data_folder, segment_nodes):
+    """intermediate_values in segments (raises _CannotSegment)."""
+    graph = model.graph
+    wanted = set(names) | {o.name for o in graph.output}
+    segment_of, last_read, reads = {}, {}, []
+    for index, node in enumerate(graph.node):
+        segment = index // segment_nodes
+        reads.append(list(dict.fromkeys(_implicit_inputs(node))))
+        for name in reads[-1]:
+            last_read[name] = segment
+        for name in node.output:
+            if name:
+                segment_of[name] = segment
+    inputs = {i.name: i for i in graph.input}
+    initializers = {i.name: i for i in graph.initializer}
+    described = {v.name: v for v in graph.value_info}
+    computed, found = {}, {}
+    for start in range(0, len(graph.node), segment_nodes):
+        segment = start // segment_nodes
+        nodes = graph.node[start:start + segment_nodes]
+        part_inputs, part_initializers, part_feeds = [], [], {}
+        for name in dict.fromkeys(n for node_reads in reads[start:start + segment_nodes] for n in node_reads):
+            if segment_of.get(name, segment) < segment:
+                value = computed[name]
+                try:
+                    element = onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
+                except (AttributeError, KeyError, ValueError):  # a sequence, a map: not fed as a tensor
+                    raise _CannotSegment from None
+                part_inputs.append(onnx.helper.make_tensor_value_info(name, element, value.shape))
+                part_feeds[name] = value
+            elif name in feeds and name in inputs:
+                part_inputs.append(inputs[name])
+                part_feeds[name] = feeds[name]
+            elif name in initializers:
+                part_initializers.append(initializers[name])
+            # else made in this segment, or a name of a subgraph's own scope
+        made = [n for node in nodes for n in node.output if n]
+        outputs = [n for n in made if n in wanted or last_read.get(n, -1) > segment]
+        part = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
+        part.graph.name = graph.name
+        part.graph.node.extend(nodes)
+        part.graph.input.extend(part_inputs)
+        part.graph.initializer.extend(part_initializers)
+        part.graph.output.extend(onnx.ValueInfoProto(name=n) for n in outputs)
+        part.graph.value_info.extend(described[n] for n in made if n in described)
+        try:
+            values = _session_values(part, (), part_feeds, data_folder)
+        except Exception:  # ONNX Runtime's error on a part: the whole model's is the one to report
+            raise _CannotSegment from None
+        computed.update(values)
+        found.update((n, v) for n, v in values.items() if n in wanted)
+        for name in [n for n in computed if last_read.get(n, -1) <= segment]:
+            del computed[name]
+    for name in wanted - found.keys():
+        if name in feeds and name in inputs:
+            found[name] = feeds[name]
+        elif name in initializers:
+            found[name] = onnx.numpy_helper.to_array(initializers[name], base_dir=str(data_folder or ""))
+        else:  # made by no node: the one session reports it as the model's error
+            raise _CannotSegment
+    return found
+
+
+def _session_values(model, names, feeds, data_folder=None):
+    """{output: value} of one ONNX Runtime session, optimizations off, on
+    `model` with `names` added to its outputs."""
     import onnxruntime
     probe = with_outputs(model, names)
     options = unoptimized_session_options(data_folder)
