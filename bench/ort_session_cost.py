@@ -12,10 +12,17 @@ each, in this order. N is the file's main-graph nodes less its Constant nodes
 data is mapped from the file's folder (`carry` reads tensors under 64 KiB in
 and maps the others).
   file                 the file as it is
+  file, no buffer reuse
+                       the same, ONNX Runtime's planning of buffer reuse off
+                       (SessionOptions.enable_mem_reuse)
   file, every value an output
                        the file with every value its main graph's nodes make added
-                       as a graph output (on a copy stripped of hiertag's entries,
-                       nearly what `carry`'s value check asks for)
+                       as a graph output (nearly what `carry`'s value check asks for)
+  every value, in segments
+                       what the check does for that: checks.intermediate_values on
+                       generated inputs (carry_check.generated_inputs), the main
+                       graph in segments of checks.SEGMENT_NODES nodes, each session
+                       set up and run
   chain of N           N Add nodes, each reading the one before and the graph input
   fan-out of N         N Add nodes, each reading the graph input twice; the graph's
                        output is the last one's, the others' are read by nobody
@@ -32,18 +39,31 @@ import onnxruntime
 from onnx import TensorProto, helper
 
 from hiertag import OPSET, checks
+from hiertag.carry_check import generated_inputs
 
 
-def session_seconds(model, data_folder=None):
+def session_seconds(model, data_folder=None, reuse=True):
     options = checks.unoptimized_session_options(data_folder)
+    options.enable_mem_reuse = reuse
     serialized = model.SerializeToString()
     start = time.perf_counter()
     onnxruntime.InferenceSession(serialized, options)
     return time.perf_counter() - start
 
 
+def every_value(model):
+    return [name for node in model.graph.node for name in node.output if name]
+
+
 def every_value_an_output(model):
-    return checks.with_outputs(model, [name for node in model.graph.node for name in node.output if name])
+    return checks.with_outputs(model, every_value(model))
+
+
+def segmented_seconds(model, data_folder):
+    feeds, _ = generated_inputs(model)
+    start = time.perf_counter()
+    checks.intermediate_values(model, feeds, every_value(model), data_folder)
+    return time.perf_counter() - start
 
 
 # Nodes of one synthetic layer in names: about as many as a layer of
@@ -78,18 +98,21 @@ def measure(path):
     computing = sum(1 for node in model.graph.node if node.op_type != "Constant")
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), OPSET)
     session_seconds(synthetic(1, "chain", opset, model.ir_version))  # ONNX Runtime's one-time set-up
-    graphs = [
-        ("file", lambda: model, path.parent),
-        ("file, every value an output", lambda: every_value_an_output(model), path.parent),
-        (f"chain of {computing}", lambda: synthetic(computing, "chain", opset, model.ir_version), None),
-        (f"fan-out of {computing}", lambda: synthetic(computing, "fan-out", opset, model.ir_version), None),
-        (f"fan-out of {computing}, summed", lambda: synthetic(computing, "summed", opset, model.ir_version), None),
+    folder = path.parent
+    rows = [
+        ("file", lambda: session_seconds(model, folder)),
+        ("file, no buffer reuse", lambda: session_seconds(model, folder, reuse=False)),
+        ("file, every value an output", lambda: session_seconds(every_value_an_output(model), folder)),
+        (f"every value, in segments of {checks.SEGMENT_NODES:,}", lambda: segmented_seconds(model, folder)),
     ]
+    rows += [(f"{shape.replace('summed', 'fan-out')} of {computing}{', summed' if shape == 'summed' else ''}",
+              lambda shape=shape: session_seconds(synthetic(computing, shape, opset, model.ir_version)))
+             for shape in ("chain", "fan-out", "summed")]
     report = {"file": str(path), "nodes": len(model.graph.node), "computing_nodes": computing,
               "onnxruntime": onnxruntime.__version__, "rows": []}
     yield report
-    for name, make, folder in graphs:
-        report["rows"].append({"graph": name, "seconds": session_seconds(make(), folder)})
+    for name, seconds in rows:
+        report["rows"].append({"graph": name, "seconds": seconds()})
         yield report
 
 
