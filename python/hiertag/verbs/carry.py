@@ -184,6 +184,121 @@ class _Graph:
         return used or [name for name in self.nodes[index].output if name]
 
 
+class _Reachability:
+    """Which values of one graph (a _Graph) each node is computed from, weights
+    aside: a node descends from the values it reads, from everything those
+    descend from, and from what it makes itself. Answered by searching back
+    from the node, no further than the value's maker in a topological order,
+    so memory stays linear in the graph (a bitmask of ancestors per node is
+    quadratic: about 1 GB at 100k nodes); the graph inputs each node descends
+    from are kept per node, being few."""
+
+    def __init__(self, graph):
+        self.g = graph
+        self.input_bit = {name: k for k, name in enumerate(graph.inputs) if name not in graph.producer}
+        self.position = _topological_positions(graph)
+        self.from_inputs = [0] * len(graph.nodes)
+        for index in sorted(range(len(graph.nodes)), key=self.position.__getitem__):
+            mask = 0
+            for name in graph.reads[index]:
+                source = graph.producer.get(name)
+                if source is not None:
+                    mask |= self.from_inputs[source]
+                elif name in self.input_bit:
+                    mask |= 1 << self.input_bit[name]
+            self.from_inputs[index] = mask
+
+    def known(self, value):
+        """Whether `value` is a graph input or made by a node (not a weight alone)."""
+        return value in self.g.producer or value in self.input_bit
+
+    def _upstream(self, start, lowest):
+        """The nodes `start` (node indices) descend from, themselves included,
+        at or after topological position `lowest`."""
+        producer, reads, position = self.g.producer, self.g.reads, self.position
+        found, stack = set(), [i for i in start if position[i] >= lowest]
+        while stack:
+            index = stack.pop()
+            if index in found:
+                continue
+            found.add(index)
+            for name in reads[index]:
+                source = producer.get(name)
+                if source is not None and source not in found and position[source] >= lowest:
+                    stack.append(source)
+        return found
+
+    def descends(self, node, value):
+        if value in self.g.producer:
+            maker = self.g.producer[value]
+            if maker == node:
+                return True
+            lowest = self.position[maker]
+            seen, stack = {node}, [node]
+            while stack:  # back from the node, no further than the maker's position
+                for name in self.g.reads[stack.pop()]:
+                    source = self.g.producer.get(name)
+                    if source == maker:
+                        return True
+                    if source is not None and source not in seen and self.position[source] > lowest:
+                        seen.add(source)
+                        stack.append(source)
+            return False
+        return value in self.input_bit and bool(self.from_inputs[node] >> self.input_bit[value] & 1)
+
+    def descending(self, nodes, values):
+        """Those of `nodes` that descend from any of `values`."""
+        mask = sum(1 << self.input_bit[v] for v in set(values) if v in self.input_bit and v not in self.g.producer)
+        makers = {self.g.producer[v] for v in values if v in self.g.producer}
+        found = {index for index in nodes if self.from_inputs[index] & mask}
+        rest = [index for index in nodes if index not in found]
+        if not makers or not rest:
+            return found
+        lowest = min(self.position[m] for m in makers)
+        # Among the nodes they descend from, in topological order: which reach a maker.
+        upstream = sorted(self._upstream(rest, lowest), key=self.position.__getitem__)
+        reaching = set()
+        for index in upstream:
+            if index in makers or any(self.g.producer.get(name) in reaching for name in self.g.reads[index]):
+                reaching.add(index)
+        return found | (reaching & set(rest))
+
+    def between(self, earliest, end):
+        """The nodes node `end` descends from (itself included) that descend
+        from value `earliest`."""
+        if earliest in self.g.producer:
+            upstream = self._upstream([end], self.position[self.g.producer[earliest]])
+        else:
+            upstream = self._upstream([end], -1)
+        return self.descending(upstream, [earliest])
+
+
+def _topological_positions(graph):
+    """{node index: its position in a topological order}: the file's order
+    when it is one (ONNX asks for it), else Kahn's on the reads."""
+    producer = graph.producer
+    if all(producer.get(name, -1) < index for index, reads in enumerate(graph.reads) for name in reads):
+        return list(range(len(graph.nodes)))
+    waiting = [sum(1 for name in set(reads) if name in producer) for reads in graph.reads]
+    readers = defaultdict(list)
+    for index, reads in enumerate(graph.reads):
+        for name in set(reads):
+            if name in producer:
+                readers[producer[name]].append(index)
+    ready = [index for index, count in enumerate(waiting) if count == 0]
+    position = [len(graph.nodes)] * len(graph.nodes)  # a cycle's nodes (no valid ONNX has one) come last
+    placed = 0
+    while ready:
+        index = ready.pop()
+        position[index] = placed
+        placed += 1
+        for reader in readers[index]:
+            waiting[reader] -= 1
+            if waiting[reader] == 0:
+                ready.append(reader)
+    return position
+
+
 class _Correspondence:
     """The transformed model's nodes against the original's (module docstring)."""
 
@@ -199,28 +314,14 @@ class _Correspondence:
         self.reshaped = {name for name, shape in self.t_shapes.items()
                          if name in self.o_shapes and not _same_shape(self.o_shapes[name], shape)}
         self.o_props = [checks.node_props(node) for node in self.o.nodes]
-        self._reachability()
+        self.reach = _Reachability(self.o)
         self.matched = {}
         self._corr = {}
         self._walks = {}
         self._match()
 
-    # Reachability in the original: bit i for node i, then one bit per graph input.
-    def _reachability(self):
-        count = len(self.o.nodes)
-        self.bit = {name: count + k for k, name in enumerate(self.o.inputs)}
-        for name, index in self.o.producer.items():
-            self.bit[name] = index
-        self.ancestors = []
-        for index in range(count):
-            mask = 1 << index
-            for name in self.o.reads[index]:
-                source = self.o.producer.get(name)
-                mask |= self.ancestors[source] if source is not None else (1 << self.bit[name]) if name in self.bit else 0
-            self.ancestors.append(mask)
-
     def _descends_from(self, node, value):
-        return value in self.bit and bool(self.ancestors[node] >> self.bit[value] & 1)
+        return self.reach.descends(node, value)
 
     def known(self, name):
         return name in self.o.values and name not in self.reshaped
@@ -392,12 +493,11 @@ class _Correspondence:
         then as far as values the transformed model no longer has reach)."""
         found = {value for value in (earliest, latest) if value}
         if earliest and latest:
-            start, end = self.bit.get(earliest), self.o.producer.get(latest)
-            if start is None or end is None:
+            end = self.o.producer.get(latest)
+            if end is None or not self.reach.known(earliest):
                 return found
-            for index in range(len(self.o.nodes)):
-                if self.ancestors[index] >> start & 1 and self.ancestors[end] >> index & 1:
-                    found.update(name for name in self.o.nodes[index].output if name)
+            for index in self.reach.between(earliest, end):
+                found.update(name for name in self.o.nodes[index].output if name)
             return found
         stack = [latest or earliest]
         while stack:
@@ -486,14 +586,10 @@ class _Correspondence:
                     continue
                 stack.append(self.o.producer[name])
         if ins:
-            mask = 0
-            for value in ins:
-                if value in self.bit:
-                    mask |= 1 << self.bit[value]
             # What the node makes it stands for; what lies before that only when
             # computed from what it reads (not a computation the tool merged
             # into another node's, which reads other values).
-            found = makers | {index for index in found if self.ancestors[index] & mask}
+            found = makers | self.reach.descending(found, ins)
         return found
 
 
