@@ -262,6 +262,50 @@ def test_the_rules_over_carrys_own_ids_meet_with_its_function_and_pass_its_error
         core.place_by_rules([(None, True, [1, 2])], 0, lambda a, b: 1 // 0)
 
 
+def _reachability_model(order):
+    """Two inputs, a weight, and nodes over them (a diamond, a branch from
+    the second input, a dead end), in the file order `order` gives."""
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="a"),
+             helper.make_node("Mul", ["a", "w"], ["b"], name="b"),
+             helper.make_node("Neg", ["a"], ["c"], name="c"),
+             helper.make_node("Add", ["b", "c"], ["d"], name="d"),
+             helper.make_node("Abs", ["y"], ["e"], name="e"),
+             helper.make_node("Add", ["d", "e"], ["f"], name="f"),
+             helper.make_node("Sin", ["c"], ["g"], name="g")]
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("x", "y")]
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])
+    graph = helper.make_graph([nodes[i] for i in order], "g", info,
+                              [helper.make_tensor_value_info("f", TensorProto.FLOAT, [2])], [weight])
+    return helper.make_model(graph)
+
+
+@pytest.mark.parametrize("order", [range(7), [6, 5, 4, 3, 2, 1, 0], [4, 0, 2, 6, 1, 3, 5]])
+def test_reachability_answers_as_the_transitive_closure_in_any_file_order(order):
+    graph = carry._Graph(_reachability_model(list(order)))
+    reach = carry._Reachability(graph)
+    upstream = {}  # node index: the values it is computed from, its own included (weights aside)
+
+    def closure(index):
+        if index not in upstream:
+            made = {name for name in graph.nodes[index].output}
+            for name in graph.reads[index]:
+                made |= closure(graph.producer[name]) if name in graph.producer else {name}
+            upstream[index] = made
+        return upstream[index]
+    values = sorted(set(graph.producer) | {"x", "y", "w"})
+    everything = set(range(len(graph.nodes)))
+    for node in everything:
+        for value in values:
+            assert reach.descends(node, value) == (value in closure(node) and value != "w"), (node, value)
+    for group in (["a"], ["y"], ["c", "e"], ["x", "g"], ["w"]):
+        assert reach.descending(everything, group) == {i for i in everything if closure(i) & (set(group) - {"w"})}
+    named = {node.name: index for index, node in enumerate(graph.nodes)}
+    assert {graph.nodes[i].name for i in reach.between("a", named["f"])} == {"a", "b", "c", "d", "f"}
+    assert {graph.nodes[i].name for i in reach.between("c", named["f"])} == {"c", "d", "f"}
+    assert {graph.nodes[i].name for i in reach.between("y", named["f"])} == {"e", "f"}
+
+
 def test_files_keeping_every_tensor_in_a_data_file_are_carried_as_the_same_files_inline(tmp_path):
     """Check that `carry`, which reads no weight it does not need, gives files that
     keep every tensor in a data file (shape inputs in Constants too) the tags and
