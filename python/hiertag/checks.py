@@ -325,28 +325,36 @@ def unoptimized_session_options(data_folder=None):
 
 
 # ONNX Runtime's session set-up grows faster than the graph it is given: it
-# looks graph outputs and initializers up by name in linear scans, and its
-# planner of buffer reuse is quadratic too (bench/ort_session_cost.py: 2.4 s
-# to set up a 16k-node graph with every value an output, 35 s at 65k nodes).
+# looks graph outputs and initializers up by name in linear scans, and plans
+# buffer reuse in quadratic time too (bench/ort_session_cost.py: 2.4 s to set
+# up a 16k-node graph with every value an output, 40 s at 65k nodes).
 # intermediate_values therefore runs a main graph of more nodes than this in
 # consecutive segments, each its own session.
 SEGMENT_NODES = 1000
 
 
 def intermediate_values(model, feeds, names, data_folder=None, segment_nodes=SEGMENT_NODES):
-    """ONNX Runtime values of `names` and of the model's outputs (optimizations
+    """ONNX Runtime values of the model's outputs and of `names` (optimizations
     off so every node runs; `data_folder` as for unoptimized_session_options).
 
     The main graph runs in segments of `segment_nodes` nodes in file order:
     each segment a model of those nodes, whose inputs are the graph inputs and
     initializers they read and the values earlier segments made (typed as
     computed), and whose outputs are the values later segments read and those
-    asked for. Every node runs the kernel it would run in one session, on the
-    same inputs. When a value crossing a cut is not a tensor (a sequence) or a
-    segment cannot run, the whole graph runs in one session, whose error is
-    the model's."""
+    asked for. What decides a kernel or its result is kept as one session has
+    it: a Constant node read across a cut is copied into the segment (ONNX
+    Runtime makes it a constant initializer, which MatMul prepacks), an
+    initializer the graph also lists as an input stays overridable. A float16
+    value does not cross a cut: ONNX Runtime runs a node with no float16
+    kernel in float32 between Casts, and passes float32 on between two such
+    nodes, which a cut would round. So every node runs the kernel it would run
+    in one session, on the same inputs, and the values are one session's bit
+    for bit. The whole graph runs in one session, whose error is the model's,
+    when a value crossing a cut is not a tensor, or is a float16 or bfloat16
+    one, when the feeds are not exactly the graph's inputs, or when a segment
+    cannot run."""
     graph = model.graph
-    if len(graph.node) <= segment_nodes or graph.sparse_initializer:
+    if len(graph.node) <= segment_nodes or graph.sparse_initializer or not _feeds_fit(graph, feeds):
         return _session_values(model, names, feeds, data_folder)
     try:
         return _segment_values(model, feeds, names, data_folder, segment_nodes)
@@ -358,11 +366,25 @@ class _CannotSegment(Exception):
     pass
 
 
+# Element types a cut may not carry (intermediate_values).
+_WIDENED = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+
+
+def _feeds_fit(graph, feeds):
+    """Whether `feeds` name graph inputs only, and every input without an
+    initializer: otherwise one session reports the model's error."""
+    inputs = {i.name for i in graph.input}
+    initializers = {i.name for i in graph.initializer}
+    return set(feeds) <= inputs and inputs - initializers <= set(feeds)
+
+
 def _segment_values(model, feeds, names, data_folder, segment_nodes):
     """intermediate_values in segments (raises _CannotSegment)."""
     graph = model.graph
-    wanted = set(names) | {o.name for o in graph.output}
-    segment_of, last_read, reads = {}, {}, []
+    outputs_declared = {o.name: o for o in graph.output}
+    order = list(dict.fromkeys([*outputs_declared, *names]))
+    wanted = set(order)
+    segment_of, last_read, reads, constants = {}, {}, [], {}
     for index, node in enumerate(graph.node):
         segment = index // segment_nodes
         reads.append(list(dict.fromkeys(_implicit_inputs(node))))
@@ -371,6 +393,8 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes):
         for name in node.output:
             if name:
                 segment_of[name] = segment
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            constants[node.output[0]] = node
     inputs = {i.name: i for i in graph.input}
     initializers = {i.name: i for i in graph.initializer}
     described = {v.name: v for v in graph.value_info}
@@ -378,30 +402,37 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes):
     for start in range(0, len(graph.node), segment_nodes):
         segment = start // segment_nodes
         nodes = graph.node[start:start + segment_nodes]
-        part_inputs, part_initializers, part_feeds = [], [], {}
+        copied, part_inputs, part_initializers, part_feeds = [], [], [], {}
         for name in dict.fromkeys(n for node_reads in reads[start:start + segment_nodes] for n in node_reads):
-            if segment_of.get(name, segment) < segment:
+            if name in constants and segment_of[name] < segment:
+                copied.append(constants[name])
+            elif segment_of.get(name, segment) < segment:
                 value = computed[name]
                 try:
                     element = onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
                 except (AttributeError, KeyError, ValueError):  # a sequence, a map: not fed as a tensor
                     raise _CannotSegment from None
+                if element in _WIDENED:
+                    raise _CannotSegment
                 part_inputs.append(onnx.helper.make_tensor_value_info(name, element, value.shape))
                 part_feeds[name] = value
-            elif name in feeds and name in inputs:
+            elif name in feeds:
                 part_inputs.append(inputs[name])
                 part_feeds[name] = feeds[name]
             elif name in initializers:
                 part_initializers.append(initializers[name])
+                if name in inputs:  # overridable, as in one session: not a constant
+                    part_inputs.append(inputs[name])
             # else made in this segment, or a name of a subgraph's own scope
         made = [n for node in nodes for n in node.output if n]
-        outputs = [n for n in made if n in wanted or last_read.get(n, -1) > segment]
+        outputs = [n for n in made if n in wanted or last_read.get(n, -1) > segment] or made
         part = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
         part.graph.name = graph.name
+        part.graph.node.extend(copied)
         part.graph.node.extend(nodes)
         part.graph.input.extend(part_inputs)
         part.graph.initializer.extend(part_initializers)
-        part.graph.output.extend(onnx.ValueInfoProto(name=n) for n in outputs)
+        part.graph.output.extend(outputs_declared.get(n) or onnx.ValueInfoProto(name=n) for n in outputs)
         part.graph.value_info.extend(described[n] for n in made if n in described)
         try:
             values = _session_values(part, (), part_feeds, data_folder)
@@ -412,13 +443,13 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes):
         for name in [n for n in computed if last_read.get(n, -1) <= segment]:
             del computed[name]
     for name in wanted - found.keys():
-        if name in feeds and name in inputs:
-            found[name] = feeds[name]
+        if name in feeds:
+            found[name] = np.array(feeds[name])
         elif name in initializers:
             found[name] = onnx.numpy_helper.to_array(initializers[name], base_dir=str(data_folder or ""))
         else:  # made by no node: the one session reports it as the model's error
             raise _CannotSegment
-    return found
+    return {name: found[name] for name in order}
 
 
 def _session_values(model, names, feeds, data_folder=None):
