@@ -306,6 +306,68 @@ def test_reachability_answers_as_the_transitive_closure_in_any_file_order(order)
     assert {graph.nodes[i].name for i in reach.between("y", named["f"])} == {"e", "f"}
 
 
+def test_reachability_answers_as_the_transitive_closure_on_random_graphs():
+    """Seeded random graphs: Constant (weight) nodes, nodes of two outputs,
+    an initializer the graph also lists as an input, names nobody makes; in
+    file order and shuffled."""
+    import random
+    from onnx import TensorProto, helper
+    rng = random.Random(1)
+    for trial in range(60):
+        values, nodes = ["x0", "x1", "x2", "w0", "w1"], []
+        for i in range(rng.randint(1, 40)):
+            if rng.random() < 0.1:
+                nodes.append(helper.make_node("Constant", [], [f"c{i}"],
+                                              value=helper.make_tensor("t", TensorProto.FLOAT, [], [1.0])))
+                values.append(f"c{i}")
+                continue
+            reads = [rng.choice(values[-8:] if rng.random() < 0.7 else values) for _ in range(rng.randint(1, 3))]
+            made = [f"v{i}"] + ([f"u{i}"] if rng.random() < 0.2 else [])
+            nodes.append(helper.make_node("Sum", reads, made, name=f"n{i}"))
+            values += made
+        if trial % 2:
+            rng.shuffle(nodes)
+        inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in ["x0", "x1", "x2", "w1"][:3 + trial % 2]]
+        model = helper.make_model(helper.make_graph(
+            nodes, "g", inputs, [helper.make_tensor_value_info(values[-1], TensorProto.FLOAT, [1])],
+            [helper.make_tensor(w, TensorProto.FLOAT, [1], [1.0]) for w in ("w0", "w1")]))
+        graph = carry._Graph(model)
+        reach = carry._Reachability(graph)
+        upstream = {}
+
+        def closure(index):
+            if index not in upstream:
+                made = set(graph.nodes[index].output)
+                for name in graph.reads[index]:
+                    made |= closure(graph.producer[name]) if name in graph.producer else {name}
+                upstream[index] = made
+            return upstream[index]
+        count = len(graph.nodes)
+        names = values + ["nobody"]
+        for node in range(count):
+            for value in names:
+                assert reach.descends(node, value) == (value in closure(node)), (trial, node, value)
+        for _ in range(20):
+            chosen, group = rng.sample(range(count), rng.randint(0, count)), rng.sample(names, rng.randint(0, 4))
+            assert reach.descending(chosen, group) == {i for i in chosen if closure(i) & set(group)}, (trial, group)
+        before = {end: closure_nodes(graph, end) for end in range(count)}
+        for value in filter(reach.known, names):
+            for end in range(count):
+                between = {i for i in before[end] if value in closure(i)}
+                assert set(reach.between(value, end)) == between, (trial, value, end)
+
+
+def closure_nodes(graph, end):
+    """The nodes `end` descends from, itself included."""
+    found, stack = set(), [end]
+    while stack:
+        index = stack.pop()
+        if index not in found:
+            found.add(index)
+            stack.extend(graph.producer[n] for n in graph.reads[index] if n in graph.producer)
+    return found
+
+
 def test_files_keeping_every_tensor_in_a_data_file_are_carried_as_the_same_files_inline(tmp_path):
     """Check that `carry`, which reads no weight it does not need, gives files that
     keep every tensor in a data file (shape inputs in Constants too) the tags and

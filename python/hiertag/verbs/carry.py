@@ -190,12 +190,13 @@ class _Reachability:
     descend from, and from what it makes itself. Answered by searching back
     from the node, no further than the value's maker in a topological order,
     so memory stays linear in the graph (a bitmask of ancestors per node is
-    quadratic: about 1 GB at 100k nodes); the graph inputs each node descends
-    from are kept per node, being few."""
+    quadratic: about 1 GB at 100k nodes); the graph inputs (weights aside)
+    each node descends from are kept per node as a mask, being few."""
 
     def __init__(self, graph):
         self.g = graph
-        self.input_bit = {name: k for k, name in enumerate(graph.inputs) if name not in graph.producer}
+        inputs = [name for name in graph.inputs if name not in graph.producer and name not in graph.weights]
+        self.input_bit = {name: k for k, name in enumerate(inputs)}
         self.position = _topological_positions(graph)
         self.from_inputs = [0] * len(graph.nodes)
         for index in sorted(range(len(graph.nodes)), key=self.position.__getitem__):
@@ -248,20 +249,36 @@ class _Reachability:
 
     def descending(self, nodes, values):
         """Those of `nodes` that descend from any of `values`."""
-        mask = sum(1 << self.input_bit[v] for v in set(values) if v in self.input_bit and v not in self.g.producer)
-        makers = {self.g.producer[v] for v in values if v in self.g.producer}
-        found = {index for index in nodes if self.from_inputs[index] & mask}
-        rest = [index for index in nodes if index not in found]
-        if not makers or not rest:
+        producer, reads, position = self.g.producer, self.g.reads, self.position
+        values = set(values)
+        mask = sum(1 << self.input_bit[v] for v in values if v in self.input_bit)
+        makers = {producer[v] for v in values if v in producer}
+        # Those that read one, make one, or descend from a graph input among them.
+        found = {index for index in nodes if self.from_inputs[index] & mask or index in makers
+                 or any(name in values for name in reads[index])}
+        if not makers:
             return found
-        lowest = min(self.position[m] for m in makers)
-        # Among the nodes they descend from, in topological order: which reach a maker.
-        upstream = sorted(self._upstream(rest, lowest), key=self.position.__getitem__)
-        reaching = set()
-        for index in upstream:
-            if index in makers or any(self.g.producer.get(name) in reaching for name in self.g.reads[index]):
-                reaching.add(index)
-        return found | (reaching & set(rest))
+        lowest = min(position[m] for m in makers)
+        barren = set()  # searched through: no maker upstream of them
+        for start in sorted(nodes, key=position.__getitem__):  # nearest the makers first
+            if start in found or start in barren:
+                continue
+            seen, stack, reached = {start}, [start], False
+            while stack and not reached:  # back from it, no further than the earliest maker
+                for name in reads[stack.pop()]:
+                    source = producer.get(name)
+                    if source in makers or source in found:
+                        reached = True
+                        break
+                    if source is not None and source not in seen and source not in barren and \
+                            position[source] > lowest:
+                        seen.add(source)
+                        stack.append(source)
+            if reached:
+                found.add(start)
+            else:
+                barren |= seen
+        return found
 
     def between(self, earliest, end):
         """The nodes node `end` descends from (itself included) that descend
