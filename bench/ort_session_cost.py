@@ -5,9 +5,9 @@ of its shape.
 
     .venv/bin/python bench/ort_session_cost.py FILE.onnx [--json]
 
-Each row is one session created in this process from serialized bytes, after a
-session on a one-node model has paid ONNX Runtime's one-time set-up; one run
-each, in this order. N is the file's main-graph nodes less its Constant nodes
+Each row but "every value, in segments" is one session created in this
+process from serialized bytes, after a session on a one-node model has paid
+ONNX Runtime's one-time set-up; one run each, in this order. N is the file's main-graph nodes less its Constant nodes
 (ONNX Runtime turns those into initializers when it reads a graph); external
 data is mapped from the file's folder (`carry` reads tensors under 64 KiB in
 and maps the others).
@@ -22,7 +22,8 @@ and maps the others).
                        what the check does for that: checks.intermediate_values on
                        generated inputs (carry_check.generated_inputs), the main
                        graph in segments of checks.SEGMENT_NODES nodes, each session
-                       set up and run
+                       set up and run (in one session, as the check falls back, when
+                       a float16 or non-tensor value crosses a cut)
   chain of N           N Add nodes, each reading the one before and the graph input
   fan-out of N         N Add nodes, each reading the graph input twice; the graph's
                        output is the last one's, the others' are read by nobody
