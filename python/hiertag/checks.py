@@ -341,7 +341,9 @@ def intermediate_values(model, feeds, names, data_folder=None, segment_nodes=SEG
     each segment a model of those nodes, whose inputs are the graph inputs and
     initializers they read and the values earlier segments made (typed as
     computed), and whose outputs are the values later segments read and those
-    asked for. What decides a kernel or its result is kept as one session has
+    asked for; the first segment is also given every feed and initializer asked
+    for, so ONNX Runtime checks the feeds and hands back what is asked as one
+    session does. What decides a kernel or its result is kept as one session has
     it: a Constant node read across a cut is copied into the segment (ONNX
     Runtime makes it a constant initializer, which MatMul prepacks), an
     initializer the graph also lists as an input stays overridable. A float16
@@ -351,10 +353,10 @@ def intermediate_values(model, feeds, names, data_folder=None, segment_nodes=SEG
     in one session, on the same inputs, and the values are one session's bit
     for bit. The whole graph runs in one session, whose error is the model's,
     when a value crossing a cut is not a tensor, or is a float16 or bfloat16
-    one, when the feeds are not exactly the graph's inputs, or when a segment
-    cannot run."""
+    one, when the feeds are not exactly the graph's feedable inputs, or when a
+    segment cannot run."""
     graph = model.graph
-    if len(graph.node) <= segment_nodes or graph.sparse_initializer or not _feeds_fit(graph, feeds):
+    if len(graph.node) <= segment_nodes or graph.sparse_initializer or not _feeds_fit(model, feeds):
         return _session_values(model, names, feeds, data_folder)
     try:
         return _segment_values(model, feeds, names, data_folder, segment_nodes)
@@ -370,12 +372,14 @@ class _CannotSegment(Exception):
 _WIDENED = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 
 
-def _feeds_fit(graph, feeds):
+def _feeds_fit(model, feeds):
     """Whether `feeds` name graph inputs only, and every input without an
-    initializer: otherwise one session reports the model's error."""
-    inputs = {i.name for i in graph.input}
-    initializers = {i.name for i in graph.initializer}
-    return set(feeds) <= inputs and inputs - initializers <= set(feeds)
+    initializer (an initializer listed as an input is a constant, not fed,
+    below IR 4): otherwise one session reports the model's error."""
+    inputs = {i.name for i in model.graph.input}
+    initializers = {i.name for i in model.graph.initializer}
+    feedable = inputs if model.ir_version >= 4 else inputs - initializers
+    return set(feeds) <= feedable and inputs - initializers <= set(feeds)
 
 
 def _segment_values(model, feeds, names, data_folder, segment_nodes):
@@ -393,7 +397,7 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes):
         for name in node.output:
             if name:
                 segment_of[name] = segment
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        if node.op_type == "Constant" and node.output:  # in any domain, as ONNX Runtime reads it
             constants[node.output[0]] = node
     inputs = {i.name: i for i in graph.input}
     initializers = {i.name: i for i in graph.initializer}
@@ -403,7 +407,13 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes):
         segment = start // segment_nodes
         nodes = graph.node[start:start + segment_nodes]
         copied, part_inputs, part_initializers, part_feeds = [], [], [], {}
-        for name in dict.fromkeys(n for node_reads in reads[start:start + segment_nodes] for n in node_reads):
+        read_here = dict.fromkeys(n for node_reads in reads[start:start + segment_nodes] for n in node_reads)
+        if segment == 0:
+            # Every feed and every initializer asked for, read or not: ONNX Runtime
+            # checks the feeds, and hands back what is asked as one session does.
+            read_here.update(dict.fromkeys(feeds))
+            read_here.update(dict.fromkeys(n for n in order if n in initializers))
+        for name in read_here:
             if name in constants and segment_of[name] < segment:
                 copied.append(constants[name])
             elif segment_of.get(name, segment) < segment:
@@ -425,7 +435,8 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes):
                     part_inputs.append(inputs[name])
             # else made in this segment, or a name of a subgraph's own scope
         made = [n for node in nodes for n in node.output if n]
-        outputs = [n for n in made if n in wanted or last_read.get(n, -1) > segment] or made
+        given = [n for n in order if segment == 0 and n in read_here and n not in segment_of]
+        outputs = [n for n in made if n in wanted or last_read.get(n, -1) > segment] + given or made
         part = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
         part.graph.name = graph.name
         part.graph.node.extend(copied)
@@ -442,13 +453,8 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes):
         found.update((n, v) for n, v in values.items() if n in wanted)
         for name in [n for n in computed if last_read.get(n, -1) <= segment]:
             del computed[name]
-    for name in wanted - found.keys():
-        if name in feeds:
-            found[name] = np.array(feeds[name])
-        elif name in initializers:
-            found[name] = onnx.numpy_helper.to_array(initializers[name], base_dir=str(data_folder or ""))
-        else:  # made by no node: the one session reports it as the model's error
-            raise _CannotSegment
+    if wanted - found.keys():  # made by no node, fed by none: the one session reports it as the model's error
+        raise _CannotSegment
     return {name: found[name] for name in order}
 
 

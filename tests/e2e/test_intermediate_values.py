@@ -47,7 +47,7 @@ def assert_same_values(got, expected):
     for name, value in expected.items():
         if isinstance(value, np.ndarray):
             assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
-            assert np.array_equal(got[name], value, equal_nan=True), name
+            assert np.array_equal(got[name], value, equal_nan=value.dtype.kind in "fc"), name
         else:  # a sequence: a list of arrays
             assert len(got[name]) == len(value) and all(np.array_equal(a, b) for a, b in zip(got[name], value)), name
 
@@ -148,17 +148,21 @@ def _matmul_model(weight_as):
     nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("MatMul", ["a", "W"], ["y"])]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [33, 257])]
     initializers = []
-    if weight_as == "constant":
-        nodes.insert(0, helper.make_node("Constant", [], ["W"], value=onnx.numpy_helper.from_array(weight, "W")))
+    if weight_as.startswith("constant"):
+        domain = "other" if weight_as == "constant in another domain" else ""
+        nodes.insert(0, helper.make_node("Constant", [], ["W"], value=onnx.numpy_helper.from_array(weight, "W"),
+                                         domain=domain))
     else:
         initializers.append(onnx.numpy_helper.from_array(weight, "W"))
     if weight_as == "overridable":
         inputs.append(helper.make_tensor_value_info("W", TensorProto.FLOAT, [257, 129]))
     model = _model(nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)
+    if weight_as == "constant in another domain":  # ONNX Runtime makes any Constant an initializer
+        model.opset_import.append(helper.make_opsetid("other", 1))
     return model, {"x": rng.standard_normal((33, 257)).astype(np.float32)}
 
 
-@pytest.mark.parametrize("weight_as", ["constant", "initializer", "overridable"])
+@pytest.mark.parametrize("weight_as", ["constant", "constant in another domain", "initializer", "overridable"])
 def test_a_weight_read_across_a_cut_is_as_constant_as_in_one_session(weight_as, sessions):
     model, feeds = _matmul_model(weight_as)
     expected = checks.intermediate_values(model, feeds, [], segment_nodes=ONE_SESSION)
@@ -212,10 +216,20 @@ def _erring(case):
         inputs.append(helper.make_tensor_value_info("unread", TensorProto.FLOAT, [2]))
     elif case == "an output declared another type":
         output_type = TensorProto.INT64
-    return _model(nodes, inputs, [helper.make_tensor_value_info("y", output_type, None)]), feeds
+    elif case == "an input nothing reads fed another type":
+        inputs.append(helper.make_tensor_value_info("unread", TensorProto.FLOAT, [2]))
+        feeds["unread"] = np.ones(2, dtype=np.int64)
+    weight = [helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])]
+    model = _model(nodes, inputs, [helper.make_tensor_value_info("y", output_type, None)], weight)
+    if case == "a feed for an initializer, below IR 4":  # then an initializer listed as an input is a constant
+        model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [2]))
+        model.ir_version = 3
+        feeds["w"] = np.zeros(2, dtype=np.float32)
+    return model, feeds
 
 
-@pytest.mark.parametrize("case", ["a feed no input has", "an input not fed", "an output declared another type"])
+@pytest.mark.parametrize("case", ["a feed no input has", "an input not fed", "an output declared another type",
+                                  "an input nothing reads fed another type", "a feed for an initializer, below IR 4"])
 def test_what_one_session_refuses_the_segments_refuse_with_its_error(case):
     model, feeds = _erring(case)
     with pytest.raises(Exception) as whole:
@@ -223,3 +237,18 @@ def test_what_one_session_refuses_the_segments_refuse_with_its_error(case):
     with pytest.raises(Exception) as segmented_run:
         checks.intermediate_values(model, feeds, [], segment_nodes=1)
     assert type(segmented_run.value) is type(whole.value) and str(segmented_run.value) == str(whole.value)
+
+
+def test_inputs_and_initializers_asked_for_come_back_as_one_session_gives_them():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    words = helper.make_tensor_value_info("words", TensorProto.STRING, [2])
+    sequence = helper.make_tensor_sequence_value_info("sequence", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Mul", ["a", "w"], ["y"])]
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [2], [0.5, 3.0])
+    model = _model(nodes, [x, words, sequence], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+    feeds = {"x": np.array([-1.0, 2.0], dtype=np.float32), "words": np.array(["a", "bc"], dtype=object),
+             "sequence": [np.ones(2, dtype=np.float32), np.ones(3, dtype=np.float32)]}
+    names = ["words", "sequence", "w", "x", "a"]
+    expected = checks.intermediate_values(model, feeds, names, segment_nodes=ONE_SESSION)
+    assert list(expected) == ["y", *names]
+    assert_same_values(checks.intermediate_values(model, feeds, names, segment_nodes=1), expected)

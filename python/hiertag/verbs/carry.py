@@ -250,7 +250,7 @@ class _Reachability:
     def descending(self, nodes, values):
         """Those of `nodes` that descend from any of `values`."""
         producer, reads, position = self.g.producer, self.g.reads, self.position
-        values = set(values)
+        values = set(filter(self.known, values))  # a name nothing makes is no one's ancestor
         mask = sum(1 << self.input_bit[v] for v in values if v in self.input_bit)
         makers = {producer[v] for v in values if v in producer}
         # Those that read one, make one, or descend from a graph input among them.
