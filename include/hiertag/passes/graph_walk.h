@@ -6,20 +6,67 @@
 #include <vector>
 
 namespace hiertag {
+namespace detail {
+
+// One link of a node's chain of loads each (see VisitNodesAndReturns).
+inline void PrefetchLines(const void* address, int lines) {
+  for (int line = 0; line < lines; ++line) __builtin_prefetch(static_cast<const char*>(address) + 64 * line);
+}
+inline void PrefetchNode(const torch::jit::Node* node) { PrefetchLines(node, 3); }
+inline void PrefetchLists(const torch::jit::Node* node) {
+  __builtin_prefetch(node->outputs().data());
+  __builtin_prefetch(node->inputs().data());
+}
+inline void PrefetchOutputs(const torch::jit::Node* node) {
+  for (const torch::jit::Value* output : node->outputs()) PrefetchLines(output, 2);
+}
+inline void PrefetchOutputTypesAndUses(const torch::jit::Node* node) {
+  for (const torch::jit::Value* output : node->outputs()) {
+    __builtin_prefetch(output->type().get());
+    __builtin_prefetch(output->uses().data());
+  }
+}
+
+}  // namespace detail
 
 // Calls visit(node) for every node, nested blocks included, and every block's
 // return node (a use by a graph or body output is a use too), in pre-order,
 // reading each node once as the walk reaches it. Stops, returning false, at
 // the first node visit returns false for.
+//
+// The walk's cost is cache misses on torch's objects: each node is a chain of
+// dependent loads (the node, its output list, each output, its type and use
+// list) the CPU cannot run ahead on by itself. The walk therefore asks for
+// the next nodes' objects a few steps before it reaches them, one link of the
+// chain per step, so their misses overlap with the work on this node. It only
+// prefetches: what it visits and in which order is the plain walk's. `visit`
+// must not add, remove or move nodes (none does).
 template <typename Visit>
 bool VisitNodesAndReturns(torch::jit::Block* block, Visit&& visit) {
-  for (torch::jit::Node* node : block->nodes()) {
+  torch::jit::Node* end = block->return_node();
+  // ahead[k]: the node k + 1 steps ahead of the one visited, or `end`.
+  constexpr int kAhead = 4;  // one step per link of the chain below
+  torch::jit::Node* ahead[kAhead];
+  torch::jit::Node* node = *block->nodes().begin();
+  torch::jit::Node* next = node;
+  for (torch::jit::Node*& slot : ahead) {
+    next = next == end ? end : next->next();
+    slot = next;
+  }
+  while (node != end) {
+    detail::PrefetchNode(ahead[3]);
+    detail::PrefetchLists(ahead[2]);
+    detail::PrefetchOutputs(ahead[1]);
+    detail::PrefetchOutputTypesAndUses(ahead[0]);
     if (!visit(node)) return false;
     for (torch::jit::Block* nested : node->blocks()) {
       if (!VisitNodesAndReturns(nested, visit)) return false;
     }
+    node = ahead[0];
+    for (int k = 0; k + 1 < kAhead; ++k) ahead[k] = ahead[k + 1];
+    ahead[kAhead - 1] = ahead[kAhead - 2] == end ? end : ahead[kAhead - 2]->next();
   }
-  return visit(block->return_node());
+  return visit(end);
 }
 
 // Every node and block return, in VisitNodesAndReturns' order.
