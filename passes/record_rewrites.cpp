@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "hiertag/passes/graph_walk.h"
@@ -196,7 +199,11 @@ namespace {
 
 // Adds scopes to a list once each: the list is searched while it is short,
 // and indexed once it grows (a constant that a group of every layer's
-// scopes folds into lists hundreds).
+// scopes folds into lists hundreds). The index is made only then: a c10
+// flat_hash_set allocates when constructed, and a pass makes a ScopeSet for
+// every loan it grows and every list of scopes it gathers (on the 825-layer
+// decoder about a tenth of the classification went to allocating sets
+// never used).
 class ScopeSet {
  public:
   // Appends `scope` to `list` (the list this set stands for) unless listed.
@@ -204,10 +211,11 @@ class ScopeSet {
     if (list.size() < kSearched) {
       if (std::find(list.begin(), list.end(), scope) != list.end()) return false;
     } else {
-      if (index_.size() < list.size()) {
-        for (const ScopePtr& listed : list) index_.insert(listed.get());
+      if (!index_) index_ = std::make_unique<ska::flat_hash_set<const torch::jit::Scope*>>();
+      if (index_->size() < list.size()) {
+        for (const ScopePtr& listed : list) index_->insert(listed.get());
       }
-      if (!index_.insert(scope.get()).second) return false;
+      if (!index_->insert(scope.get()).second) return false;
     }
     list.push_back(scope);
     return true;
@@ -215,7 +223,7 @@ class ScopeSet {
 
  private:
   static constexpr size_t kSearched = 16;
-  ska::flat_hash_set<const torch::jit::Scope*> index_;
+  std::unique_ptr<ska::flat_hash_set<const torch::jit::Scope*>> index_;
 };
 
 class Observer {
@@ -407,17 +415,24 @@ class Observer {
       Index i = IndexOf(node);
       return i != kNotBefore && members[i];
     };
-    std::unordered_set<const Value*> upstream;  // values the group read from outside it
+    // The values the group's nodes read, sorted: one allocation per group,
+    // where a hash set allocates per value (or, c10's, when made).
+    std::vector<const Value*> upstream_values;
     for (Index i : group) {
-      for (Value* input : before_.InputsOf(i)) upstream.insert(input);
+      upstream_values.insert(upstream_values.end(), before_.InputsOf(i).begin(), before_.InputsOf(i).end());
     }
+    std::sort(upstream_values.begin(), upstream_values.end());
+    auto upstream = [&upstream_values](const Value* value) {
+      return std::binary_search(upstream_values.begin(), upstream_values.end(), value);
+    };
     std::vector<ScopePtr> scopes = ScopesOf(group);
     if (scopes.empty()) return;
     std::vector<Node*> absorbers;
     std::vector<Node*> mergers;
     std::vector<std::pair<Use, Value*>> rewired;  // a use and what it reads now
     bool bypassed = false;
-    ska::flat_hash_map<Index, std::vector<ScopePtr>> computed_by;  // ComputedBy, once per node
+    // ComputedBy, once per node (std's map: made without allocating).
+    std::unordered_map<Index, std::vector<ScopePtr>> computed_by;
     auto folded_scopes = [&](Index i) -> const std::vector<ScopePtr>& {
       auto found = computed_by.find(i);
       if (found == computed_by.end()) found = computed_by.emplace(i, ComputedBy(i)).first;
@@ -451,7 +466,7 @@ class Observer {
           // reuses them): folded into it, as into a new one. A constant is
           // nobody's data, so no boundary is cut.
           FoldInto(producer, folded_scopes(i));
-        } else if (upstream.count(now) || ComputedFrom(group, now)) {
+        } else if (upstream(now) || ComputedFrom(group, now)) {
           GRAPH_DEBUG("hiertag: ", pass_, ": ", *use.user, " reads %", now->debugName(), " from before the group");
           bypassed = true;
           rewired.emplace_back(use, now);
@@ -471,7 +486,7 @@ class Observer {
       // values made from a removed ListConstruct): only a node computing from
       // what the group read, or from another such made node, was made from it.
       bool from_group = std::any_of(made->inputs().begin(), made->inputs().end(), [&](Value* input) {
-        return linked.count(input->node()) || (upstream.count(input) && Existed(input));
+        return linked.count(input->node()) || (upstream(input) && Existed(input));
       });
       if (!from_group) continue;
       linked.insert(made);
@@ -865,7 +880,7 @@ class Observer {
   std::vector<ScopePtr>& created_scope_;
   std::vector<std::pair<const torch::jit::Scope*, uint32_t>>& made_in_scope_;
   std::unordered_set<Node*> absorbed_;
-  std::vector<GrowingLoan> growing_;                 // in the order the pass first grew them
+  std::deque<GrowingLoan> growing_;                  // in the order the pass first grew them; no moves as it grows
   ska::flat_hash_map<Node*, size_t> growing_index_;  // -> growing_
 };
 
