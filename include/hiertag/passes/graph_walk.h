@@ -30,17 +30,17 @@ inline void PrefetchOutputTypesAndUses(const torch::jit::Node* node) {
 }  // namespace detail
 
 // Calls visit(node) for every node, nested blocks included, and every block's
-// return node (a use by a graph or body output is a use too), in pre-order,
-// reading each node once as the walk reaches it. Stops, returning false, at
-// the first node visit returns false for.
+// return node (a use by a graph or body output is a use too), in pre-order.
+// Stops, returning false, at the first node visit returns false for.
 //
 // The walk's cost is cache misses on torch's objects: each node is a chain of
 // dependent loads (the node, its output list, each output, its type and use
-// list) the CPU cannot run ahead on by itself. The walk therefore asks for
-// the next nodes' objects a few steps before it reaches them, one link of the
-// chain per step, so their misses overlap with the work on this node. It only
-// prefetches: what it visits and in which order is the plain walk's. `visit`
-// must not add, remove or move nodes (none does).
+// list) the CPU cannot run ahead on by itself. The walk therefore reads the
+// next four nodes of the block before it visits them (their links, their
+// input and output lists, their outputs) and asks for what those point to,
+// one link of the chain per step, so their misses overlap with the work on
+// this node. What it visits and in which order is the plain walk's; since it
+// holds nodes ahead, `visit` must not add, remove or move nodes (none does).
 template <typename Visit>
 bool VisitNodesAndReturns(torch::jit::Block* block, Visit&& visit) {
   torch::jit::Node* end = block->return_node();
