@@ -85,11 +85,9 @@ void CallTags::Settle() {
     // The plain segments a callee must not take: its siblings' and those of
     // the caller's own tag-tree children (so owned calls keep ModuleTable tags).
     std::multiset<std::string> taken;
-    for (int index = 1; index < modules_.size(); ++index) {
-      if (modules_.at(index).has_segment && modules_.TagParent(index) == caller_module) {
-        taken.insert(modules_.PlainSegment(index));
-        taken.insert(std::string(modules_.OwnSegment(index)));
-      }
+    for (int index : modules_.TagChildren(caller_module)) {
+      taken.insert(modules_.PlainSegment(index));
+      taken.insert(std::string(modules_.OwnSegment(index)));
     }
     for (int child : caller.children) {
       int module = entries_[child].module;

@@ -91,6 +91,10 @@ void ModuleTable::Finalize() {
       record.tag_depth = parent.tag_depth;
     }
   }
+  tag_children_.assign(records_.size(), {});
+  for (size_t i = 1; i < records_.size(); ++i) {
+    if (records_[i].has_segment) tag_children_[TagParent(static_cast<int>(i))].push_back(static_cast<int>(i));
+  }
   // Group tagged modules by tag-tree parent and plain segment.
   std::map<std::pair<int, std::string>, std::vector<int>> siblings;
   std::vector<std::string> plain(records_.size());

@@ -6,6 +6,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "hiertag/core/format/tag_format.h"
 
@@ -336,6 +337,23 @@ TEST(ModuleTableTest, TagParentSkipsFilteredContainers) {
   EXPECT_EQ(table.TagParent(table.FindByPath("h.0")), 0);
   EXPECT_EQ(table.TagParent(table.FindByPath("h.0.attn.c_attn")), table.FindByPath("h.0.attn"));
   EXPECT_EQ(table.TagParent(0), -1);
+}
+
+TEST(ModuleTableTest, TagChildrenAreTheModulesWhoseTagParentItIs) {
+  // Check TagChildren against TagParent for every module of a table with filtered containers: the tagged
+  // modules under a filtered ModuleList are the root's, in index order, and a filtered module has none.
+  ModuleTable table = BertTable();
+  for (int index = 0; index < table.size(); ++index) {
+    std::vector<int> expected;
+    for (int child = 1; child < table.size(); ++child) {
+      if (table.at(child).has_segment && table.TagParent(child) == index) expected.push_back(child);
+    }
+    EXPECT_EQ(table.TagChildren(index), expected) << table.at(index).path;
+  }
+  EXPECT_EQ(table.TagChildren(table.FindByPath("encoder")),
+            (std::vector<int>{table.FindByPath("encoder.layer.0"), table.FindByPath("encoder.layer.1")}));
+  EXPECT_TRUE(table.TagChildren(table.FindByPath("encoder.layer")).empty());
+  EXPECT_TRUE(table.TagChildren(table.FindByPath("encoder.layer.1")).empty());
 }
 
 TEST(ModuleTableTest, ModuleAncestry) {

@@ -70,6 +70,9 @@ class ModuleTable {
 
   // The tag-tree parent of a tagged module; -1 for the root.
   int TagParent(int tagged) const;
+  // The tagged modules whose TagParent is `index`, in index order (after
+  // Finalize; empty for a module without a segment).
+  const std::vector<int>& TagChildren(int index) const { return tag_children_.at(index); }
 
   // A module's segment without disambiguation: Class, or Class.N when its
   // attribute name is the list index N.
@@ -79,6 +82,7 @@ class ModuleTable {
 
  private:
   std::vector<ModuleRecord> records_;
+  std::vector<std::vector<int>> tag_children_;
   std::unordered_map<std::string, int> index_by_path_;
   bool finalized_ = false;
 };
