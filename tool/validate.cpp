@@ -11,6 +11,7 @@
 #include <map>
 #include <ostream>
 #include <set>
+#include <unordered_map>
 
 #include "hiertag/core/format/printable.h"
 #include "hiertag/core/format/tag_format.h"
@@ -94,6 +95,9 @@ class Validator {
 
   void CheckTable() {
     std::map<std::string, std::string> path_of;
+    // Each tag's entry: the table is an ordered_json object, whose lookup by key
+    // compares it with every member in turn.
+    std::unordered_map<std::string, const Json*> entry_of;
     // Format 1: one tag per module path. Later formats: one per path and caller.
     std::map<std::pair<std::string, std::string>, std::string> tag_of_path;
     for (const std::string& tag : file_.repeated_tags) Add(nullptr, "tag '" + tag + "' is listed twice");
@@ -106,6 +110,7 @@ class Validator {
       std::string reason;
       if (!ParseTag(tag, &reason)) Add(nullptr, "tag '" + tag + "' does not parse: " + reason);
       path_of.emplace(tag, read->path);
+      entry_of.emplace(tag, &entry);
       std::string caller = module_tree_ ? "" : std::string(ParentTag(tag));
       auto [other, inserted] = tag_of_path.emplace(std::pair{caller, read->path}, tag);
       if (!inserted) {
@@ -117,7 +122,7 @@ class Validator {
       std::string_view parent = ParentTag(tag);
       if (parent.empty()) {
         if (!path.empty()) Add(nullptr, "root tag '" + tag + "' names path '" + path + "', not the root ''");
-        if (FindMember(file_.table[tag], "parent_calls")) {
+        if (FindMember(*entry_of.at(tag), "parent_calls")) {
           Add(nullptr, "root tag '" + tag + "' has \"parent_calls\", but no parent");
         }
         continue;
@@ -132,7 +137,7 @@ class Validator {
             "tag '" + tag + "' names path '" + path + "', which is not inside its parent's '" + found->second + "'");
       }
       CheckQualifier(tag, path, found->second);
-      CheckParentCalls(tag, found->first);
+      CheckParentCalls(tag, *entry_of.at(tag), found->first);
     }
   }
 
@@ -175,10 +180,10 @@ class Validator {
     }
   }
 
-  void CheckParentCalls(const std::string& tag, const std::string& parent) {
+  void CheckParentCalls(const std::string& tag, const Json& table_entry, const std::string& parent) {
     const ModuleEntry* entry = file_.FindModule(tag);
     const ModuleEntry* parent_entry = file_.FindModule(parent);
-    const Json* parent_calls = FindMember(file_.table[tag], "parent_calls");
+    const Json* parent_calls = FindMember(table_entry, "parent_calls");
     if (entry == nullptr || parent_entry == nullptr || parent_calls == nullptr) return;
     std::optional<std::vector<int64_t>> ordinals = ReadOrdinals(*parent_calls);
     if (!ordinals) {

@@ -2,6 +2,8 @@
 #include "hiertag/core/format/tagged_entries.h"
 
 #include <algorithm>
+#include <string_view>
+#include <unordered_map>
 
 namespace hiertag {
 
@@ -17,8 +19,21 @@ Json ModuleTableEntryJson(const TableEntry& entry) {
 }
 
 std::string WriteModuleTable(const std::vector<TableEntry>& entries) {
+  // Members appended with an index of their keys: ordered_json's operator[]
+  // compares the key with every member before it (n^2 / 2 for n tags). A tag
+  // listed twice keeps its first place and its last entry, as operator[] did.
   Json table = Json::object();
-  for (const TableEntry& entry : entries) table[entry.tag] = ModuleTableEntryJson(entry);
+  Json::object_t::Container& members = table.get_ref<Json::object_t&>();
+  members.reserve(entries.size());
+  std::unordered_map<std::string_view, size_t> at;
+  for (const TableEntry& entry : entries) {
+    auto [known, added] = at.try_emplace(entry.tag, members.size());
+    if (added) {
+      members.emplace_back(entry.tag, ModuleTableEntryJson(entry));
+    } else {
+      members[known->second].second = ModuleTableEntryJson(entry);
+    }
+  }
   return WriteJson(table);
 }
 

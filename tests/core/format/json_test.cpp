@@ -31,6 +31,61 @@ TEST(JsonTest, RepeatedTopLevelKeyIsReported) {
   EXPECT_EQ(error, "key '/Net' written twice in one JSON object");
 }
 
+TEST(JsonTest, RepeatedTopLevelKeyKeepsItsFirstPlaceAndLastValue) {
+  // Check that the document holds a repeated top-level key once, where it was first written, with the value
+  // written last (what nlohmann's own parser did, which the builder replaced for speed).
+  std::string error;
+  std::optional<ParsedJson> parsed =
+      ParseJsonDocument(R"({"/Net":{"path":""},"/Net/A":{},"/Net":{"path":"x"}})", &error);
+  ASSERT_TRUE(parsed) << error;
+  EXPECT_EQ(WriteJson(parsed->value), R"({"/Net":{"path":"x"},"/Net/A":{}})");
+}
+
+TEST(JsonTest, EveryKindOfValueReadsBackAsWritten) {
+  // Check that values of every kind, nested in objects and arrays at several depths, come back as written.
+  const std::string text =
+      R"({"a":[1,-2,3.5,"s",true,false,null,{"b":[[],{}],"c":{"d":[{"e":"f"}]}}],"g":{},"h":[],"i":18446744073709551615})";
+  std::string error;
+  std::optional<Json> value = ParseJson(text, &error);
+  ASSERT_TRUE(value) << error;
+  EXPECT_EQ(WriteJson(*value), text);
+  EXPECT_TRUE((*value)["a"][1].is_number_integer());
+  EXPECT_TRUE((*value)["i"].is_number_unsigned());
+  EXPECT_TRUE((*value)["a"][2].is_number_float());
+}
+
+TEST(JsonTest, ScalarDocumentsParse) {
+  // Check that a document that is a single value, not an object or array, parses.
+  std::string error;
+  std::optional<Json> value = ParseJson(R"("text")", &error);
+  ASSERT_TRUE(value) << error;
+  EXPECT_EQ(*value, "text");
+  value = ParseJson("  42 ", &error);
+  ASSERT_TRUE(value) << error;
+  EXPECT_EQ(*value, 42);
+  EXPECT_FALSE(ParseJson("42 43", &error));
+  EXPECT_FALSE(ParseJson("", &error));
+}
+
+TEST(JsonTest, ManyMembersParseInOrder) {
+  // Check that an object of many members (a module table of a deep model) keeps them all, in order.
+  std::string text = "{";
+  for (int i = 0; i < 5000; ++i)
+    text += (i ? ",\"/Net/L." : "\"/Net/L.") + std::to_string(4999 - i) + "\":" + std::to_string(i);
+  text += "}";
+  std::string error;
+  std::optional<Json> value = ParseJson(text, &error);
+  ASSERT_TRUE(value) << error;
+  ASSERT_EQ(value->size(), 5000u);
+  int i = 0;
+  for (const auto& [key, member] : value->items()) {
+    EXPECT_EQ(key, "/Net/L." + std::to_string(4999 - i));
+    EXPECT_EQ(member, i);
+    ++i;
+  }
+  EXPECT_EQ(WriteJson(*value), text);
+}
+
 TEST(JsonTest, DistinctKeysAreNotReported) {
   // Check that equal keys in different objects are no repetition.
   std::string error;

@@ -29,6 +29,14 @@ TEST(TaggedEntriesTest, EntriesKeepTheirOrder) {
             R"({"/Net/B":{"path":"b","class":"B"},"/Net/A":{"path":"a","class":"A"}})");
 }
 
+TEST(TaggedEntriesTest, TagListedTwiceKeepsItsFirstPlaceAndLastEntry) {
+  // Check that a tag given twice is written once, where it came first, with the entry given last.
+  EXPECT_EQ(WriteModuleTable({{"/Net/B", "b", "B", {}, {}, true, {}},
+                              {"/Net/A", "a", "A", {}, {}, true, {}},
+                              {"/Net/B", "b2", "B2", {}, {}, true, {}}}),
+            R"({"/Net/B":{"path":"b2","class":"B2"},"/Net/A":{"path":"a","class":"A"}})");
+}
+
 TEST(TaggedEntriesTest, WrittenEntryReadsBack) {
   // Check that an entry written and read again is the same entry.
   TableEntry entry{"/Net/Block", "block", "pkg.Block", {1, 3}, {0, 1}, false, {"w"}};
