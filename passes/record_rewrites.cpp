@@ -171,12 +171,13 @@ struct GraphBefore {
 // consolidate them, which costs as much again).
 struct RewriteRecorder::Arrays {
   GraphBefore before;
-  ska::flat_hash_map<Node*, Index> index;  // a node before the pass -> its index
-  std::vector<uint8_t> alive;              // per node before: still in the graph
-  std::vector<uint8_t> inputs_changed;     // per node before: alive, reading other values
-  std::vector<uint8_t> grouped;            // per node before: in a group classified
-  std::vector<uint8_t> members;            // per node before: in the group being classified; all 0 between groups
-  std::vector<uint32_t> seen;              // per node before: the last walk that reached it
+  ska::flat_hash_map<Node*, Index> index;   // a node before the pass -> its index
+  std::vector<uint8_t> alive;               // per node before: still in the graph
+  std::vector<uint8_t> inputs_changed;      // per node before: alive, reading other values
+  std::vector<Index> reading_other_values;  // those nodes' indices (a pass can rewire most of the graph)
+  std::vector<uint8_t> grouped;             // per node before: in a group classified
+  std::vector<uint8_t> members;             // per node before: in the group being classified; all 0 between groups
+  std::vector<uint32_t> seen;               // per node before: the last walk that reached it
   ska::flat_hash_map<const Value*, Index> producers;
   std::vector<std::pair<const Value*, Index>> readers;  // (input, reader) before the pass, sorted
   // The nodes the pass made, in graph order: filled only when the pass changed
@@ -238,6 +239,7 @@ class Observer {
         index_(arrays.index),
         alive_(arrays.alive),
         inputs_changed_(arrays.inputs_changed),
+        reading_other_values_(arrays.reading_other_values),
         grouped_(arrays.grouped),
         members_(arrays.members),
         seen_(arrays.seen),
@@ -275,7 +277,7 @@ class Observer {
     created_order_.clear();
     created_scope_.clear();
     made_in_scope_.clear();
-    std::vector<Index> inputs_changed;
+    reading_other_values_.clear();
     VisitNodesAndReturns(graph_.block(), [&](Node* node) {
       Index i = IndexOf(node);
       if (i != kNotBefore && SameNode(i, node)) {
@@ -283,7 +285,7 @@ class Observer {
         if (!std::equal(node->inputs().begin(), node->inputs().end(), before_.InputsOf(i).begin(),
                         before_.InputsOf(i).end())) {
           inputs_changed_[i] = 1;
-          inputs_changed.push_back(i);
+          reading_other_values_.push_back(i);
         }
       } else {
         created_.emplace(node, static_cast<uint32_t>(created_order_.size()));
@@ -299,8 +301,8 @@ class Observer {
     for (Index i = 0; i < count; ++i) {
       if (!alive_[i] && !grouped_[i]) Classify(Group(i));
     }
-    std::sort(inputs_changed.begin(), inputs_changed.end());
-    for (Index i : inputs_changed) ClassifyReadsPastKeptNodes(i);
+    std::sort(reading_other_values_.begin(), reading_other_values_.end());
+    for (Index i : reading_other_values_) ClassifyReadsPastKeptNodes(i);
     LendGrownLoans();
     times.classify += Clock::now() - matched;
   }
@@ -867,6 +869,7 @@ class Observer {
   ska::flat_hash_map<Node*, Index>& index_;
   std::vector<uint8_t>& alive_;
   std::vector<uint8_t>& inputs_changed_;
+  std::vector<Index>& reading_other_values_;
   std::vector<uint8_t>& grouped_;
   std::vector<uint8_t>& members_;
   std::vector<uint32_t>& seen_;

@@ -4,8 +4,8 @@
 #include <torch/csrc/onnx/onnx.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
-#include <set>
 #include <unordered_map>
 
 #include "hiertag/core/format/json.h"
@@ -50,6 +50,7 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
     std::sort(texts.begin(), texts.end());
     return texts;
   };
+  entries.nodes.reserve(tagging.nodes.size());
   for (const TaggedNode& tagged : tagging.nodes) {
     SerializedNodeTag entry;
     for (const torch::jit::Value* output : tagged.node->outputs()) entry.outputs.push_back(output->debugName());
@@ -68,14 +69,13 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
   // What became of a module that ran but left no node: the constants and
   // initializers its computation was folded into (a module that kept nodes
   // lists none: folding part of a computation is the exporter's daily work).
-  std::set<int> with_nodes;
+  std::vector<uint8_t> with_nodes(call_tags.size(), 0);  // per call tag: it or a callee has a node
   for (const TaggedNode& tagged : tagging.nodes) {
-    for (int id = tagged.tag; id >= 0 && with_nodes.insert(id).second; id = call_tags.Parent(id)) {
-    }
+    for (int id = tagged.tag; id >= 0 && !with_nodes[id]; id = call_tags.Parent(id)) with_nodes[id] = 1;
   }
   std::map<int, std::vector<std::string>> folded_into;
   auto add_folded = [&](int tag, const std::string& name) {
-    if (with_nodes.count(tag)) return;
+    if (with_nodes.at(tag)) return;
     std::vector<std::string>& names = folded_into[tag];
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   };

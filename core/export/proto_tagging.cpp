@@ -39,14 +39,21 @@ class PlanBuilder {
 
   PlanBuilder(const std::vector<SerializedNodeTag>& nodes, TaggedModelPlan* plan, std::string* error)
       : nodes_(nodes), plan_(plan), error_(error), used_(nodes.size(), false) {
-    for (const SerializedNodeTag& entry : nodes) by_identity_ |= !entry.outputs.empty();
+    // Every key in one buffer, sized first so the views into it stay valid.
+    size_t keys_size = 0;
+    for (const SerializedNodeTag& entry : nodes) {
+      by_identity_ |= !entry.outputs.empty();
+      for (const std::string& output : entry.outputs) keys_size += output.size() + 1;
+    }
+    keys_.reserve(keys_size);
     by_outputs_.reserve(nodes.size());
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i].outputs.empty()) {
         without_outputs_.push_back(i);
       } else {
-        OutputsKey(nodes[i].outputs, &key_);
-        by_outputs_.emplace(key_, i);
+        size_t begin = keys_.size();
+        AppendOutputsKey(nodes[i].outputs, &keys_);
+        by_outputs_.emplace(std::string_view(keys_).substr(begin), i);
       }
     }
   }
@@ -261,10 +268,9 @@ class PlanBuilder {
     return true;
   }
 
-  // The outputs joined, each followed by a NUL, into `key`.
+  // The outputs joined, each followed by a NUL, appended to `key`.
   template <typename Names>
-  static void OutputsKey(const Names& outputs, std::string* key) {
-    key->clear();
+  static void AppendOutputsKey(const Names& outputs, std::string* key) {
     for (std::string_view output : outputs) key->append(output).push_back('\0');
   }
 
@@ -284,7 +290,8 @@ class PlanBuilder {
       if (next_without_outputs_ >= without_outputs_.size()) return std::nullopt;
       index = without_outputs_[next_without_outputs_++];
     } else {
-      OutputsKey(outputs, &key_);
+      key_.clear();
+      AppendOutputsKey(outputs, &key_);
       auto found = by_outputs_.find(key_);
       if (found == by_outputs_.end()) return std::nullopt;
       index = found->second;
@@ -299,8 +306,9 @@ class PlanBuilder {
   std::string* error_;
   std::vector<bool> used_;
   bool by_identity_ = false;  // some entry knows its outputs: match every node with outputs by them
-  std::unordered_map<std::string, size_t> by_outputs_;
-  std::vector<size_t> without_outputs_;  // entries without outputs, in pre-order
+  std::string keys_;          // every entry's outputs key, one after another
+  std::unordered_map<std::string_view, size_t> by_outputs_;  // a view into keys_ -> the entry
+  std::vector<size_t> without_outputs_;                      // entries without outputs, in pre-order
   size_t next_without_outputs_ = 0;
   size_t written_ = 0;
   std::string key_;                        // an outputs key being built, so a lookup allocates nothing
