@@ -324,7 +324,7 @@ class Extractor {
         kept.erase("folded_into");
         if (!names.empty()) kept["folded_into"] = std::move(names);
       }
-      table[tag] = std::move(kept);
+      AppendNewMember(table, tag, std::move(kept));  // the source's keys, each once
     }
     std::vector<std::pair<std::string_view, std::string>> entries{{kModuleTableKey, WriteJson(table)}};
     if (std::optional<Json> rewrites = RewritesWithin()) entries.emplace_back(kRewritesKey, WriteJson(*rewrites));

@@ -99,13 +99,9 @@ class DocumentBuilder {
       items.push_back(std::move(value));
       return &items.back();
     }
-    // The members as the vector they are (ordered_map's own lookups search them).
     Json::object_t::Container& members = parent.get_ref<Json::object_t&>();
     auto [known, added] = keys_.back().try_emplace(key_, members.size());
-    if (added) {
-      members.emplace_back(std::move(key_), std::move(value));
-      return &members.back().second;
-    }
+    if (added) return &AppendNewMember(parent, std::move(key_), std::move(value));
     // The outermost object's repeated keys are reported; any deeper one refuses the document.
     if (keys_.size() == 1) {
       parsed_.repeated_top_level_keys.push_back(key_);
@@ -156,6 +152,13 @@ std::optional<Json> ParseJson(std::string_view text, std::string* error) {
     return std::nullopt;
   }
   return std::move(parsed->value);
+}
+
+Json& AppendNewMember(Json& object, std::string key, Json value) {
+  // The members as the vector they are, appended to without a lookup.
+  Json::object_t::Container& members = object.get_ref<Json::object_t&>();
+  members.emplace_back(std::move(key), std::move(value));
+  return members.back().second;
 }
 
 std::string WriteJson(const Json& value) { return value.dump(-1, ' ', false, Json::error_handler_t::replace); }

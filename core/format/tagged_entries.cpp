@@ -19,9 +19,8 @@ Json ModuleTableEntryJson(const TableEntry& entry) {
 }
 
 std::string WriteModuleTable(const std::vector<TableEntry>& entries) {
-  // Members appended with an index of their keys: ordered_json's operator[]
-  // compares the key with every member before it (n^2 / 2 for n tags). A tag
-  // listed twice keeps its first place and its last entry, as operator[] did.
+  // Members appended with an index of their keys (AppendNewMember says why). A
+  // tag listed twice keeps its first place and its last entry, as operator[] did.
   Json table = Json::object();
   Json::object_t::Container& members = table.get_ref<Json::object_t&>();
   members.reserve(entries.size());
@@ -29,7 +28,7 @@ std::string WriteModuleTable(const std::vector<TableEntry>& entries) {
   for (const TableEntry& entry : entries) {
     auto [known, added] = at.try_emplace(entry.tag, members.size());
     if (added) {
-      members.emplace_back(entry.tag, ModuleTableEntryJson(entry));
+      AppendNewMember(table, entry.tag, ModuleTableEntryJson(entry));
     } else {
       members[known->second].second = ModuleTableEntryJson(entry);
     }
