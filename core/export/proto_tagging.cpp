@@ -37,6 +37,10 @@ class PlanBuilder {
     size_t size = 0;
   };
 
+  // Not copied or moved: by_outputs_ views keys_, whose characters a short key keeps inside the string.
+  PlanBuilder(const PlanBuilder&) = delete;
+  PlanBuilder& operator=(const PlanBuilder&) = delete;
+
   PlanBuilder(const std::vector<SerializedNodeTag>& nodes, TaggedModelPlan* plan, std::string* error)
       : nodes_(nodes), plan_(plan), error_(error), used_(nodes.size(), false) {
     // Every key in one buffer, sized first so the views into it stay valid.

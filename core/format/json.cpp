@@ -51,7 +51,7 @@ class DocumentBuilder {
   bool string(Json::string_t& value) { return Put(Json(std::move(value))); }
   bool binary(Json::binary_t& value) { return Put(Json(std::move(value))); }
   bool start_object(std::size_t /*elements*/) {
-    open_.push_back(PutContainer(Json::object()));
+    open_.push_back(Place(Json::object()));
     keys_.emplace_back();
     return true;
   }
@@ -65,14 +65,14 @@ class DocumentBuilder {
     return true;
   }
   bool start_array(std::size_t /*elements*/) {
-    open_.push_back(PutContainer(Json::array()));
+    open_.push_back(Place(Json::array()));
     return true;
   }
   bool end_array() {
     open_.pop_back();
     return true;
   }
-  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/, const nlohmann::detail::exception& ex) {
+  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/, const Json::exception& ex) {
     error_ = ex.what();
     return false;
   }
@@ -83,12 +83,12 @@ class DocumentBuilder {
 
  private:
   bool Put(Json value) {
-    PutContainer(std::move(value));
+    Place(std::move(value));
     return true;
   }
 
-  // Places `value` in the open container (or as the document) and returns where it lies.
-  Json* PutContainer(Json value) {
+  // Places `value` in the innermost open container (or as the document) and returns where it lies.
+  Json* Place(Json value) {
     if (open_.empty()) {
       parsed_.value = std::move(value);
       return &parsed_.value;
@@ -102,7 +102,9 @@ class DocumentBuilder {
     Json::object_t::Container& members = parent.get_ref<Json::object_t&>();
     auto [known, added] = keys_.back().try_emplace(key_, members.size());
     if (added) return &AppendNewMember(parent, std::move(key_), std::move(value));
-    // The outermost object's repeated keys are reported; any deeper one refuses the document.
+    // The outermost open object's repeated keys are reported (an object inside a
+    // top-level array counts as outermost, as it always did); any deeper one
+    // refuses the document.
     if (keys_.size() == 1) {
       parsed_.repeated_top_level_keys.push_back(key_);
     } else if (repeated_below_top_.empty()) {
@@ -114,7 +116,9 @@ class DocumentBuilder {
   }
 
   ParsedJson parsed_;
-  std::vector<Json*> open_;  // the open arrays and objects, outermost first (each the last of its parent)
+  // The open arrays and objects, outermost first. A container grows only while
+  // it is the innermost open one, so no pointer here moves while it is open.
+  std::vector<Json*> open_;
   std::vector<std::unordered_map<std::string, size_t>> keys_;  // per open object: key -> member index
   std::string key_;                                            // the key of the member coming next
   std::string repeated_below_top_;

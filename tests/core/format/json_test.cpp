@@ -41,6 +41,29 @@ TEST(JsonTest, RepeatedTopLevelKeyKeepsItsFirstPlaceAndLastValue) {
   EXPECT_EQ(WriteJson(parsed->value), R"({"/Net":{"path":"x"},"/Net/A":{}})");
 }
 
+TEST(JsonTest, OutermostObjectCountsAsTopLevelInsideAnArray) {
+  // Check that an object directly inside a top-level array is "top level" for repeated keys (reported, the
+  // document kept), while one inside another object refuses the document: the rule counts open objects only.
+  std::string error;
+  std::optional<ParsedJson> parsed = ParseJsonDocument(R"([{"a":1,"a":2}])", &error);
+  ASSERT_TRUE(parsed) << error;
+  EXPECT_EQ(parsed->repeated_top_level_keys, std::vector<std::string>{"a"});
+  EXPECT_EQ(WriteJson(parsed->value), R"([{"a":2}])");
+  EXPECT_FALSE(ParseJsonDocument(R"({"x":[{"a":1,"a":2}]})", &error));
+  EXPECT_EQ(error, "key 'a' written twice in one JSON object");
+}
+
+TEST(JsonTest, RepeatedObjectIsReplacedWhole) {
+  // Check that a top-level key repeated with an object value takes the later object whole, members and all,
+  // at the first place, and that the members after it land in the right objects.
+  std::string error;
+  std::optional<ParsedJson> parsed =
+      ParseJsonDocument(R"({"t":{"a":[1],"b":2},"u":{},"t":{"c":{"d":[3,{"e":4}]}},"v":5})", &error);
+  ASSERT_TRUE(parsed) << error;
+  EXPECT_EQ(parsed->repeated_top_level_keys, std::vector<std::string>{"t"});
+  EXPECT_EQ(WriteJson(parsed->value), R"({"t":{"c":{"d":[3,{"e":4}]}},"u":{},"v":5})");
+}
+
 TEST(JsonTest, EveryKindOfValueReadsBackAsWritten) {
   // Check that values of every kind, nested in objects and arrays at several depths, come back as written.
   const std::string text =

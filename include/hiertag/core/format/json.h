@@ -26,7 +26,9 @@ inline constexpr int kMaxJsonDepth = 256;
 struct ParsedJson {
   Json value;
   // Keys the top-level object holds more than once, in order of their second
-  // appearance. The value holds the last one written.
+  // appearance (an object directly inside a top-level array counts as top
+  // level). The value holds each such key once, at its first place, with the
+  // value written last.
   std::vector<std::string> repeated_top_level_keys;
 };
 
