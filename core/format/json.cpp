@@ -1,7 +1,6 @@
 // Json: nlohmann's parser with a nesting cap and a repeated-key check.
 #include "hiertag/core/format/json.h"
 
-#include <unordered_map>
 #include <utility>
 
 namespace hiertag {
@@ -39,8 +38,7 @@ int NestingDepth(std::string_view text, int limit) {
 // adds each member of an ordered_json object through operator[], which
 // compares the key with every member before it: n^2 / 2 comparisons for an
 // object of n members (a module table of 20,000 tags took 0.8 s). Here each
-// open object keeps an index of its keys. A repeated key keeps its first place
-// and takes the last value, as operator[] did.
+// open object is written by a JsonObjectWriter, which keeps an index of its keys.
 class DocumentBuilder {
  public:
   bool null() { return Put(Json(nullptr)); }
@@ -51,8 +49,9 @@ class DocumentBuilder {
   bool string(Json::string_t& value) { return Put(Json(std::move(value))); }
   bool binary(Json::binary_t& value) { return Put(Json(std::move(value))); }
   bool start_object(std::size_t /*elements*/) {
-    open_.push_back(Place(Json::object()));
-    keys_.emplace_back();
+    Json* object = Place(Json::object());
+    open_.push_back(object);
+    writers_.emplace_back(*object);
     return true;
   }
   bool key(Json::string_t& key) {
@@ -61,7 +60,7 @@ class DocumentBuilder {
   }
   bool end_object() {
     open_.pop_back();
-    keys_.pop_back();
+    writers_.pop_back();
     return true;
   }
   bool start_array(std::size_t /*elements*/) {
@@ -99,19 +98,16 @@ class DocumentBuilder {
       items.push_back(std::move(value));
       return &items.back();
     }
-    Json::object_t::Container& members = parent.get_ref<Json::object_t&>();
-    auto [known, added] = keys_.back().try_emplace(key_, members.size());
-    if (added) return &AppendNewMember(parent, std::move(key_), std::move(value));
+    bool repeated = false;
+    Json& member = writers_.back().Set(key_, std::move(value), &repeated);
     // The outermost open object's repeated keys are reported (an object inside a
     // top-level array counts as outermost, as it always did); any deeper one
     // refuses the document.
-    if (keys_.size() == 1) {
+    if (repeated && writers_.size() == 1) {
       parsed_.repeated_top_level_keys.push_back(key_);
-    } else if (repeated_below_top_.empty()) {
+    } else if (repeated && repeated_below_top_.empty()) {
       repeated_below_top_ = key_;
     }
-    Json& member = members[known->second].second;
-    member = std::move(value);
     return &member;
   }
 
@@ -119,8 +115,8 @@ class DocumentBuilder {
   // The open arrays and objects, outermost first. A container grows only while
   // it is the innermost open one, so no pointer here moves while it is open.
   std::vector<Json*> open_;
-  std::vector<std::unordered_map<std::string, size_t>> keys_;  // per open object: key -> member index
-  std::string key_;                                            // the key of the member coming next
+  std::vector<JsonObjectWriter> writers_;  // one per open object, outermost first
+  std::string key_;                        // the key of the member coming next
   std::string repeated_below_top_;
   std::string error_;
 };
@@ -163,6 +159,16 @@ Json& AppendNewMember(Json& object, std::string key, Json value) {
   Json::object_t::Container& members = object.get_ref<Json::object_t&>();
   members.emplace_back(std::move(key), std::move(value));
   return members.back().second;
+}
+
+Json& JsonObjectWriter::Set(const std::string& key, Json value, bool* repeated) {
+  Json::object_t::Container& members = object_->get_ref<Json::object_t&>();
+  auto [known, added] = index_.try_emplace(key, members.size());
+  if (repeated != nullptr) *repeated = !added;
+  if (added) return AppendNewMember(*object_, key, std::move(value));
+  Json& member = members[known->second].second;
+  member = std::move(value);
+  return member;
 }
 
 std::string WriteJson(const Json& value) { return value.dump(-1, ' ', false, Json::error_handler_t::replace); }

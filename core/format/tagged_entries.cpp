@@ -2,8 +2,6 @@
 #include "hiertag/core/format/tagged_entries.h"
 
 #include <algorithm>
-#include <string_view>
-#include <unordered_map>
 
 namespace hiertag {
 
@@ -19,20 +17,10 @@ Json ModuleTableEntryJson(const TableEntry& entry) {
 }
 
 std::string WriteModuleTable(const std::vector<TableEntry>& entries) {
-  // Members appended with an index of their keys (AppendNewMember says why). A
-  // tag listed twice keeps its first place and its last entry, as operator[] did.
   Json table = Json::object();
-  Json::object_t::Container& members = table.get_ref<Json::object_t&>();
-  members.reserve(entries.size());
-  std::unordered_map<std::string_view, size_t> at;
-  for (const TableEntry& entry : entries) {
-    auto [known, added] = at.try_emplace(entry.tag, members.size());
-    if (added) {
-      AppendNewMember(table, entry.tag, ModuleTableEntryJson(entry));
-    } else {
-      members[known->second].second = ModuleTableEntryJson(entry);
-    }
-  }
+  table.get_ref<Json::object_t&>().reserve(entries.size());
+  JsonObjectWriter writer(table);  // a tag listed twice keeps its first place and its last entry
+  for (const TableEntry& entry : entries) writer.Set(entry.tag, ModuleTableEntryJson(entry));
   return WriteJson(table);
 }
 

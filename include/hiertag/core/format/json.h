@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace hiertag {
@@ -49,6 +50,22 @@ std::string WriteJson(const Json& value);
 // ordered_json's operator[] and emplace compare the key with every member in
 // turn: building an object of n members with them costs n^2 / 2 comparisons.
 Json& AppendNewMember(Json& object, std::string key, Json value);
+
+// Sets the members of one JSON object by key in linear time, with an index of
+// its keys (AppendNewMember says why). A key set again keeps its first place and
+// takes the new value, as operator[] does. `object` must outlive the writer and
+// not move while it writes.
+class JsonObjectWriter {
+ public:
+  explicit JsonObjectWriter(Json& object) : object_(&object) {}
+  // Sets member `key` to `value` and returns it; `*repeated` (when given) says
+  // whether the key was set before.
+  Json& Set(const std::string& key, Json value, bool* repeated = nullptr);
+
+ private:
+  Json* object_;
+  std::unordered_map<std::string, size_t> index_;  // key -> member index
+};
 
 // The member `key` of an object, or nullptr (also when `value` is no object).
 const Json* FindMember(const Json& value, std::string_view key);
