@@ -6,10 +6,13 @@
 // those of onnx.proto (ONNX >= 1.16).
 #include "hiertag/core/export/proto_tagging.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <memory_resource>
 #include <optional>
 #include <unordered_map>
 
+#include "hiertag/core/export/mapped_memory.h"
 #include "hiertag/core/format/json.h"
 #include "hiertag/core/format/tag_format.h"
 #include "hiertag/core/onnx/onnx_fields.h"
@@ -27,13 +30,38 @@ using namespace onnx_field;  // NOLINT: the field numbers read as in onnx.proto
 
 constexpr int kMaxGraphNesting = 64;
 
+// Bytes of the tagged model: a view into the source model, or a range of the
+// plan's owned bytes.
+struct Chunk {
+  const char* borrowed;  // the view's first byte; null for owned bytes
+  size_t begin;          // owned bytes: where they begin in the plan's
+  size_t size;
+};
+
 }  // namespace
+
+struct TaggedModelPlan::State {
+  // The arena's first block: a guess at the plan's size from the node count,
+  // so that few blocks are mapped.
+  explicit State(size_t nodes) : arena(std::max<size_t>(64 << 10, nodes * 256), MappedMemory()) {}
+
+  std::string_view Bytes(const Chunk& chunk) const {
+    return chunk.borrowed != nullptr ? std::string_view(chunk.borrowed, chunk.size)
+                                     : std::string_view(owned).substr(chunk.begin, chunk.size);
+  }
+
+  std::pmr::monotonic_buffer_resource arena;  // first: destroyed last
+  std::pmr::vector<Chunk> chunks{&arena};
+  std::pmr::string owned{&arena};  // every written piece, one after another
+  size_t size = 0;
+};
 
 class PlanBuilder {
  public:
   // One length-delimited message being rebuilt: its chunks, its payload size.
   struct Rebuilt {
-    std::vector<TaggedModelPlan::Chunk> chunks;
+    explicit Rebuilt(std::pmr::memory_resource* memory) : chunks(memory) {}
+    std::pmr::vector<Chunk> chunks;
     size_t size = 0;
   };
 
@@ -41,8 +69,20 @@ class PlanBuilder {
   PlanBuilder(const PlanBuilder&) = delete;
   PlanBuilder& operator=(const PlanBuilder&) = delete;
 
-  PlanBuilder(const std::vector<SerializedNodeTag>& nodes, TaggedModelPlan* plan, std::string* error)
-      : nodes_(nodes), plan_(plan), error_(error), used_(nodes.size(), false) {
+  // Plans into `plan`'s state, whose arena holds the builder's memory too.
+  PlanBuilder(const std::vector<SerializedNodeTag>& nodes, TaggedModelPlan::State* plan, std::string* error)
+      : nodes_(nodes),
+        plan_(plan),
+        memory_(&plan->arena),
+        error_(error),
+        used_(nodes.size(), false, memory_),
+        keys_(memory_),
+        by_outputs_(memory_),
+        without_outputs_(memory_),
+        key_(memory_),
+        outputs_(memory_),
+        entries_(memory_),
+        header_(memory_) {
     // Every key in one buffer, sized first so the views into it stay valid.
     size_t keys_size = 0;
     for (const SerializedNodeTag& entry : nodes) {
@@ -62,14 +102,26 @@ class PlanBuilder {
     }
   }
 
+  // PlanTaggedModel. The builder lives in the plan's arena's scope: its
+  // memory is unmapped with the plan's, never freed to the heap.
+  static bool Plan(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
+                   const std::vector<ModelMetadataEntry>& model_entries, TaggedModelPlan* plan, std::string* error) {
+    TaggedModelPlan built;
+    built.state_ = std::make_unique<TaggedModelPlan::State>(nodes.size());
+    built.state_->owned.reserve(OwnedBytesEstimate(nodes, model_entries));
+    if (!PlanBuilder(nodes, built.state_.get(), error).BuildModel(model, model_entries)) return false;
+    *plan = std::move(built);
+    return true;
+  }
+
   bool BuildModel(std::string_view model, const std::vector<ModelMetadataEntry>& entries) {
     Reader reader(model);
     Field field;
     bool saw_graph = false;
     bool entries_written = false;
-    Rebuilt out;
+    Rebuilt out(memory_);
     auto write_entries = [&] {
-      std::string bytes;
+      std::pmr::string bytes(memory_);
       for (const ModelMetadataEntry& entry : entries) {
         AppendStringEntry(&bytes, kModelMetadataProps, entry.key, entry.value);
       }
@@ -81,7 +133,7 @@ class PlanBuilder {
       // Keep the canonical field order: our entries go before the first higher field.
       if (!entries_written && field.number > kModelMetadataProps) write_entries();
       if (field.number == kModelGraph && field.wire_type == kLengthDelimited) {
-        Rebuilt graph;
+        Rebuilt graph(memory_);
         if (!BuildGraph(field.payload, 0, &graph)) return false;
         Splice(&out, kModelGraph, graph);
         saw_graph = true;
@@ -98,8 +150,8 @@ class PlanBuilder {
                     std::to_string(nodes_.size()) + " tagged)");
       }
     }
-    plan_->chunks_ = std::move(out.chunks);
-    plan_->size_ = out.size;
+    plan_->chunks = std::move(out.chunks);
+    plan_->size = out.size;
     return true;
   }
 
@@ -109,28 +161,47 @@ class PlanBuilder {
     return false;
   }
 
-  void Borrow(Rebuilt* out, std::string_view bytes) {
-    if (bytes.empty()) return;
-    TaggedModelPlan::Chunk* last = out->chunks.empty() ? nullptr : &out->chunks.back();
-    if (last != nullptr && !last->borrowed.empty() && last->borrowed.data() + last->borrowed.size() == bytes.data()) {
-      last->borrowed = std::string_view(last->borrowed.data(), last->borrowed.size() + bytes.size());
-    } else {
-      out->chunks.push_back({bytes, 0});
+  // About the bytes the plan writes (entries and length prefixes), so that
+  // the owned bytes are one allocation: more than enough unless shared_with
+  // lists need much escaping.
+  static size_t OwnedBytesEstimate(const std::vector<SerializedNodeTag>& nodes,
+                                   const std::vector<ModelMetadataEntry>& model_entries) {
+    constexpr size_t kEntry = 16;  // an entry's field tags and length prefixes, at most
+    size_t bytes = 0;
+    for (const ModelMetadataEntry& entry : model_entries) bytes += kEntry + entry.key.size() + entry.value.size();
+    for (const SerializedNodeTag& node : nodes) {
+      bytes += 2 * kEntry + kHierarchyTagKey.size() + node.tag.size();  // the node's own prefix too
+      if (!node.shared_with.empty()) bytes += kEntry + kSharedWithKey.size() + 2;
+      for (const std::string& tag : node.shared_with) bytes += tag.size() + 3;
+      for (const auto& [key, value] : node.more) bytes += kEntry + key.size() + value.size();
     }
-    out->size += bytes.size();
+    return bytes;
   }
 
-  // Appends a copy of `bytes` to `out`: to its last chunk when that is owned.
+  // Appends `chunk` to `out`, joined to its last chunk where they are adjacent.
+  static void Append(Rebuilt* out, const Chunk& chunk) {
+    out->size += chunk.size;
+    if (!out->chunks.empty()) {
+      Chunk& last = out->chunks.back();
+      bool adjacent = last.borrowed != nullptr ? chunk.borrowed == last.borrowed + last.size
+                                               : chunk.borrowed == nullptr && chunk.begin == last.begin + last.size;
+      if (adjacent) {
+        last.size += chunk.size;
+        return;
+      }
+    }
+    out->chunks.push_back(chunk);
+  }
+
+  void Borrow(Rebuilt* out, std::string_view bytes) {
+    if (!bytes.empty()) Append(out, {bytes.data(), 0, bytes.size()});
+  }
+
+  // Appends a copy of `bytes` to `out`.
   void Own(Rebuilt* out, std::string_view bytes) {
     if (bytes.empty()) return;
-    out->size += bytes.size();
-    TaggedModelPlan::Chunk* last = out->chunks.empty() ? nullptr : &out->chunks.back();
-    if (last != nullptr && last->borrowed.empty()) {
-      plan_->owned_[last->owned].append(bytes);
-    } else {
-      plan_->owned_.emplace_back(bytes);
-      out->chunks.push_back({{}, plan_->owned_.size() - 1});
-    }
+    Append(out, {nullptr, plan_->owned.size(), bytes.size()});
+    plan_->owned.append(bytes);
   }
 
   // Appends the header of length-delimited field `field` of `size` bytes.
@@ -141,23 +212,11 @@ class PlanBuilder {
     Own(out, header_);
   }
 
-  // Appends `inner` as length-delimited field `field` of `out`. Inner's owned
-  // chunks are taken over as they are (at most one, the first, is copied: where
-  // it joins out's last owned chunk).
+  // Appends `inner` as length-delimited field `field` of `out`: its chunks are
+  // taken over as they are.
   void Splice(Rebuilt* out, uint32_t field, const Rebuilt& inner) {
     OwnHeader(out, field, inner.size);
-    for (const TaggedModelPlan::Chunk& chunk : inner.chunks) {
-      if (!chunk.borrowed.empty()) {
-        Borrow(out, chunk.borrowed);
-      } else if (!out->chunks.empty() && out->chunks.back().borrowed.empty()) {
-        Own(out, plan_->owned_[chunk.owned]);
-        plan_->owned_[chunk.owned].clear();
-        plan_->owned_[chunk.owned].shrink_to_fit();
-      } else {
-        out->size += plan_->owned_[chunk.owned].size();
-        out->chunks.push_back(chunk);
-      }
-    }
+    for (const Chunk& chunk : inner.chunks) Append(out, chunk);
   }
 
   bool BuildGraph(std::string_view graph, int depth, Rebuilt* out) {
@@ -184,7 +243,7 @@ class PlanBuilder {
     std::optional<std::string_view> op_type;
     // Views into `node`, in a buffer every node reuses: read only before the
     // node's bodies are built (which reuse it in turn).
-    std::vector<std::string_view>& outputs = outputs_;
+    std::pmr::vector<std::string_view>& outputs = outputs_;
     outputs.clear();
     bool holds_graphs = false;
     while (!scan.done()) {
@@ -213,12 +272,12 @@ class PlanBuilder {
       Own(graph, entries_);
       return true;
     }
-    Rebuilt out;  // each attribute is read again here: few nodes hold graphs
+    Rebuilt out(memory_);  // each attribute is read again here: few nodes hold graphs
     Reader reader(node);
     while (!reader.done()) {
       reader.Next(&field);
       if (field.number == kNodeAttribute && field.wire_type == kLengthDelimited && HoldsGraphs(field.payload)) {
-        Rebuilt attribute;
+        Rebuilt attribute(memory_);
         if (!BuildAttribute(field.payload, depth, &attribute)) return false;
         Splice(&out, kNodeAttribute, attribute);
       } else {
@@ -262,7 +321,7 @@ class PlanBuilder {
       if (!reader.Next(&field)) return Fail("an AttributeProto is not well-formed");
       if ((field.number == kAttributeGraph || field.number == kAttributeGraphs) &&
           field.wire_type == kLengthDelimited) {
-        Rebuilt graph;
+        Rebuilt graph(memory_);
         if (!BuildGraph(field.payload, depth + 1, &graph)) return false;
         Splice(out, field.number, graph);
       } else {
@@ -273,8 +332,8 @@ class PlanBuilder {
   }
 
   // The outputs joined, each followed by a NUL, appended to `key`.
-  template <typename Names>
-  static void AppendOutputsKey(const Names& outputs, std::string* key) {
+  template <typename Names, typename String>
+  static void AppendOutputsKey(const Names& outputs, String* key) {
     for (std::string_view output : outputs) key->append(output).push_back('\0');
   }
 
@@ -288,7 +347,7 @@ class PlanBuilder {
 
   // The entry of the node with these outputs, each entry taken once; a node
   // without outputs takes the next entry without outputs.
-  std::optional<size_t> Match(const std::vector<std::string_view>& outputs) {
+  std::optional<size_t> Match(const std::pmr::vector<std::string_view>& outputs) {
     size_t index = 0;
     if (outputs.empty() || !by_identity_) {
       if (next_without_outputs_ >= without_outputs_.size()) return std::nullopt;
@@ -306,38 +365,44 @@ class PlanBuilder {
   }
 
   const std::vector<SerializedNodeTag>& nodes_;
-  TaggedModelPlan* plan_;
+  TaggedModelPlan::State* plan_;
+  std::pmr::memory_resource* memory_;  // the plan's arena: every member below allocates there
   std::string* error_;
-  std::vector<bool> used_;
+  std::pmr::vector<bool> used_;
   bool by_identity_ = false;  // some entry knows its outputs: match every node with outputs by them
-  std::string keys_;          // every entry's outputs key, one after another
-  std::unordered_map<std::string_view, size_t> by_outputs_;  // a view into keys_ -> the entry
-  std::vector<size_t> without_outputs_;                      // entries without outputs, in pre-order
+  std::pmr::string keys_;     // every entry's outputs key, one after another
+  std::pmr::unordered_map<std::string_view, size_t> by_outputs_;  // a view into keys_ -> the entry
+  std::pmr::vector<size_t> without_outputs_;                      // entries without outputs, in pre-order
   size_t next_without_outputs_ = 0;
   size_t written_ = 0;
-  std::string key_;                        // an outputs key being built, so a lookup allocates nothing
-  std::vector<std::string_view> outputs_;  // BuildNode's: the outputs of the node being matched
-  std::string entries_;                    // BuildNode's: the metadata entries of the node being written
-  std::string header_;                     // OwnHeader's
+  std::pmr::string key_;                        // an outputs key being built, so a lookup allocates nothing
+  std::pmr::vector<std::string_view> outputs_;  // BuildNode's: the outputs of the node being matched
+  std::pmr::string entries_;                    // BuildNode's: the metadata entries of the node being written
+  std::pmr::string header_;                     // OwnHeader's
 };
 
+TaggedModelPlan::TaggedModelPlan() = default;
+TaggedModelPlan::TaggedModelPlan(TaggedModelPlan&&) noexcept = default;
+TaggedModelPlan& TaggedModelPlan::operator=(TaggedModelPlan&&) noexcept = default;
+TaggedModelPlan::~TaggedModelPlan() = default;
+
+size_t TaggedModelPlan::size() const { return state_ ? state_->size : 0; }
+
 void TaggedModelPlan::ForEachChunk(const std::function<void(std::string_view)>& sink) const {
-  for (const Chunk& chunk : chunks_) sink(chunk.borrowed.empty() ? owned_[chunk.owned] : chunk.borrowed);
+  if (!state_) return;
+  for (const Chunk& chunk : state_->chunks) sink(state_->Bytes(chunk));
 }
 
 std::string TaggedModelPlan::ToString() const {
   std::string out;
-  out.reserve(size_);
+  out.reserve(size());
   ForEachChunk([&](std::string_view chunk) { out.append(chunk); });
   return out;
 }
 
 bool PlanTaggedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
                      const std::vector<ModelMetadataEntry>& model_entries, TaggedModelPlan* plan, std::string* error) {
-  TaggedModelPlan built;
-  if (!PlanBuilder(nodes, &built, error).BuildModel(model, model_entries)) return false;
-  *plan = std::move(built);
-  return true;
+  return PlanBuilder::Plan(model, nodes, model_entries, plan, error);
 }
 
 bool AddTagsToSerializedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,

@@ -541,5 +541,39 @@ TEST(ProtoTaggingTest, SameOutputsWithAnotherOpTypeFail) {
   EXPECT_EQ(error, "node making '/layer.0/Relu_out' is 'Relu' in the model but 'Sigmoid' in the graph");
 }
 
+TEST(ProtoTaggingTest, APlanMovedKeepsItsChunksAndAnEmptyPlanWritesNothing) {
+  // Check that a plan (its arena holds the written pieces) writes the same
+  // model after being moved twice, and that a plan never built writes nothing.
+  // (A plan borrows the model's bytes: both models outlive the plans.)
+  const std::string model = LoopModel();
+  const std::string other = ModelProto(GraphProto({NodeProto("Relu", "/l0/Relu")}));
+  TaggedModelPlan plan;
+  std::string error;
+  EXPECT_EQ(plan.size(), 0u);
+  EXPECT_EQ(plan.ToString(), "");
+  ASSERT_TRUE(PlanTaggedModel(model, LoopModelTags(), kModelEntries, &plan, &error)) << error;
+  std::string written = plan.ToString();
+  std::string direct;
+  ASSERT_TRUE(AddTagsToSerializedModel(model, LoopModelTags(), kModelEntries, &direct, &error)) << error;
+  EXPECT_EQ(written, direct);
+  TaggedModelPlan moved(std::move(plan));
+  TaggedModelPlan assigned;
+  ASSERT_TRUE(PlanTaggedModel(other, {{"Relu", "/Net", {}, {}}}, {}, &assigned, &error)) << error;
+  assigned = std::move(moved);
+  EXPECT_EQ(assigned.size(), written.size());
+  EXPECT_EQ(assigned.ToString(), written);
+}
+
+TEST(ProtoTaggingTest, AFailedPlanLeavesThePlanItWasGiven) {
+  // Check that planning into a plan that holds one keeps it when it fails.
+  const std::string model = LoopModel();
+  TaggedModelPlan plan;
+  std::string error;
+  ASSERT_TRUE(PlanTaggedModel(model, LoopModelTags(), kModelEntries, &plan, &error)) << error;
+  std::string written = plan.ToString();
+  EXPECT_FALSE(PlanTaggedModel(model, {{"Relu", "/Net", {}, {}}}, kModelEntries, &plan, &error));
+  EXPECT_EQ(plan.ToString(), written);
+}
+
 }  // namespace
 }  // namespace hiertag

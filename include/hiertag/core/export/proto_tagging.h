@@ -30,8 +30,8 @@
 // the wrong nodes. Not idempotent.
 #pragma once
 
-#include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -56,9 +56,18 @@ struct ModelMetadataEntry {
   std::string value;
 };
 
+// A plan's memory (the written pieces, and the planner's tables and buffers)
+// is one arena of mapped pages (mapped_memory.h), unmapped when the plan is
+// destroyed: planning right after torch freed its graph, hiertag does not make
+// glibc trim the heap torch freed.
 class TaggedModelPlan {
  public:
-  size_t size() const { return size_; }
+  TaggedModelPlan();
+  TaggedModelPlan(TaggedModelPlan&&) noexcept;
+  TaggedModelPlan& operator=(TaggedModelPlan&&) noexcept;
+  ~TaggedModelPlan();
+
+  size_t size() const;
   // Calls `sink` with every chunk of the tagged model, in order.
   void ForEachChunk(const std::function<void(std::string_view)>& sink) const;
   // The tagged model as one string (one copy of everything).
@@ -66,13 +75,8 @@ class TaggedModelPlan {
 
  private:
   friend class PlanBuilder;
-  struct Chunk {
-    std::string_view borrowed;  // set for views into the source model
-    size_t owned = 0;           // else: index into owned_
-  };
-  std::vector<Chunk> chunks_;
-  std::deque<std::string> owned_;
-  size_t size_ = 0;
+  struct State;
+  std::unique_ptr<State> state_;  // null: the empty plan
 };
 
 bool PlanTaggedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,

@@ -52,8 +52,10 @@ inline constexpr uint32_t kOpsetVersion = 2;
 
 // Appends a StringStringEntryProto (a metadata_props entry) as
 // length-delimited field `field` of the message `out` holds, written in place.
-// `key` and `value` must not point into `*out` (appending may move it).
-inline void AppendStringEntry(std::string* out, uint32_t field, std::string_view key, std::string_view value) {
+// `key` and `value` must not point into `*out` (appending may move it). `out`:
+// a std::string or a std::pmr::string.
+template <typename String>
+void AppendStringEntry(String* out, uint32_t field, std::string_view key, std::string_view value) {
   constexpr uint64_t kKeyTag = (static_cast<uint64_t>(kEntryKey) << 3) | wire::kLengthDelimited;
   constexpr uint64_t kValueTag = (static_cast<uint64_t>(kEntryValue) << 3) | wire::kLengthDelimited;
   size_t size = wire::VarintSize(kKeyTag) + wire::VarintSize(key.size()) + key.size() + wire::VarintSize(kValueTag) +

@@ -88,7 +88,9 @@ class Reader {
   size_t position_ = 0;
 };
 
-inline void AppendVarint(std::string* out, uint64_t value) {
+// The Append functions write to a std::string or a std::pmr::string.
+template <typename String>
+void AppendVarint(String* out, uint64_t value) {
   while (value >= 0x80) {
     out->push_back(static_cast<char>((value & 0x7F) | 0x80));
     value >>= 7;
@@ -103,7 +105,8 @@ inline size_t VarintSize(uint64_t value) {
   return size;
 }
 
-inline void AppendLengthDelimited(std::string* out, uint32_t field, std::string_view payload) {
+template <typename String>
+void AppendLengthDelimited(String* out, uint32_t field, std::string_view payload) {
   AppendVarint(out, (static_cast<uint64_t>(field) << 3) | kLengthDelimited);
   AppendVarint(out, payload.size());
   out->append(payload);

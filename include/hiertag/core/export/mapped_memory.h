@@ -1,0 +1,32 @@
+// Mapped memory: a memory resource whose blocks are pages mapped for them alone.
+//
+// Why: hiertag plans the tagged file right after torch serialized the model and
+// freed the graph it serialized from, which leaves glibc's heap with a large free
+// top. Any free that touches that top makes glibc return it to the kernel
+// (systrim: unmapping what torch freed, milliseconds on a T5-small), and
+// hiertag's own frees were those: torch's deferred cost, paid inside hiertag's
+// work and charged to it, which torch's next free would otherwise pay. Memory
+// from here never comes from, or goes back to, the heap: releasing it unmaps
+// only its own pages.
+//
+// For few large blocks (an arena's): every block is at least a page. Use it as
+// the upstream of a std::pmr::monotonic_buffer_resource.
+//
+// Before:  std::pmr::monotonic_buffer_resource arena;             // blocks from malloc
+// After:   std::pmr::monotonic_buffer_resource arena(MappedMemory()); // blocks from mmap
+#pragma once
+
+#include <cstddef>
+#include <memory_resource>
+
+namespace hiertag {
+
+// The process's one mapped-memory resource (stateless, thread-safe). Allocation
+// throws std::bad_alloc when the system maps nothing.
+std::pmr::memory_resource* MappedMemory();
+
+// The bytes it has mapped and not yet unmapped, whole pages: for memory figures
+// (a heap count does not see them).
+size_t MappedBytes();
+
+}  // namespace hiertag

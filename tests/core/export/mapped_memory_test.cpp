@@ -1,0 +1,62 @@
+// Tests of the mapped-memory resource: blocks of any size and alignment up to a
+// page, written whole, returned; an arena over it.
+#include "hiertag/core/export/mapped_memory.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory_resource>
+#include <new>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hiertag {
+namespace {
+
+TEST(MappedMemoryTest, BlocksOfEverySizeAreWritableAndAligned) {
+  // Check that blocks from a byte to several pages are aligned as asked and hold every byte.
+  std::pmr::memory_resource* memory = MappedMemory();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (size_t size : {size_t{1}, size_t{100}, page - 1, page, page + 1, 5 * page + 17}) {
+    for (size_t alignment : {size_t{1}, size_t{16}, size_t{64}, page}) {
+      size_t before = MappedBytes();
+      void* block = memory->allocate(size, alignment);
+      ASSERT_NE(block, nullptr);
+      EXPECT_EQ(MappedBytes() - before, (size + page - 1) / page * page);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % alignment, 0u) << size << " " << alignment;
+      std::memset(block, 0xAB, size);
+      EXPECT_EQ(static_cast<unsigned char*>(block)[size - 1], 0xAB);
+      memory->deallocate(block, size, alignment);
+      EXPECT_EQ(MappedBytes(), before);
+    }
+  }
+}
+
+TEST(MappedMemoryTest, AnAlignmentAboveAPageIsRefused) {
+  // Check that an alignment a mapping cannot promise throws rather than misaligns.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  EXPECT_THROW(static_cast<void>(MappedMemory()->allocate(8, 2 * page)), std::bad_alloc);
+}
+
+TEST(MappedMemoryTest, IsOneResourceEqualOnlyToItself) {
+  // Check that the process has one such resource, and that it is not the default one.
+  EXPECT_EQ(MappedMemory(), MappedMemory());
+  EXPECT_TRUE(MappedMemory()->is_equal(*MappedMemory()));
+  EXPECT_FALSE(MappedMemory()->is_equal(*std::pmr::new_delete_resource()));
+}
+
+TEST(MappedMemoryTest, AnArenaOverItHoldsContainersLargerThanItsFirstBlock) {
+  // Check that a monotonic arena upstream of it grows past its first block with its contents intact.
+  std::pmr::monotonic_buffer_resource arena(4096, MappedMemory());
+  std::pmr::vector<std::pmr::string> strings(&arena);
+  for (int i = 0; i < 20000; ++i) strings.emplace_back(std::to_string(i) + std::string(40, 'x'));
+  ASSERT_EQ(strings.size(), 20000u);
+  for (int i = 0; i < 20000; i += 997)
+    EXPECT_EQ(std::string_view(strings[i]), std::to_string(i) + std::string(40, 'x'));
+}
+
+}  // namespace
+}  // namespace hiertag
