@@ -39,6 +39,8 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -175,11 +177,72 @@ void WrapForward(PythonSession& current, const py::handle& module, int index, co
   py::dict own = module.attr("__dict__");
   WrappedForward record{py::reinterpret_borrow<py::object>(module),
                         own.contains("forward") ? py::object(own["forward"]) : py::object()};
-  py::object wrapper = py::cast(ForwardWrapper(module.attr("forward"), index, scope_name));
-  wrapper.attr("__wrapped__") = module.attr("forward");
+  py::object forward = module.attr("forward");
+  py::object wrapper = py::cast(ForwardWrapper(forward, index, scope_name));
+  wrapper.attr("__wrapped__") = std::move(forward);
   own["forward"] = wrapper;
   current.wrapped.push_back(std::move(record));
 }
+
+// The qualified names of the model's parameters and buffers: what
+// model.named_parameters() and model.named_buffers() yield. Those walk
+// named_modules() again, in Python; with torch's own methods (nn.Module's,
+// not overridden, every module's _parameters and _buffers a dict) the names
+// are read here from the modules the session's walk visits, in its order,
+// each tensor once (the first name it has, as torch's memo keeps it) and
+// None entries skipped, as torch does. Otherwise the methods are called.
+class MemberNames {
+ public:
+  explicit MemberNames(const py::handle& model) : model_(model) {
+    py::object module_class = py::module_::import("torch").attr("nn").attr("Module");
+    py::handle model_class = reinterpret_cast<PyObject*>(Py_TYPE(model.ptr()));
+    from_dicts_ = !py::isinstance(model, py::module_::import("torch").attr("jit").attr("ScriptModule"));
+    for (const char* method : {"named_parameters", "named_buffers", "_named_members"}) {
+      from_dicts_ = from_dicts_ && py::getattr(model_class, method, py::none()).is(module_class.attr(method));
+    }
+  }
+
+  // Adds the members `module`, at `path` in the model, holds itself. Called
+  // for each module named_modules() yields, in its order.
+  void AddOwnMembers(const py::handle& module, const std::string& path) {
+    if (!from_dicts_) return;
+    for (const char* dict : {"_parameters", "_buffers"}) {
+      PyObject* members = PyObject_GetAttrString(module.ptr(), dict);
+      if (members == nullptr) throw py::error_already_set();
+      py::object held = py::reinterpret_steal<py::object>(members);
+      if (!PyDict_CheckExact(members)) {
+        from_dicts_ = false;
+        return;
+      }
+      std::unordered_set<PyObject*>& seen = dict[1] == 'p' ? seen_parameters_ : seen_buffers_;
+      Py_ssize_t position = 0;
+      PyObject* key = nullptr;
+      PyObject* value = nullptr;
+      while (PyDict_Next(members, &position, &key, &value)) {
+        if (value == Py_None || !seen.insert(value).second) continue;
+        names_.insert(path.empty() ? py::handle(key).cast<std::string>()
+                                   : path + "." + py::handle(key).cast<std::string>());
+      }
+    }
+  }
+
+  std::unordered_set<std::string> Take() {
+    if (!from_dicts_) {
+      names_.clear();
+      for (const char* members : {"named_parameters", "named_buffers"}) {
+        for (py::handle item : model_.attr(members)()) names_.insert(item.cast<py::tuple>()[0].cast<std::string>());
+      }
+    }
+    return std::move(names_);
+  }
+
+ private:
+  py::handle model_;
+  bool from_dicts_ = true;
+  std::unordered_set<PyObject*> seen_parameters_;
+  std::unordered_set<PyObject*> seen_buffers_;
+  std::unordered_set<std::string> names_;
+};
 
 void EndSession() {
   if (!Current()) return;
@@ -233,6 +296,9 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
   py::module_ torch = py::module_::import("torch");
   py::object script_module = torch.attr("jit").attr("ScriptModule");
   py::object typename_of = torch.attr("typename");
+  // A class's names, asked once per class (a model has few classes, many instances).
+  std::unordered_map<PyObject*, std::pair<std::string, std::string>> class_names;
+  MemberNames members(model);
   for (py::handle item : model.attr("named_modules")()) {
     auto pair = item.cast<py::tuple>();
     std::string path = pair[0].cast<std::string>();
@@ -244,10 +310,15 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
           UnmangleTorchScriptTypeName(module.attr("_c").attr("_type")().attr("qualified_name")().cast<std::string>());
       short_name = module.attr("original_name").cast<std::string>();
     } else {
-      py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(module.ptr()));
-      qualified = typename_of(type).cast<std::string>();
-      short_name = type.attr("__name__").cast<std::string>();
+      PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(module.ptr()));
+      auto [names, added] = class_names.try_emplace(type);
+      if (added) {
+        names->second = {typename_of(py::handle(type)).cast<std::string>(),
+                         py::handle(type).attr("__name__").cast<std::string>()};
+      }
+      std::tie(qualified, short_name) = names->second;
     }
+    members.AddOwnMembers(module, path);
     int index = modules.Add(path, qualified, short_name, options.torch_modules.KeepsSegment(qualified, short_name));
     if (!trace_module_map.is_none() && trace_module_map.contains(module)) {
       std::string name = trace_module_map[module].cast<std::string>();
@@ -257,11 +328,7 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
     }
   }
   modules.Finalize();
-  std::unordered_set<std::string> member_names;
-  for (const char* members : {"named_parameters", "named_buffers"}) {
-    for (py::handle item : model.attr(members)()) member_names.insert(item.cast<py::tuple>()[0].cast<std::string>());
-  }
-  current.session = std::make_unique<ExportSession>(std::move(modules), std::move(member_names), std::move(options));
+  current.session = std::make_unique<ExportSession>(std::move(modules), members.Take(), std::move(options));
   current.session->MaybeFailAt("module-map");
 }
 

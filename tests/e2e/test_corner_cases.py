@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from hiertag import checks, core, zoo
+from hiertag.zoo import corner_cases
 from tests.e2e.test_export import export, run_tool
 from tests.e2e.exportable import zoo_model
 
@@ -33,6 +34,25 @@ def test_containers_disambiguate_same_class_siblings_behind_filtered_containers(
 
 def calls_of(model, op_type):
     return [int(checks.node_props(n).get(core.CALL_KEY, "0")) for n in checks.walk_nodes(model.graph) if n.op_type == op_type]
+
+
+class OwnNamedParameters(corner_cases.DuplicatedMembers):
+    """The same model, with named_parameters of its own: hiertag then asks it."""
+
+    def named_parameters(self, *args, **kwargs):
+        yield from super().named_parameters(*args, **kwargs)
+
+
+@pytest.mark.parametrize("make", [corner_cases.DuplicatedMembers, OwnNamedParameters], ids=["torch", "overridden"])
+def test_a_deduplicated_member_read_through_an_identity_belongs_to_the_module_holding_it(make):
+    # The exporter keeps one initializer of equal weights (and of equal buffers)
+    # and gives the second an Identity named after it. The root reads that
+    # Identity too, so only knowing it is `second`'s weight (or buffer) places it.
+    model = onnx.load_from_string(export(make(), (torch.randn(4, 8),), "1"))
+    identities = {n.output[0]: checks.node_props(n)[core.TAG_KEY]
+                  for n in model.graph.node if n.op_type == "Identity"}
+    root = "/" + make.__name__
+    assert identities == {"second.weight": root + "/Scale[second]", "second.shift": root + "/Scale[second]"}
 
 
 def test_module_called_twice_keeps_one_tag_and_numbers_its_calls():

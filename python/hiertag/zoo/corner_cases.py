@@ -957,6 +957,35 @@ def trained_like(model, seed=0):
     return model
 
 
+class Scale(nn.Module):
+    """A weight and a shift of its own, and a buffer registered as None."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, width))
+        self.register_buffer("shift", torch.linspace(-1.0, 1.0, width))
+        self.register_buffer("unset", None)
+
+    def forward(self, x):
+        return x * self.weight + self.shift
+
+
+class DuplicatedMembers(nn.Module):
+    """Two layers whose weights and buffers are equal but distinct tensors: the
+    exporter keeps one initializer of each and reads the second layer's through
+    an Identity named after it, which the root reads too. The first layer is
+    also reachable under a second name (`alias`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = Scale()
+        self.second = Scale()
+        self.alias = self.first
+
+    def forward(self, x):
+        return self.second(self.first(x)) * self.second.weight + self.second.shift
+
+
 def _rewrites_across_calls():
     model = RewritesAcrossCalls()
     with torch.no_grad():  # statistics a trained BatchNorm would have
@@ -1018,4 +1047,5 @@ MODELS = {
     "hostile_names": lambda: (HostileNames(), _width_input()),
     "mobilenet_v3_style": lambda: (trained_like(MobileNetV3Style()), (torch.randn(1, 3, 64, 64),)),
     "gpt_style": lambda: (trained_like(GPTStyle()), (torch.randint(3, 100, (1, 16)),)),
+    "duplicated_members": lambda: (DuplicatedMembers(), _width_input()),
 }
