@@ -173,14 +173,25 @@ class ForwardWrapper {
   std::string scope_name_;
 };
 
+// A Python string made once and kept for the process: an attribute name the
+// set-up asks of every module (pybind11's attr("name") makes the string anew
+// at each call).
+py::handle Interned(const char* text) { return PyUnicode_InternFromString(text); }
+
 void WrapForward(PythonSession& current, const py::handle& module, int index, const std::string& scope_name) {
-  py::dict own = module.attr("__dict__");
-  WrappedForward record{py::reinterpret_borrow<py::object>(module),
-                        own.contains("forward") ? py::object(own["forward"]) : py::object()};
-  py::object forward = module.attr("forward");
+  static const py::handle kDict = Interned("__dict__");
+  static const py::handle kForward = Interned("forward");
+  static const py::handle kWrapped = Interned("__wrapped__");
+  py::dict own = py::getattr(module, kDict);
+  PyObject* own_forward = PyDict_GetItemWithError(own.ptr(), kForward.ptr());  // borrowed
+  if (own_forward == nullptr && PyErr_Occurred()) throw py::error_already_set();
+  WrappedForward record{py::reinterpret_borrow<py::object>(module), py::reinterpret_borrow<py::object>(own_forward)};
+  py::object forward = py::getattr(module, kForward);
   py::object wrapper = py::cast(ForwardWrapper(forward, index, scope_name));
-  wrapper.attr("__wrapped__") = std::move(forward);
-  own["forward"] = wrapper;
+  if (PyObject_SetAttr(wrapper.ptr(), kWrapped.ptr(), forward.ptr()) != 0 ||
+      PyDict_SetItem(own.ptr(), kForward.ptr(), wrapper.ptr()) != 0) {
+    throw py::error_already_set();
+  }
   current.wrapped.push_back(std::move(record));
 }
 
@@ -205,23 +216,32 @@ class MemberNames {
   // Adds the members `module`, at `path` in the model, holds itself. Called
   // for each module named_modules() yields, in its order.
   void AddOwnMembers(const py::handle& module, const std::string& path) {
+    static const py::handle kParameters = Interned("_parameters");
+    static const py::handle kBuffers = Interned("_buffers");
     if (!from_dicts_) return;
-    for (const char* dict : {"_parameters", "_buffers"}) {
-      PyObject* members = PyObject_GetAttrString(module.ptr(), dict);
-      if (members == nullptr) throw py::error_already_set();
-      py::object held = py::reinterpret_steal<py::object>(members);
-      if (!PyDict_CheckExact(members)) {
+    for (const py::handle& dict : {kParameters, kBuffers}) {
+      py::object members = py::getattr(module, dict);
+      if (!PyDict_CheckExact(members.ptr())) {
         from_dicts_ = false;
         return;
       }
-      std::unordered_set<PyObject*>& seen = dict[1] == 'p' ? seen_parameters_ : seen_buffers_;
+      std::unordered_set<PyObject*>& seen = dict.is(kParameters) ? seen_parameters_ : seen_buffers_;
       Py_ssize_t position = 0;
       PyObject* key = nullptr;
       PyObject* value = nullptr;
-      while (PyDict_Next(members, &position, &key, &value)) {
+      while (PyDict_Next(members.ptr(), &position, &key, &value)) {
         if (value == Py_None || !seen.insert(value).second) continue;
-        names_.insert(path.empty() ? py::handle(key).cast<std::string>()
-                                   : path + "." + py::handle(key).cast<std::string>());
+        Py_ssize_t size = 0;
+        const char* text = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &size) : nullptr;
+        if (text == nullptr) {  // not a str, or not encodable: what torch's methods do with it
+          from_dicts_ = false;
+          PyErr_Clear();
+          return;
+        }
+        name_.assign(path);
+        if (!path.empty()) name_.push_back('.');
+        name_.append(text, static_cast<size_t>(size));
+        names_.insert(name_);
       }
     }
   }
@@ -242,6 +262,7 @@ class MemberNames {
   std::unordered_set<PyObject*> seen_parameters_;
   std::unordered_set<PyObject*> seen_buffers_;
   std::unordered_set<std::string> names_;
+  std::string name_;  // a name being built
 };
 
 void EndSession() {
@@ -299,6 +320,9 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
   // A class's names, asked once per class (a model has few classes, many instances).
   std::unordered_map<PyObject*, std::pair<std::string, std::string>> class_names;
   MemberNames members(model);
+  // torch's exporter makes the map a dict; anything else is read through its methods.
+  std::optional<py::dict> traced;
+  if (PyDict_Check(trace_module_map.ptr())) traced = py::reinterpret_borrow<py::dict>(trace_module_map);
   for (py::handle item : model.attr("named_modules")()) {
     auto pair = item.cast<py::tuple>();
     std::string path = pair[0].cast<std::string>();
@@ -320,10 +344,21 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
     }
     members.AddOwnMembers(module, path);
     int index = modules.Add(path, qualified, short_name, options.torch_modules.KeepsSegment(qualified, short_name));
-    if (!trace_module_map.is_none() && trace_module_map.contains(module)) {
-      std::string name = trace_module_map[module].cast<std::string>();
-      std::string instance_name = MarkInstanceScopeName(index, name);
-      trace_module_map[module] = instance_name;
+    py::object name;  // the module's scope name in the map, if it is there
+    if (traced) {
+      PyObject* found = PyDict_GetItemWithError(traced->ptr(), module.ptr());  // borrowed
+      if (found == nullptr && PyErr_Occurred()) throw py::error_already_set();
+      name = py::reinterpret_borrow<py::object>(found);
+    } else if (!trace_module_map.is_none() && trace_module_map.contains(module)) {
+      name = trace_module_map[module];
+    }
+    if (name) {
+      std::string instance_name = MarkInstanceScopeName(index, name.cast<std::string>());
+      if (traced) {
+        traced.value()[module] = instance_name;
+      } else {
+        trace_module_map[module] = instance_name;
+      }
       if (index > 0) WrapForward(current, module, index, std::string(ScopeNameAsRecorded(instance_name)));
     }
   }
