@@ -175,6 +175,7 @@ void ExportSession::WriteFile(const std::function<void(std::string_view)>& sink)
   MaybeFailAt("write");
   auto start = std::chrono::steady_clock::now();
   plan_.ForEachChunk(sink);
+  plan_ = TaggedModelPlan();  // written: its arena goes now, not at the session's end
   write_time_ += std::chrono::steady_clock::now() - start;
   stage_ = ExportStage::kWritten;
 }

@@ -176,7 +176,11 @@ class ForwardWrapper {
 // A Python string made once and kept for the process: an attribute name the
 // set-up asks of every module (pybind11's attr("name") makes the string anew
 // at each call).
-py::handle Interned(const char* text) { return PyUnicode_InternFromString(text); }
+py::handle Interned(const char* text) {
+  PyObject* interned = PyUnicode_InternFromString(text);
+  if (interned == nullptr) throw py::error_already_set();
+  return interned;
+}
 
 void WrapForward(PythonSession& current, const py::handle& module, int index, const std::string& scope_name) {
   static const py::handle kDict = Interned("__dict__");
@@ -322,7 +326,7 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
   MemberNames members(model);
   // torch's exporter makes the map a dict; anything else is read through its methods.
   std::optional<py::dict> traced;
-  if (PyDict_Check(trace_module_map.ptr())) traced = py::reinterpret_borrow<py::dict>(trace_module_map);
+  if (PyDict_CheckExact(trace_module_map.ptr())) traced = py::reinterpret_borrow<py::dict>(trace_module_map);
   for (py::handle item : model.attr("named_modules")()) {
     auto pair = item.cast<py::tuple>();
     std::string path = pair[0].cast<std::string>();

@@ -17,7 +17,7 @@ class MappedMemoryResource final : public std::pmr::memory_resource {
  private:
   static size_t Pages(size_t bytes) {
     static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    return (bytes == 0 ? 1 : bytes + page - 1) / page * page;
+    return ((bytes == 0 ? 1 : bytes) + page - 1) / page * page;
   }
 
   // A mapping starts on a page boundary: every alignment up to a page holds.

@@ -34,7 +34,7 @@ constexpr int kMaxGraphNesting = 64;
 // plan's owned bytes.
 struct Chunk {
   const char* borrowed;  // the view's first byte; null for owned bytes
-  size_t begin;          // owned bytes: where they begin in the plan's
+  size_t begin;          // owned bytes: where they begin in the plan's owned bytes
   size_t size;
 };
 

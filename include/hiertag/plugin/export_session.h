@@ -82,7 +82,8 @@ class ExportSession {
   // serialized model, which must stay alive until written; throws (nothing
   // written) when its nodes do not match the tags one to one.
   void PlanFile(std::string_view serialized);
-  // kPlanned -> kWritten. Hands the tagged file's chunks to `sink`, in order.
+  // kPlanned -> kWritten. Hands the tagged file's chunks to `sink`, in order,
+  // then lets go of the plan.
   void WriteFile(const std::function<void(std::string_view)>& sink);
 
   // The HIERTAG_REPORT line (with newline) once written; "" otherwise.

@@ -17,18 +17,20 @@ namespace hiertag {
 namespace {
 
 TEST(MappedMemoryTest, BlocksOfEverySizeAreWritableAndAligned) {
-  // Check that blocks from a byte to several pages are aligned as asked and hold every byte.
+  // Check that blocks from none to several pages are aligned as asked and hold every byte.
   std::pmr::memory_resource* memory = MappedMemory();
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  for (size_t size : {size_t{1}, size_t{100}, page - 1, page, page + 1, 5 * page + 17}) {
+  for (size_t size : {size_t{0}, size_t{1}, size_t{100}, page - 1, page, page + 1, 5 * page + 17}) {
     for (size_t alignment : {size_t{1}, size_t{16}, size_t{64}, page}) {
       size_t before = MappedBytes();
       void* block = memory->allocate(size, alignment);
       ASSERT_NE(block, nullptr);
-      EXPECT_EQ(MappedBytes() - before, (size + page - 1) / page * page);
+      EXPECT_EQ(MappedBytes() - before, size == 0 ? page : (size + page - 1) / page * page);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % alignment, 0u) << size << " " << alignment;
       std::memset(block, 0xAB, size);
-      EXPECT_EQ(static_cast<unsigned char*>(block)[size - 1], 0xAB);
+      if (size > 0) {
+        EXPECT_EQ(static_cast<unsigned char*>(block)[size - 1], 0xAB);
+      }
       memory->deallocate(block, size, alignment);
       EXPECT_EQ(MappedBytes(), before);
     }

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "hiertag/core/export/mapped_memory.h"
 #include "hiertag/core/format/tag_format.h"
 #include "hiertag/core/onnx/onnx_fields.h"
 #include "hiertag/core/onnx/proto_wire.h"
@@ -562,6 +563,48 @@ TEST(ProtoTaggingTest, APlanMovedKeepsItsChunksAndAnEmptyPlanWritesNothing) {
   assigned = std::move(moved);
   EXPECT_EQ(assigned.size(), written.size());
   EXPECT_EQ(assigned.ToString(), written);
+}
+
+TEST(ProtoTaggingTest, WrittenBytesPastTheirReservedSizeAreKeptWhole) {
+  // Check that entries far longer than the plan reserved for them (shared_with
+  // tags of control characters, each escaped to six bytes in the JSON) are
+  // written whole, on every node, in the model's node order.
+  const std::string odd(40, '\x01');
+  std::string escaped;
+  for (size_t i = 0; i < odd.size(); ++i) escaped += "\\u0001";
+  std::vector<std::string> names;
+  std::vector<SerializedNodeTag> tags;
+  for (int i = 0; i < 50; ++i) {
+    names.push_back("/l" + std::to_string(i) + "/Relu");
+    tags.push_back({"Relu", "/Net/Layer." + std::to_string(i), {"/Net/" + odd, "/Net/Other" + odd}, {}});
+  }
+  std::vector<std::string> nodes;
+  for (const std::string& name : names) nodes.push_back(NodeProto("Relu", name));
+  std::string model = ModelProto(GraphProto(nodes));
+  std::string tagged, error;
+  ASSERT_TRUE(AddTagsToSerializedModel(model, tags, kModelEntries, &tagged, &error)) << error;
+  std::vector<SeenNode> seen = NodesOf(tagged);
+  ASSERT_EQ(seen.size(), 50u);
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(seen[i].name, names[i]);
+    EXPECT_EQ(seen[i].metadata,
+              (Entries{{"hierarchy_tag", "/Net/Layer." + std::to_string(i)},
+                       {"hiertag.shared_with", "[\"/Net/" + escaped + "\",\"/Net/Other" + escaped + "\"]"}}));
+  }
+}
+
+TEST(ProtoTaggingTest, APlansMemoryIsReturnedWithIt) {
+  // Check that every page a plan mapped, a failed one's too, is unmapped when it goes.
+  const std::string model = LoopModel();
+  size_t before = MappedBytes();
+  {
+    TaggedModelPlan plan;
+    std::string error;
+    ASSERT_TRUE(PlanTaggedModel(model, LoopModelTags(), kModelEntries, &plan, &error)) << error;
+    EXPECT_GT(MappedBytes(), before);
+    EXPECT_FALSE(PlanTaggedModel(model, {{"Relu", "/Net", {}, {}}}, kModelEntries, &plan, &error));
+  }
+  EXPECT_EQ(MappedBytes(), before);
 }
 
 TEST(ProtoTaggingTest, AFailedPlanLeavesThePlanItWasGiven) {

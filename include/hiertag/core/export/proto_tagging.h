@@ -58,8 +58,10 @@ struct ModelMetadataEntry {
 
 // A plan's memory (the written pieces, and the planner's tables and buffers)
 // is one arena of mapped pages (mapped_memory.h), unmapped when the plan is
-// destroyed: planning right after torch freed its graph, hiertag does not make
-// glibc trim the heap torch freed.
+// destroyed: planning right after torch freed its graph, the planner does not
+// make glibc trim the heap torch freed (what stays on the heap is small: the
+// plan's handle, and a shared_with list's JSON while it is written). The
+// arena keeps what the planner used until the plan goes.
 class TaggedModelPlan {
  public:
   TaggedModelPlan();
