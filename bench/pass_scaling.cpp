@@ -12,8 +12,10 @@
 // prefix: 150n = 150 ns; items_per_second = nodes/s); linear
 // scaling shows as a constant per-node time across sizes. Memory comes from
 // Google Benchmark's memory manager run: max_bytes_used is the peak of the heap
-// the pass allocated (the synthetic graph and other set-up not counted),
-// allocs_per_iter the number of allocations.
+// the pass allocated (the synthetic graph and other set-up not counted) plus,
+// for the plan, the bytes its arena mapped (whole blocks, reserved as well as
+// used: mapped_memory.h), allocs_per_iter the number of heap allocations (the
+// arena's own are not among them).
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 

@@ -74,7 +74,7 @@ def table(rows):
     # Rows measured before the benchmark's CPU time was taken hold wall time as "ms".
     key, heading = ("cpu_ms", "CPU ms") if all("cpu_ms" in row for row in rows) else ("ms", "time ms")
     visit = {row["size"]: row["ns_per_node"] for row in rows if row["pass"] == "VisitGraph"}
-    lines = [f"| pass | nodes | {heading} | ns per node | growth | x visit | peak heap bytes per node |",
+    lines = [f"| pass | nodes | {heading} | ns per node | growth | x visit | peak heap (+ mapped) bytes per node |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     previous = {}
     for row in sorted(rows, key=lambda r: (PASSES.index(r["pass"]) if r["pass"] in PASSES else len(PASSES),
@@ -103,7 +103,7 @@ def plot(rows, path):
         time_axes.plot(nodes, [r["ns_per_node"] for r in mine], marker="o", label=name)
         if all(r["peak_heap_bytes"] is not None for r in mine):
             memory_axes.plot(nodes, [r["peak_heap_bytes"] / r["nodes"] for r in mine], marker="o", label=name)
-    for axes, label in ((time_axes, "time per node, ns"), (memory_axes, "peak heap per node, bytes")):
+    for axes, label in ((time_axes, "time per node, ns"), (memory_axes, "peak heap (+ mapped) per node, bytes")):
         axes.set_xscale("log")
         axes.set_xlabel("graph nodes")
         axes.set_ylabel(label)
