@@ -30,6 +30,11 @@ using namespace onnx_field;  // NOLINT: the field numbers read as in onnx.proto
 
 constexpr int kMaxGraphNesting = 64;
 
+// Bytes in a plan's arena: a vector, as libstdc++ has no std::pmr::string under
+// the old string ABI that torch 2.4-2.8's wheels are built with.
+using ArenaBytes = std::pmr::vector<char>;
+std::string_view View(const ArenaBytes& bytes) { return {bytes.data(), bytes.size()}; }
+
 // Bytes of the tagged model: a view into the source model, or a range of the
 // plan's owned bytes.
 struct Chunk {
@@ -47,12 +52,12 @@ struct TaggedModelPlan::State {
 
   std::string_view Bytes(const Chunk& chunk) const {
     return chunk.borrowed != nullptr ? std::string_view(chunk.borrowed, chunk.size)
-                                     : std::string_view(owned).substr(chunk.begin, chunk.size);
+                                     : std::string_view(owned.data() + chunk.begin, chunk.size);
   }
 
   std::pmr::monotonic_buffer_resource arena;  // first: destroyed last
   std::pmr::vector<Chunk> chunks{&arena};
-  std::pmr::string owned{&arena};  // every written piece, one after another
+  ArenaBytes owned{&arena};  // every written piece, one after another
   size_t size = 0;
 };
 
@@ -97,7 +102,7 @@ class PlanBuilder {
       } else {
         size_t begin = keys_.size();
         AppendOutputsKey(nodes[i].outputs, &keys_);
-        by_outputs_.emplace(std::string_view(keys_).substr(begin), i);
+        by_outputs_.emplace(View(keys_).substr(begin), i);
       }
     }
   }
@@ -121,11 +126,11 @@ class PlanBuilder {
     bool entries_written = false;
     Rebuilt out(memory_);
     auto write_entries = [&] {
-      std::pmr::string bytes(memory_);
+      ArenaBytes bytes(memory_);
       for (const ModelMetadataEntry& entry : entries) {
         AppendStringEntry(&bytes, kModelMetadataProps, entry.key, entry.value);
       }
-      Own(&out, bytes);
+      Own(&out, View(bytes));
       entries_written = true;
     };
     while (!reader.done()) {
@@ -201,7 +206,7 @@ class PlanBuilder {
   void Own(Rebuilt* out, std::string_view bytes) {
     if (bytes.empty()) return;
     Append(out, {nullptr, plan_->owned.size(), bytes.size()});
-    plan_->owned.append(bytes);
+    plan_->owned.insert(plan_->owned.end(), bytes.begin(), bytes.end());
   }
 
   // Appends the header of length-delimited field `field` of `size` bytes.
@@ -209,7 +214,7 @@ class PlanBuilder {
     header_.clear();
     AppendVarint(&header_, (static_cast<uint64_t>(field) << 3) | kLengthDelimited);
     AppendVarint(&header_, size);
-    Own(out, header_);
+    Own(out, View(header_));
   }
 
   // Appends `inner` as length-delimited field `field` of `out`: its chunks are
@@ -269,7 +274,7 @@ class PlanBuilder {
       WriteEntries(expected);
       OwnHeader(graph, kGraphNode, node.size() + entries_.size());
       Borrow(graph, node);
-      Own(graph, entries_);
+      Own(graph, View(entries_));
       return true;
     }
     Rebuilt out(memory_);  // each attribute is read again here: few nodes hold graphs
@@ -285,7 +290,7 @@ class PlanBuilder {
       }
     }
     WriteEntries(expected);  // after the bodies, whose nodes use entries_ too
-    Own(&out, entries_);
+    Own(&out, View(entries_));
     Splice(graph, kGraphNode, out);
     return true;
   }
@@ -334,7 +339,10 @@ class PlanBuilder {
   // The outputs joined, each followed by a NUL, appended to `key`.
   template <typename Names, typename String>
   static void AppendOutputsKey(const Names& outputs, String* key) {
-    for (std::string_view output : outputs) key->append(output).push_back('\0');
+    for (std::string_view output : outputs) {
+      key->insert(key->end(), output.begin(), output.end());
+      key->push_back('\0');
+    }
   }
 
   template <typename Names>
@@ -355,7 +363,7 @@ class PlanBuilder {
     } else {
       key_.clear();
       AppendOutputsKey(outputs, &key_);
-      auto found = by_outputs_.find(key_);
+      auto found = by_outputs_.find(View(key_));
       if (found == by_outputs_.end()) return std::nullopt;
       index = found->second;
     }
@@ -370,15 +378,15 @@ class PlanBuilder {
   std::string* error_;
   std::pmr::vector<bool> used_;
   bool by_identity_ = false;  // some entry knows its outputs: match every node with outputs by them
-  std::pmr::string keys_;     // every entry's outputs key, one after another
+  ArenaBytes keys_;           // every entry's outputs key, one after another
   std::pmr::unordered_map<std::string_view, size_t> by_outputs_;  // a view into keys_ -> the entry
   std::pmr::vector<size_t> without_outputs_;                      // entries without outputs, in pre-order
   size_t next_without_outputs_ = 0;
   size_t written_ = 0;
-  std::pmr::string key_;                        // an outputs key being built, so a lookup allocates nothing
+  ArenaBytes key_;                              // an outputs key being built, so a lookup allocates nothing
   std::pmr::vector<std::string_view> outputs_;  // BuildNode's: the outputs of the node being matched
-  std::pmr::string entries_;                    // BuildNode's: the metadata entries of the node being written
-  std::pmr::string header_;                     // OwnHeader's
+  ArenaBytes entries_;                          // BuildNode's: the metadata entries of the node being written
+  ArenaBytes header_;                           // OwnHeader's
 };
 
 TaggedModelPlan::TaggedModelPlan() = default;

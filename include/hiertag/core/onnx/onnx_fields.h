@@ -53,7 +53,7 @@ inline constexpr uint32_t kOpsetVersion = 2;
 // Appends a StringStringEntryProto (a metadata_props entry) as
 // length-delimited field `field` of the message `out` holds, written in place.
 // `key` and `value` must not point into `*out` (appending may move it). `out`:
-// a std::string or a std::pmr::string.
+// a std::string or a vector of char (proto_wire.h).
 template <typename String>
 void AppendStringEntry(String* out, uint32_t field, std::string_view key, std::string_view value) {
   constexpr uint64_t kKeyTag = (static_cast<uint64_t>(kEntryKey) << 3) | wire::kLengthDelimited;

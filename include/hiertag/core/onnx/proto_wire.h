@@ -88,7 +88,9 @@ class Reader {
   size_t position_ = 0;
 };
 
-// The Append functions write to a std::string or a std::pmr::string.
+// The Append functions write to a std::string or a vector of char (any
+// allocator: the plan's arena has no std::pmr::string under libstdc++'s old
+// string ABI, which torch 2.4-2.8's wheels use).
 template <typename String>
 void AppendVarint(String* out, uint64_t value) {
   while (value >= 0x80) {
@@ -109,7 +111,7 @@ template <typename String>
 void AppendLengthDelimited(String* out, uint32_t field, std::string_view payload) {
   AppendVarint(out, (static_cast<uint64_t>(field) << 3) | kLengthDelimited);
   AppendVarint(out, payload.size());
-  out->append(payload);
+  out->insert(out->end(), payload.begin(), payload.end());
 }
 
 }  // namespace hiertag::wire
