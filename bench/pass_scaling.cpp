@@ -52,6 +52,13 @@ struct alignas(std::max_align_t) Header {
   bool counted;
 };
 
+// Raises `peak` to `now` if it is below (from any thread).
+void RaisePeak(std::atomic<int64_t>& peak, int64_t now) {
+  int64_t seen = peak.load(std::memory_order_relaxed);
+  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
+
 void* Allocate(size_t size) {
   auto* header = static_cast<Header*>(std::malloc(sizeof(Header) + size));
   if (header == nullptr) throw std::bad_alloc();
@@ -59,10 +66,7 @@ void* Allocate(size_t size) {
   header->counted = counting.load(std::memory_order_relaxed);
   if (header->counted) {
     allocations.fetch_add(1, std::memory_order_relaxed);
-    int64_t now = live.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed) + static_cast<int64_t>(size);
-    int64_t seen = peak.load(std::memory_order_relaxed);
-    while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
-    }
+    RaisePeak(peak, live.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed) + static_cast<int64_t>(size));
   }
   return header + 1;
 }
@@ -98,12 +102,7 @@ void Resume(benchmark::State& state, bool was_counting) {
 // The peak of the bytes mapped for plans (mapped_memory.h), which the heap
 // count does not see: a benchmark whose code maps memory samples it.
 std::atomic<int64_t> mapped_peak{0};
-void SampleMapped() {
-  int64_t now = static_cast<int64_t>(hiertag::MappedBytes());
-  int64_t seen = mapped_peak.load(std::memory_order_relaxed);
-  while (now > seen && !mapped_peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
-  }
-}
+void SampleMapped() { RaisePeak(mapped_peak, static_cast<int64_t>(hiertag::MappedBytes())); }
 
 class Manager : public benchmark::MemoryManager {
  public:
