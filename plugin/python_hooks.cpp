@@ -324,9 +324,6 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
   // A class's names, asked once per class (a model has few classes, many instances).
   std::unordered_map<PyObject*, std::pair<std::string, std::string>> class_names;
   MemberNames members(model);
-  // torch's exporter makes the map a dict; anything else is read through its methods.
-  std::optional<py::dict> traced;
-  if (PyDict_CheckExact(trace_module_map.ptr())) traced = py::reinterpret_borrow<py::dict>(trace_module_map);
   for (py::handle item : model.attr("named_modules")()) {
     auto pair = item.cast<py::tuple>();
     std::string path = pair[0].cast<std::string>();
@@ -348,21 +345,19 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
     }
     members.AddOwnMembers(module, path);
     int index = modules.Add(path, qualified, short_name, options.torch_modules.KeepsSegment(qualified, short_name));
-    py::object name;  // the module's scope name in the map, if it is there
-    if (traced) {
-      PyObject* found = PyDict_GetItemWithError(traced->ptr(), module.ptr());  // borrowed
-      if (found == nullptr && PyErr_Occurred()) throw py::error_already_set();
-      name = py::reinterpret_borrow<py::object>(found);
-    } else if (!trace_module_map.is_none() && trace_module_map.contains(module)) {
-      name = trace_module_map[module];
+    // The module's scope name in the map, if it is there: one subscript (the
+    // map's `in` would call its __contains__ method from Python).
+    py::object name;
+    if (!trace_module_map.is_none()) {
+      name = py::reinterpret_steal<py::object>(PyObject_GetItem(trace_module_map.ptr(), module.ptr()));
+      if (!name) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError)) throw py::error_already_set();
+        PyErr_Clear();
+      }
     }
     if (name) {
       std::string instance_name = MarkInstanceScopeName(index, name.cast<std::string>());
-      if (traced) {
-        traced.value()[module] = instance_name;
-      } else {
-        trace_module_map[module] = instance_name;
-      }
+      trace_module_map[module] = instance_name;
       if (index > 0) WrapForward(current, module, index, std::string(ScopeNameAsRecorded(instance_name)));
     }
   }
