@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory_resource>
 #include <optional>
 #include <vector>
 
 #include "hiertag/passes/graph_walk.h"
+#include "hiertag/passes/mapped_arrays.h"
 
 namespace hiertag {
 namespace {
@@ -25,19 +27,21 @@ struct InputSlot {
 
 // Every node's scope and the uses of its outputs before the pass, in flat
 // arrays (one allocation each, not one per node): node i's uses are
-// uses[use_begin[i] .. use_begin[i + 1]).
+// uses[use_begin[i] .. use_begin[i + 1]). They and the rest of what
+// observing CSE makes per node are in mapped pages (mapped_arrays.h says why).
 struct GraphBefore {
-  std::vector<Node*> nodes;
-  std::vector<ScopePtr> scopes;
-  std::vector<uint32_t> use_begin;
-  std::vector<InputSlot> uses;
+  MappedArray<Node*> nodes;
+  MappedArray<ScopePtr> scopes;
+  MappedArray<uint32_t> use_begin;
+  MappedArray<InputSlot> uses;
 
   // Reads each node in the walk that reaches it (its scope and uses while the
   // node is in cache), not in a loop over a collected list. The arrays are
   // sized by a counting walk first: grown step by step, right after the trace
   // freed many small objects, they cost as much again (the 200-layer
   // decoder's 58k nodes: 37 ms grown, 23 ms counted and sized).
-  explicit GraphBefore(Block* block) {
+  GraphBefore(Block* block, std::pmr::memory_resource* memory)
+      : nodes(memory), scopes(memory), use_begin(memory), uses(memory) {
     size_t node_count = 0, use_count = 0;
     VisitNodesAndReturns(block, [&](Node* node) {
       ++node_count;
@@ -67,10 +71,11 @@ struct GraphBefore {
 // less the removed ones, in the same order: one merge finds them, no lookup
 // per node. Should the order ever differ, every node after is looked up instead.
 struct RemovedNodes {
-  std::vector<uint8_t> flags;
-  ska::flat_hash_map<Node*, size_t> index;
+  MappedArray<uint8_t> flags;
+  MappedMap<Node*, size_t> index;
 
-  RemovedNodes(const GraphBefore& before, const std::vector<Node*>& after) : flags(before.nodes.size(), 0) {
+  RemovedNodes(const GraphBefore& before, const MappedArray<Node*>& after, std::pmr::memory_resource* memory)
+      : flags(before.nodes.size(), 0, memory), index(MakeMappedMap<Node*, size_t>(memory)) {
     size_t j = 0;
     for (size_t i = 0; i < before.nodes.size(); ++i) {
       if (j < after.size() && after[j] == before.nodes[i]) {
@@ -80,8 +85,11 @@ struct RemovedNodes {
       }
     }
     if (j != after.size()) {
-      ska::flat_hash_set<Node*> alive(after.begin(), after.end());
-      for (size_t i = 0; i < before.nodes.size(); ++i) flags[i] = alive.count(before.nodes[i]) ? 0 : 1;
+      MappedArray<Node*> alive(after.begin(), after.end(), flags.get_allocator());
+      std::sort(alive.begin(), alive.end());
+      for (size_t i = 0; i < before.nodes.size(); ++i) {
+        flags[i] = std::binary_search(alive.begin(), alive.end(), before.nodes[i]) ? 0 : 1;
+      }
     }
     index.reserve(std::count(flags.begin(), flags.end(), 1));
     for (size_t i = 0; i < before.nodes.size(); ++i) {
@@ -95,8 +103,8 @@ struct RemovedNodes {
 
 class ReplacementFinder {
  public:
-  ReplacementFinder(const GraphBefore& before, const RemovedNodes& removed)
-      : before_(before), removed_(removed), memo_(before.nodes.size()) {}
+  ReplacementFinder(const GraphBefore& before, const RemovedNodes& removed, std::pmr::memory_resource* memory)
+      : before_(before), removed_(removed), memo_(before.nodes.size(), memory) {}
 
   // The node that took over the outputs of removed node `i` (an index of
   // before.nodes), or nullptr. Only nodes that were not removed are
@@ -122,24 +130,25 @@ class ReplacementFinder {
  private:
   const GraphBefore& before_;
   const RemovedNodes& removed_;
-  std::vector<std::optional<Node*>> memo_;  // per index of before.nodes: Find's answer, once looked for
+  MappedArray<std::optional<Node*>> memo_;  // per index of before.nodes: Find's answer, once looked for
 };
 
 }  // namespace
 
 int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed, const std::function<void()>& run_cse) {
-  GraphBefore before(graph.block());
+  std::pmr::monotonic_buffer_resource memory(MappedMemory());
+  GraphBefore before(graph.block(), &memory);
 
   run_cse();
 
-  std::vector<Node*> nodes_after;
+  MappedArray<Node*> nodes_after(&memory);
   nodes_after.reserve(before.nodes.size());
   CollectNodesAndReturns(graph.block(), &nodes_after);
-  RemovedNodes removed(before, nodes_after);
+  RemovedNodes removed(before, nodes_after, &memory);
   if (removed.empty()) return 0;
-  ReplacementFinder finder(before, removed);
+  ReplacementFinder finder(before, removed, &memory);
   // Kept node -> scopes of the duplicates merged into it.
-  ska::flat_hash_map<Node*, std::vector<ScopePtr>> shared;
+  auto shared = MakeMappedMap<Node*, std::vector<ScopePtr>>(&memory);
   for (size_t i = 0; i < before.nodes.size(); ++i) {
     if (!removed.flags[i]) continue;
     Node* kept = finder.Find(i);

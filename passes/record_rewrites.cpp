@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <memory_resource>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "hiertag/passes/graph_walk.h"
+#include "hiertag/passes/mapped_arrays.h"
 
 namespace hiertag {
 namespace {
@@ -87,21 +89,21 @@ size_t HashAttributes(Node* node) {
 // into it whether or not the pass changed its attributes (Absorbing, then
 // IsConstant), so nothing compares them.
 struct GraphBefore {
-  std::vector<Node*> nodes;  // every node and block return, pre-order
-  std::vector<c10::Symbol> kinds;
-  std::vector<ScopePtr> scopes;
-  std::vector<size_t> attributes;       // HashAttributes
-  std::vector<size_t> first_output;     // the unique() of its first output; kNoOutput
-  std::vector<uint8_t> scalar_outputs;  // every output a number or a 0-d tensor
-  std::vector<uint32_t> input_begin;
-  std::vector<Value*> inputs;
-  std::vector<uint32_t> use_begin;
-  std::vector<Use> uses;
+  MappedArray<Node*> nodes = MakeMappedArray<Node*>();  // every node and block return, pre-order
+  MappedArray<c10::Symbol> kinds = MakeMappedArray<c10::Symbol>();
+  MappedArray<ScopePtr> scopes = MakeMappedArray<ScopePtr>();
+  MappedArray<size_t> attributes = MakeMappedArray<size_t>();        // HashAttributes
+  MappedArray<size_t> first_output = MakeMappedArray<size_t>();      // the unique() of its first output; kNoOutput
+  MappedArray<uint8_t> scalar_outputs = MakeMappedArray<uint8_t>();  // every output a number or a 0-d tensor
+  MappedArray<uint32_t> input_begin = MakeMappedArray<uint32_t>();
+  MappedArray<Value*> inputs = MakeMappedArray<Value*>();
+  MappedArray<uint32_t> use_begin = MakeMappedArray<uint32_t>();
+  MappedArray<Use> uses = MakeMappedArray<Use>();
   // The graph inputs' unique() numbers, and one past the highest: values are
   // numbered once per graph, in the order they are made, so a graph input
   // after the pass numbered at least this is one the pass added. (A pointer
   // noted before could be a freed input's address, reused.)
-  std::vector<size_t> graph_inputs;
+  MappedArray<size_t> graph_inputs = MakeMappedArray<size_t>();
   size_t inputs_unique_end = 0;
 
   void Take(torch::jit::Graph& graph) {
@@ -165,29 +167,34 @@ struct GraphBefore {
 
 }  // namespace
 
-// What observing a pass needs per node of the graph, kept from one pass to the
-// next so that only the first passes allocate it (a fresh large allocation
+// What observing a pass needs per node of the graph, in mapped pages
+// (mapped_arrays.h says why), kept from one pass to the next so that only the
+// first passes allocate it (a fresh large allocation
 // right after a pass freed many small nodes also makes glibc's malloc
 // consolidate them, which costs as much again).
 struct RewriteRecorder::Arrays {
   GraphBefore before;
-  ska::flat_hash_map<Node*, Index> index;   // a node before the pass -> its index
-  std::vector<uint8_t> alive;               // per node before: still in the graph
-  std::vector<uint8_t> inputs_changed;      // per node before: alive, reading other values
-  std::vector<Index> reading_other_values;  // those nodes' indices (a pass can rewire most of the graph)
-  std::vector<uint8_t> grouped;             // per node before: in a group classified
-  std::vector<uint8_t> members;             // per node before: in the group being classified; all 0 between groups
-  std::vector<uint32_t> seen;               // per node before: the last walk that reached it
-  ska::flat_hash_map<const Value*, Index> producers;
-  std::vector<std::pair<const Value*, Index>> readers;  // (input, reader) before the pass, sorted
+  MappedMap<Node*, Index> index = MakeMappedMap<Node*, Index>();     // a node before the pass -> its index
+  MappedArray<uint8_t> alive = MakeMappedArray<uint8_t>();           // per node before: still in the graph
+  MappedArray<uint8_t> inputs_changed = MakeMappedArray<uint8_t>();  // per node before: alive, reading other values
+  // Those nodes' indices (a pass can rewire most of the graph).
+  MappedArray<Index> reading_other_values = MakeMappedArray<Index>();
+  MappedArray<uint8_t> grouped = MakeMappedArray<uint8_t>();  // per node before: in a group classified
+  // Per node before: in the group being classified; all 0 between groups.
+  MappedArray<uint8_t> members = MakeMappedArray<uint8_t>();
+  MappedArray<uint32_t> seen = MakeMappedArray<uint32_t>();  // per node before: the last walk that reached it
+  MappedMap<const Value*, Index> producers = MakeMappedMap<const Value*, Index>();
+  // (input, reader) before the pass, sorted.
+  MappedArray<std::pair<const Value*, Index>> readers = MakeMappedArray<std::pair<const Value*, Index>>();
   // The nodes the pass made, in graph order: filled only when the pass changed
   // the graph.
-  ska::flat_hash_map<Node*, uint32_t> created;  // a made node -> its index in created_order
-  std::vector<Node*> created_order;
-  std::vector<ScopePtr> created_scope;  // a made node's scope before any loan
+  MappedMap<Node*, uint32_t> created = MakeMappedMap<Node*, uint32_t>();  // a made node -> its index in created_order
+  MappedArray<Node*> created_order = MakeMappedArray<Node*>();
+  MappedArray<ScopePtr> created_scope = MakeMappedArray<ScopePtr>();  // a made node's scope before any loan
   // (scope, index into created_order) of every made node, sorted: a made
   // node's scope is the one of what it replaced (MadeInScopesOf).
-  std::vector<std::pair<const torch::jit::Scope*, uint32_t>> made_in_scope;
+  MappedArray<std::pair<const torch::jit::Scope*, uint32_t>> made_in_scope =
+      MakeMappedArray<std::pair<const torch::jit::Scope*, uint32_t>>();
 
   // Lets go of the scopes held (see GraphBefore::ReleaseScopes).
   void ReleaseScopes() {
@@ -403,11 +410,11 @@ class Observer {
   }
 
   void Classify(const std::vector<Index>& group) {
-    std::vector<uint8_t>& members = members_;
+    MappedArray<uint8_t>& members = members_;
     members.resize(before_.nodes.size());
     for (Index i : group) members[i] = 1;
     struct ClearMembers {
-      std::vector<uint8_t>& members;
+      MappedArray<uint8_t>& members;
       const std::vector<Index>& group;
       ~ClearMembers() {
         for (Index i : group) members[i] = 0;
@@ -866,25 +873,27 @@ class Observer {
   // The recorder's arrays (RewriteRecorder::Arrays says what each holds); all
   // but before_ are filled only when the pass changed the graph.
   GraphBefore& before_;
-  ska::flat_hash_map<Node*, Index>& index_;
-  std::vector<uint8_t>& alive_;
-  std::vector<uint8_t>& inputs_changed_;
-  std::vector<Index>& reading_other_values_;
-  std::vector<uint8_t>& grouped_;
-  std::vector<uint8_t>& members_;
-  std::vector<uint32_t>& seen_;
-  ska::flat_hash_map<const Value*, Index>& producers_;
-  std::vector<std::pair<const Value*, Index>>& readers_;
+  MappedMap<Node*, Index>& index_;
+  MappedArray<uint8_t>& alive_;
+  MappedArray<uint8_t>& inputs_changed_;
+  MappedArray<Index>& reading_other_values_;
+  MappedArray<uint8_t>& grouped_;
+  MappedArray<uint8_t>& members_;
+  MappedArray<uint32_t>& seen_;
+  MappedMap<const Value*, Index>& producers_;
+  MappedArray<std::pair<const Value*, Index>>& readers_;
   bool producers_built_ = false;
   bool readers_built_ = false;
   uint32_t stamp_ = 0;
-  ska::flat_hash_map<Node*, uint32_t>& created_;
-  std::vector<Node*>& created_order_;
-  std::vector<ScopePtr>& created_scope_;
-  std::vector<std::pair<const torch::jit::Scope*, uint32_t>>& made_in_scope_;
-  std::unordered_set<Node*> absorbed_;
-  std::deque<GrowingLoan> growing_;                  // in the order the pass first grew them; no moves as it grows
-  ska::flat_hash_map<Node*, size_t> growing_index_;  // -> growing_
+  MappedMap<Node*, uint32_t>& created_;
+  MappedArray<Node*>& created_order_;
+  MappedArray<ScopePtr>& created_scope_;
+  MappedArray<std::pair<const torch::jit::Scope*, uint32_t>>& made_in_scope_;
+  // What classifying this pass grows, in mapped pages as the arrays are.
+  std::pmr::monotonic_buffer_resource scratch_{MappedMemory()};
+  std::pmr::unordered_set<Node*> absorbed_{&scratch_};
+  std::pmr::deque<GrowingLoan> growing_{&scratch_};  // in the order the pass first grew them; no moves as it grows
+  MappedMap<Node*, size_t> growing_index_ = MakeMappedMap<Node*, size_t>(&scratch_);  // -> growing_
 };
 
 }  // namespace

@@ -69,8 +69,10 @@ bool VisitNodesAndReturns(torch::jit::Block* block, Visit&& visit) {
   return visit(end);
 }
 
-// Every node and block return, in VisitNodesAndReturns' order.
-inline void CollectNodesAndReturns(torch::jit::Block* block, std::vector<torch::jit::Node*>* nodes) {
+// Every node and block return, in VisitNodesAndReturns' order, appended to a
+// vector of Node* (of any allocator).
+template <typename Nodes>
+void CollectNodesAndReturns(torch::jit::Block* block, Nodes* nodes) {
   VisitNodesAndReturns(block, [nodes](torch::jit::Node* node) {
     nodes->push_back(node);
     return true;
