@@ -9,11 +9,22 @@ namespace hiertag {
 
 using torch::jit::ScopePtr;
 
+namespace {
+
+// The name of every scope lent, interned once.
+c10::Symbol BorrowedSymbol() {
+  static const c10::Symbol symbol = c10::Symbol::scope(std::string(kBorrowedScopeName));
+  return symbol;
+}
+
+}  // namespace
+
 torch::jit::ScopePtr BorrowedScopes::Lend(Loan loan) {
-  int id = static_cast<int>(loans_.size());
-  ScopePtr recorded = loan.recorded;
+  ScopePtr lent = loan.recorded->push(BorrowedSymbol());
+  ids_.emplace(lent.get(), loans_.size());
+  lent_.push_back(lent);
   loans_.push_back(std::move(loan));
-  return recorded->push(c10::Symbol::scope(BorrowedScopeName(id)));
+  return lent;
 }
 
 bool BorrowedScopes::ShareWith(torch::jit::Node* node, const ScopePtr& other) {
@@ -25,10 +36,10 @@ bool BorrowedScopes::ShareWith(torch::jit::Node* node, const ScopePtr& other) {
       std::find(existing->shared_with.begin(), existing->shared_with.end(), other) != existing->shared_with.end()) {
     return false;
   }
-  // A loan only this node holds (its scope is referenced by the node and by
-  // `scope` here alone) grows in place: sharing a node with N calls one at a
-  // time then costs N entries, not N loans of 1..N entries.
-  if (existing && scope.use_count() == 2) {
+  // A loan only this node holds (its scope is referenced by the node, by
+  // `scope` here and by lent_ alone) grows in place: sharing a node with N
+  // calls one at a time then costs N entries, not N loans of 1..N entries.
+  if (existing && scope.use_count() == 3) {
     existing->shared_with.push_back(other);
     return true;
   }
@@ -39,10 +50,9 @@ bool BorrowedScopes::ShareWith(torch::jit::Node* node, const ScopePtr& other) {
 }
 
 const BorrowedScopes::Loan* BorrowedScopes::Find(const ScopePtr& scope) const {
-  if (!scope || scope->isRoot()) return nullptr;
-  auto id = ParseBorrowedScopeName(scope->name().toUnqualString());
-  if (!id || *id >= static_cast<int>(loans_.size())) return nullptr;
-  return &loans_[*id];
+  if (!scope || scope->isRoot() || scope->name() != BorrowedSymbol()) return nullptr;
+  auto found = ids_.find(scope.get());
+  return found == ids_.end() ? nullptr : &loans_[found->second];
 }
 
 BorrowedScopes::Loan* BorrowedScopes::FindMutable(const ScopePtr& scope) { return const_cast<Loan*>(Find(scope)); }

@@ -45,7 +45,7 @@ ScopeResolver::Walk ScopeResolver::Step(const Walk& parent, torch::jit::Scope* l
   if (parent.ended) return parent;
   Walk ended{parent.resolved, true};
   std::string name = level->name().toUnqualString();
-  if (ParseBorrowedScopeName(name)) return ended;  // borrowed leaf: the chain above it is the record
+  if (name == kBorrowedScopeName) return ended;  // borrowed leaf: the chain above it is the record
   auto parsed = ParseScopeName(name);
   if (!parsed) {
     ++unresolved_levels_;

@@ -72,16 +72,4 @@ std::string UnmangleTorchScriptTypeName(std::string_view name) {
   return out;
 }
 
-std::string BorrowedScopeName(int id) {
-  return std::string(kBorrowedScopePrefix) + std::to_string(id) + std::string(kScopeSeparator);
-}
-
-std::optional<int> ParseBorrowedScopeName(std::string_view name) {
-  if (name.substr(0, kBorrowedScopePrefix.size()) != kBorrowedScopePrefix) return std::nullopt;
-  std::string_view rest;
-  auto id = ParseLeadingInt(name.substr(kBorrowedScopePrefix.size()), &rest);
-  if (!id || rest != kScopeSeparator) return std::nullopt;
-  return id;
-}
-
 }  // namespace hiertag

@@ -95,7 +95,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ParseCallRef(text);
   IsTagAncestorOrSelf(text.substr(0, size / 2), text.substr(size / 2));
   ParseScopeName(text);
-  ParseBorrowedScopeName(text);
   UnmangleTorchScriptTypeName(text);
   return 0;
 }

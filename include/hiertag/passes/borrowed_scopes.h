@@ -21,6 +21,7 @@
 // node names and the written file are those of an untagged export.
 #pragma once
 
+#include <c10/util/flat_hash_map.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <string>
@@ -41,6 +42,8 @@ class BorrowedScopes {
 
   // Lends `loan.recorded` (wrapped in a fresh child scope that carries the
   // loan) to nodes whose scope is `loan.original`; set the result with setScope.
+  // Every such child is named kBorrowedScopeName (scope_names.h) and is
+  // known by its address, which it keeps: this holds it until the end.
   torch::jit::ScopePtr Lend(Loan loan);
 
   // Lends `node` a scope that keeps what it records and also lists `other`
@@ -62,6 +65,8 @@ class BorrowedScopes {
   Loan* FindMutable(const torch::jit::ScopePtr& scope);
 
   std::vector<Loan> loans_;
+  std::vector<torch::jit::ScopePtr> lent_;                    // per loan: the scope lent (held: no address reused)
+  ska::flat_hash_map<const torch::jit::Scope*, size_t> ids_;  // a scope lent -> its loan
 };
 
 }  // namespace hiertag

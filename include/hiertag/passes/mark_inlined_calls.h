@@ -19,7 +19,7 @@
 // Before:  hiertag::call_begin()            scope: .../Layer::layers.1
 //          %y = prim::Loop(%n, %c, %x)      scope: <blank>
 //          hiertag::call_end()              scope: .../Layer::layers.1
-// After:   %y = prim::Loop(%n, %c, %x)      scope: .../Layer::layers.1/hiertag.borrowed.0::
+// After:   %y = prim::Loop(%n, %c, %x)      scope: .../Layer::layers.1/hiertag.borrowed::
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>

@@ -14,10 +14,14 @@
 //                    when its forward is entered without __call__
 //                    (`child.forward(x)`), where torch records no call; removed
 //                    again before torch names the nodes.
-//   borrowed scope   "hiertag.borrowed.<id>::" a child of a recorded scope,
+//   borrowed scope   "hiertag.borrowed::" a child of a recorded scope,
 //                    given for the duration of the export to nodes torch left
 //                    without the scope they belong to (BorrowedScopes); removed
-//                    again before torch names the nodes.
+//                    again before torch names the nodes. Every loan has this
+//                    one name: BorrowedScopes tells them apart by the scope
+//                    object it made. (A name per loan interned a torch Symbol
+//                    per loan, under torch's global lock and in a table the
+//                    process never frees; reading a loan back parsed it.)
 // No torch dependency.
 #pragma once
 
@@ -30,7 +34,7 @@ namespace hiertag {
 inline constexpr std::string_view kScopeSeparator = "::";
 inline constexpr std::string_view kInstanceScopePrefix = "hiertag.m";
 inline constexpr std::string_view kDirectScopePrefix = "hiertag.d";
-inline constexpr std::string_view kBorrowedScopePrefix = "hiertag.borrowed.";
+inline constexpr std::string_view kBorrowedScopeName = "hiertag.borrowed::";
 
 // "pkg.Class::var" -> "hiertag.m12|pkg.Class::var".
 std::string MarkInstanceScopeName(int module_index, std::string_view torch_scope_name);
@@ -56,9 +60,5 @@ std::optional<ParsedScopeName> ParseScopeName(std::string_view name);
 // "__torch__.pkg.mod.___torch_mangle_3.Class" -> "pkg.mod.Class": the Python
 // class name behind a TorchScript type name.
 std::string UnmangleTorchScriptTypeName(std::string_view name);
-
-std::string BorrowedScopeName(int id);
-// The id of a borrowed scope name, or std::nullopt.
-std::optional<int> ParseBorrowedScopeName(std::string_view name);
 
 }  // namespace hiertag
