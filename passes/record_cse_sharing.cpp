@@ -147,33 +147,47 @@ int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed, const s
   RemovedNodes removed(before, nodes_after, &memory);
   if (removed.empty()) return 0;
   ReplacementFinder finder(before, removed, &memory);
-  // Kept node -> scopes of the duplicates merged into it.
-  auto shared = MakeMappedMap<Node*, std::vector<ScopePtr>>(&memory);
+  // (kept node, order found, a scope of a duplicate merged into it), sorted:
+  // each kept node's scopes side by side, in the order found.
+  struct Share {
+    Node* kept;
+    uint32_t order;
+    ScopePtr scope;
+  };
+  MappedArray<Share> shares(&memory);
+  auto share = [&](Node* kept, const ScopePtr& scope) {
+    if (!IsBlankScope(scope) && scope != kept->scope()) {
+      shares.push_back({kept, static_cast<uint32_t>(shares.size()), scope});
+    }
+  };
   for (size_t i = 0; i < before.nodes.size(); ++i) {
     if (!removed.flags[i]) continue;
     Node* kept = finder.Find(i);
     if (kept == nullptr || removed.count(kept)) continue;
-    std::vector<ScopePtr> merged;
     if (const BorrowedScopes::Loan* loan = borrowed.Find(before.scopes[i])) {
-      merged.push_back(loan->recorded);
-      merged.insert(merged.end(), loan->shared_with.begin(), loan->shared_with.end());
+      share(kept, loan->recorded);
+      for (const ScopePtr& scope : loan->shared_with) share(kept, scope);
     } else {
-      merged.push_back(before.scopes[i]);
-    }
-    for (const ScopePtr& scope : merged) {
-      if (!IsBlankScope(scope) && scope != kept->scope()) shared[kept].push_back(scope);
+      share(kept, before.scopes[i]);
     }
   }
+  std::sort(shares.begin(), shares.end(), [](const Share& a, const Share& b) {
+    return a.kept != b.kept ? std::less<Node*>()(a.kept, b.kept) : a.order < b.order;
+  });
+  auto first_share = MakeMappedMap<Node*, size_t>(&memory);  // kept node -> its first entry in shares
+  first_share.reserve(shares.size());
+  for (size_t k = 0; k < shares.size(); ++k) first_share.emplace(shares[k].kept, k);
   // In graph order (a node the graph no longer holds, such as a graph input's
   // Param, is not lent anything), so the loans are numbered the same every time.
   int lent = 0;
   for (Node* kept : nodes_after) {
-    auto entry = shared.find(kept);
-    if (entry == shared.end()) continue;
+    auto entry = first_share.find(kept);
+    if (entry == first_share.end()) continue;
     BorrowedScopes::Loan loan{kept->scope(), kept->scope(), {}, {}, {}, {}};
     if (const BorrowedScopes::Loan* existing = borrowed.Find(kept->scope())) loan = *existing;
     if (IsBlankScope(loan.recorded)) continue;
-    for (const ScopePtr& scope : entry->second) {
+    for (size_t k = entry->second; k < shares.size() && shares[k].kept == kept; ++k) {
+      const ScopePtr& scope = shares[k].scope;
       if (scope != loan.recorded &&
           std::find(loan.shared_with.begin(), loan.shared_with.end(), scope) == loan.shared_with.end()) {
         loan.shared_with.push_back(scope);

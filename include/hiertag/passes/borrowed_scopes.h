@@ -21,11 +21,12 @@
 // node names and the written file are those of an untagged export.
 #pragma once
 
-#include <c10/util/flat_hash_map.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <string>
 #include <vector>
+
+#include "hiertag/passes/mapped_arrays.h"
 
 namespace hiertag {
 
@@ -64,9 +65,11 @@ class BorrowedScopes {
  private:
   Loan* FindMutable(const torch::jit::ScopePtr& scope);
 
-  std::vector<Loan> loans_;
-  std::vector<torch::jit::ScopePtr> lent_;                    // per loan: the scope lent (held: no address reused)
-  ska::flat_hash_map<const torch::jit::Scope*, size_t> ids_;  // a scope lent -> its loan
+  // Lent while torch's passes run, so in mapped pages (mapped_arrays.h).
+  MappedArray<Loan> loans_ = MakeMappedArray<Loan>();
+  // Per loan, the scope lent: held, so no other scope takes its address.
+  MappedArray<torch::jit::ScopePtr> lent_ = MakeMappedArray<torch::jit::ScopePtr>();
+  MappedMap<const torch::jit::Scope*, size_t> ids_ = MakeMappedMap<const torch::jit::Scope*, size_t>();  // -> loans_
 };
 
 }  // namespace hiertag
