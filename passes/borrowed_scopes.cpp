@@ -21,9 +21,9 @@ c10::Symbol BorrowedSymbol() {
 
 torch::jit::ScopePtr BorrowedScopes::Lend(Loan loan) {
   ScopePtr lent = loan.recorded->push(BorrowedSymbol());
-  ids_.emplace(lent.get(), loans_.size());
-  lent_.push_back(lent);
   loans_.push_back(std::move(loan));
+  lent_.push_back(lent);
+  ids_.emplace(lent.get(), loans_.size() - 1);  // last: no entry for a loan not kept
   return lent;
 }
 

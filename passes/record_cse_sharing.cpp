@@ -178,7 +178,7 @@ int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed, const s
   first_share.reserve(shares.size());
   for (size_t k = 0; k < shares.size(); ++k) first_share.emplace(shares[k].kept, k);
   // In graph order (a node the graph no longer holds, such as a graph input's
-  // Param, is not lent anything), so the loans are numbered the same every time.
+  // Param, is not lent anything), so the loans are made in the same order every time.
   int lent = 0;
   for (Node* kept : nodes_after) {
     auto entry = first_share.find(kept);

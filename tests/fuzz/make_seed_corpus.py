@@ -244,7 +244,7 @@ HAND_MADE_JSON = ('{"/Net": {"path": "", "class": "a.Net", "calls": [0, 10995116
 HAND_MADE_TAGS = ("/Net", "/Net/Block.0/Attention", "/Net/Conv1D[c_attn]", "/Net/Linear[~generator.proj]",
                   "/Net/Blk%5Bx%5D", "/Net/A[%7Eb]", "/Net/A.999999999999999999", "/Net/A#3", "/Net/A#",
                   "/Net/A[~]", "/Net/A[]", "/Net//A", "/", "Net", "/Net/A%zz", "hiertag.m12|pkg.Net::var",
-                  "hiertag.d3|pkg.Net::", "hiertag.borrowed.7::", "__torch__.pkg.___torch_mangle_3.Net")
+                  "hiertag.d3|pkg.Net::", "hiertag.borrowed::", "__torch__.pkg.___torch_mangle_3.Net")
 
 
 def main():

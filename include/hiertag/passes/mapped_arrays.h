@@ -1,6 +1,6 @@
-// Mapped arrays: the per-node arrays and maps the pass observers keep, with
-// their storage in mapped pages (MappedMemory, core/export/mapped_memory.h)
-// instead of glibc's heap.
+// Mapped arrays: the per-node arrays and maps the pass observers keep, and the
+// loans' records (BorrowedScopes), with their storage in mapped pages
+// (MappedMemory, core/export/mapped_memory.h) instead of glibc's heap.
 //
 // Why: every torch pass the observers wrap frees many small objects (nodes,
 // values, uses). glibc keeps them in its fast and unsorted bins, and the first
@@ -8,8 +8,10 @@
 // pass's deferred cost, charged to whoever allocates next. Observing a pass
 // allocates its arrays right there; on the 200-layer decoder that was about a
 // third of observing the passes (perf: _int_malloc, malloc_consolidate and
-// unlink_chunk under RecordRewrites and RecordCseSharing). Memory from here
-// never touches those bins.
+// unlink_chunk under RecordRewrites and RecordCseSharing). These arrays' own
+// storage never touches those bins; what their elements allocate (a loan's
+// lists of scopes) still does. Each block is at least a page: for arrays that
+// grow geometrically to the graph, or for an arena's blocks.
 //
 // Before:  std::vector<uint8_t> alive;                 ska::flat_hash_map<Node*, Index> index;
 // After:   MappedArray<uint8_t> alive{MappedMemory()}; MappedMap<Node*, Index> index = MakeMappedMap<...>(memory);

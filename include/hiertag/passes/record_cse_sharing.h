@@ -20,7 +20,7 @@
 // Before:  %a = aten::size(%pos, 0)   scope: .../layers.0/attn
 //          %b = aten::size(%pos, 0)   scope: .../layers.1/attn
 // After:   %a = aten::size(%pos, 0)   scope: .../layers.0/attn/hiertag.borrowed::
-//          (loan 3: recorded layers.0/attn, shared with layers.1/attn)
+//          (its loan: recorded layers.0/attn, shared with layers.1/attn)
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>
