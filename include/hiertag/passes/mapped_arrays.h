@@ -13,8 +13,9 @@
 // lists of scopes) still does. Each block is at least a page: for arrays that
 // grow geometrically to the graph, or for an arena's blocks.
 //
-// Before:  std::vector<uint8_t> alive;                 ska::flat_hash_map<Node*, Index> index;
-// After:   MappedArray<uint8_t> alive{MappedMemory()}; MappedMap<Node*, Index> index = MakeMappedMap<...>(memory);
+// Before:  std::vector<uint8_t> alive;  ska::flat_hash_map<Node*, Index> index;
+// After:   MappedArray<uint8_t> alive = MakeMappedArray<uint8_t>();
+//          MappedMap<Node*, Index> index = MakeMappedMap<Node*, Index>();
 #pragma once
 
 #include <c10/util/flat_hash_map.h>
