@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <new>
 
 namespace hiertag {
@@ -21,11 +22,23 @@ class MappedMemoryResource final : public std::pmr::memory_resource {
   }
 
   // A mapping starts on a page boundary: every alignment up to a page holds.
+  // A larger one (a power of two: std::pmr::unsynchronized_pool_resource asks
+  // for its chunks aligned to their size) is mapped with room to spare, and
+  // the pages before and after the aligned block are unmapped again.
   void* do_allocate(size_t bytes, size_t alignment) override {
-    if (alignment > Pages(1)) throw std::bad_alloc();
-    void* block = mmap(nullptr, Pages(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (block == MAP_FAILED) throw std::bad_alloc();
-    mapped_bytes.fetch_add(Pages(bytes), std::memory_order_relaxed);
+    const size_t size = Pages(bytes);
+    const size_t spare = alignment > Pages(1) ? alignment - Pages(1) : 0;
+    void* mapped = mmap(nullptr, size + spare, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped == MAP_FAILED) throw std::bad_alloc();
+    char* block = static_cast<char*>(mapped);
+    if (spare != 0) {
+      const uintptr_t start = reinterpret_cast<uintptr_t>(mapped);
+      const size_t before = ((start + alignment - 1) & ~(alignment - 1)) - start;  // whole pages
+      if (before != 0) munmap(block, before);
+      if (spare - before != 0) munmap(block + before + size, spare - before);
+      block += before;
+    }
+    mapped_bytes.fetch_add(size, std::memory_order_relaxed);
     return block;
   }
 

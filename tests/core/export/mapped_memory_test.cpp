@@ -1,5 +1,5 @@
-// Tests of the mapped-memory resource: blocks of any size and alignment up to a
-// page, written whole, returned; an arena over it.
+// Tests of the mapped-memory resource: blocks of any size and alignment,
+// written whole, returned; an arena and a pool over it.
 #include "hiertag/core/export/mapped_memory.h"
 
 #include <gtest/gtest.h>
@@ -7,12 +7,24 @@
 
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <memory_resource>
 #include <new>
+#include <string>
 #include <vector>
 
 namespace hiertag {
 namespace {
+
+// The process's mapped address space (VmSize), in bytes.
+size_t VirtualBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmSize:", 0) == 0) return std::stoull(line.substr(7)) * 1024;
+  }
+  return 0;
+}
 
 TEST(MappedMemoryTest, BlocksOfEverySizeAreWritableAndAligned) {
   // Check that blocks from none to several pages are aligned as asked and hold every byte.
@@ -35,10 +47,41 @@ TEST(MappedMemoryTest, BlocksOfEverySizeAreWritableAndAligned) {
   }
 }
 
-TEST(MappedMemoryTest, AnAlignmentAboveAPageIsRefused) {
-  // Check that an alignment a mapping cannot promise throws rather than misaligns.
+TEST(MappedMemoryTest, AlignmentsAboveAPageAreHonouredAndTheSparePagesReturned) {
+  // Check that a block aligned to several pages is aligned, writable, and that only its own pages stay mapped.
+  std::pmr::memory_resource* memory = MappedMemory();
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  EXPECT_THROW(static_cast<void>(MappedMemory()->allocate(8, 2 * page)), std::bad_alloc);
+  for (size_t alignment : {2 * page, 16 * page, 256 * page}) {
+    for (size_t size : {size_t{8}, 3 * page, alignment + 1}) {
+      size_t before = MappedBytes();
+      size_t address_space = VirtualBytes();
+      void* block = memory->allocate(size, alignment);
+      // The spare pages mapped to find an aligned block are unmapped again.
+      EXPECT_EQ(VirtualBytes() - address_space, (size + page - 1) / page * page) << size << " " << alignment;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % alignment, 0u) << size << " " << alignment;
+      EXPECT_EQ(MappedBytes() - before, (size + page - 1) / page * page);
+      std::memset(block, 0xCD, size);
+      EXPECT_EQ(static_cast<unsigned char*>(block)[size - 1], 0xCD);
+      memory->deallocate(block, size, alignment);
+      EXPECT_EQ(MappedBytes(), before);
+    }
+  }
+}
+
+TEST(MappedMemoryTest, APoolOverItServesManyListsAndReturnsItsChunks) {
+  // Check that std's pool resource, which asks for chunks aligned to their size, works over it.
+  size_t before = MappedBytes();
+  {
+    std::pmr::unsynchronized_pool_resource pool(std::pmr::pool_options{0, size_t{1} << 16}, MappedMemory());
+    std::pmr::vector<std::pmr::vector<uint32_t>> lists(&pool);
+    for (uint32_t i = 0; i < 5000; ++i) lists.emplace_back(size_t{1 + i % 300}, i);
+    for (uint32_t i = 0; i < 5000; i += 499) {
+      ASSERT_EQ(lists[i].size(), size_t{1 + i % 300});
+      EXPECT_EQ(lists[i].back(), i);
+    }
+    EXPECT_GT(MappedBytes(), before);
+  }
+  EXPECT_EQ(MappedBytes(), before);
 }
 
 TEST(MappedMemoryTest, IsOneResourceEqualOnlyToItself) {

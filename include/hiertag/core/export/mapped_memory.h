@@ -9,9 +9,11 @@
 // from here never comes from, or goes back to, the heap: releasing it unmaps
 // only its own pages.
 //
-// For few large blocks: every block is at least a page. Use it as the upstream
-// of a std::pmr::monotonic_buffer_resource, or for arrays that grow
-// geometrically to the size of the graph (passes/mapped_arrays.h).
+// For few large blocks: every block is at least a page, aligned as asked (an
+// alignment above a page costs a larger mapping, trimmed). Use it as the
+// upstream of a std::pmr::monotonic_buffer_resource or
+// unsynchronized_pool_resource, or for arrays that grow geometrically to the
+// size of the graph (passes/mapped_arrays.h).
 //
 // Before:  std::pmr::monotonic_buffer_resource arena;             // blocks from malloc
 // After:   std::pmr::monotonic_buffer_resource arena(MappedMemory()); // blocks from mmap
