@@ -282,7 +282,7 @@ void BM_PlanTaggedModel(benchmark::State& state) {
   std::string graph;
   for (const SerializedNodeTag& tag : tags) {
     std::string node;
-    for (const std::string& output : tag.outputs) wire::AppendLengthDelimited(&node, 2, output);
+    for (std::string_view output : tag.outputs) wire::AppendLengthDelimited(&node, 2, output);
     wire::AppendLengthDelimited(&node, 4, tag.op_type);
     wire::AppendLengthDelimited(&graph, 1, node);
   }

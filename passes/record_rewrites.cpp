@@ -903,9 +903,12 @@ RewriteRecorder::RewriteRecorder(BorrowedScopes& borrowed, RewriteLog& log)
 
 RewriteRecorder::~RewriteRecorder() = default;
 
+void RewriteRecorder::Release() { arrays_.reset(); }
+
 void RewriteRecorder::Observe(torch::jit::Graph& graph, const std::string& pass,
                               const std::function<void()>& run_pass) {
   using Clock = std::chrono::steady_clock;
+  if (!arrays_) arrays_ = std::make_unique<Arrays>();
   // Lets go of the scopes the arrays hold however the pass ends: torch goes on
   // exporting after some of its passes throw (shape inference), and a scope
   // still held here would look shared to BorrowedScopes::ShareWith.

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <unordered_map>
 
+#include "hiertag/core/export/mapped_memory.h"
 #include "hiertag/core/format/json.h"
 #include "hiertag/core/format/tag_format.h"
 #include "hiertag/core/format/tagged_entries.h"
@@ -34,6 +36,13 @@ const char* KindName(RewriteRecord::Kind kind) {
 
 }  // namespace
 
+std::string_view TaggedModelEntries::Keep(std::string_view text) {
+  if (text.empty()) return {};
+  char* kept = static_cast<char*>(texts->allocate(text.size(), 1));
+  std::memcpy(kept, text.data(), text.size());
+  return {kept, text.size()};
+}
+
 TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags& call_tags, const ModuleTable& modules,
                                        const torch::jit::Graph& graph) {
   TaggedModelEntries entries;
@@ -50,12 +59,21 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
     std::sort(texts.begin(), texts.end());
     return texts;
   };
+  entries.texts = std::make_unique<std::pmr::monotonic_buffer_resource>(MappedMemory());
   entries.nodes.reserve(tagging.nodes.size());
+  std::vector<std::string_view> kept_tags(call_tags.size());  // per call tag: its text in entries.texts, once kept
   for (const TaggedNode& tagged : tagging.nodes) {
     SerializedNodeTag entry;
-    for (const torch::jit::Value* output : tagged.node->outputs()) entry.outputs.push_back(output->debugName());
-    entry.op_type = tagged.node->kind().toUnqualString();
-    entry.tag = call_tags.Tag(tagged.tag);
+    entry.outputs = std::pmr::vector<std::string_view>(entries.texts.get());
+    entry.outputs.reserve(tagged.node->outputs().size());
+    for (const torch::jit::Value* output : tagged.node->outputs()) {
+      entry.outputs.push_back(entries.Keep(output->debugName()));
+    }
+    entry.op_type = tagged.node->kind().toUnqualString();  // interned by torch for the process
+    if (static_cast<size_t>(tagged.tag) >= kept_tags.size()) kept_tags.resize(tagged.tag + 1);
+    std::string_view& tag = kept_tags[tagged.tag];
+    if (tag.empty()) tag = entries.Keep(call_tags.Tag(tagged.tag));
+    entry.tag = tag;
     entry.shared_with = refs_of(tagged.shared_with());
     if (tagging.CallCount(tagged.tag) > 1) entry.more.emplace_back(kCallKey, std::to_string(tagged.call));
     std::vector<std::string> spans = refs_of(tagged.spans());

@@ -57,6 +57,14 @@ void ExportSession::OwnWork::RunTorch(const std::function<void()>& run) {
   run();
 }
 
+void ExportSession::OwnWork::Then(Work next) {
+  std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
+  session_.own_time_[static_cast<int>(work_)] += now - start_ - torch_time_;
+  work_ = next;
+  start_ = now;
+  torch_time_ = {};
+}
+
 void ExportSession::BeforeFunctionSubstitution(torch::jit::Graph& graph) {
   Expect({ExportStage::kTracing, ExportStage::kOptimizing}, "_jit_pass_onnx_function_substitution");
   OwnWork own(*this, Work::kInlining);
@@ -128,20 +136,17 @@ void ExportSession::NoteInitializers(const torch::jit::Graph& graph, size_t init
 void ExportSession::TagFinalGraph(torch::jit::Graph& graph, const std::function<void()>& name_nodes) {
   Expect({ExportStage::kOptimizing}, "_jit_pass_onnx_assign_scoped_names_for_node_and_value");
   MaybeFailAt("tagging");
+  // One scope over tagging and describing: declared first, it ends last, so
+  // letting go of the tagging's results counts as own work too.
+  OwnWork own(*this, Work::kTagging);
   CallTags call_tags(modules_);
-  HierarchyTagging tagging;
-  {
-    OwnWork own(*this, Work::kTagging);
-    tagging = AssignHierarchyTags(graph, modules_, call_tags, borrowed_, member_names_, user_input_count_, &calls_,
-                                  &rewrites_);
-    borrowed_.Restore(graph.block());
-    RestoreTorchScopes(graph.block());
-  }
-  name_nodes();
-  OwnWork own(*this, Work::kEntries);
-  TaggedModelEntries entries = DescribeTaggedModel(tagging, call_tags, modules_, graph);
-  node_tags_ = std::move(entries.nodes);
-  model_entries_ = std::move(entries.model);
+  HierarchyTagging tagging =
+      AssignHierarchyTags(graph, modules_, call_tags, borrowed_, member_names_, user_input_count_, &calls_, &rewrites_);
+  borrowed_.Restore(graph.block());
+  RestoreTorchScopes(graph.block());
+  own.RunTorch(name_nodes);
+  own.Then(Work::kEntries);
+  entries_ = DescribeTaggedModel(tagging, call_tags, modules_, graph);
   report_.nodes = tagging.nodes.size();
   for (int rule = 0; rule < kTagRuleCount; ++rule) {
     report_.rule_counts.emplace_back(TagRuleName(static_cast<TagRule>(rule)), tagging.rule_counts[rule]);
@@ -164,7 +169,7 @@ void ExportSession::PlanFile(std::string_view serialized) {
   MaybeFailAt("plan");
   OwnWork own(*this, Work::kPlan);
   std::string error;
-  if (!PlanTaggedModel(serialized, node_tags_, model_entries_, &plan_, &error)) {
+  if (!PlanTaggedModel(serialized, entries_.nodes, entries_.model, &plan_, &error)) {
     throw std::runtime_error("hiertag: cannot tag the exported model (" + error + "); nothing written");
   }
   stage_ = ExportStage::kPlanned;
@@ -180,11 +185,27 @@ void ExportSession::WriteFile(const std::function<void(std::string_view)>& sink)
   stage_ = ExportStage::kWritten;
 }
 
+void ExportSession::Release() {
+  OwnWork own(*this, Work::kRelease);
+  // Moved into locals that end here, inside the timed scope.
+  ModuleTable modules = std::move(modules_);
+  std::unordered_set<std::string> member_names = std::move(member_names_);
+  std::vector<InlinedAlias> inlined_aliases = std::move(inlined_aliases_);
+  ska::flat_hash_set<torch::jit::Node*> before_inlining = std::move(before_inlining_);
+  recorder_.Release();
+  RewriteLog rewrites = std::move(rewrites_);
+  ModuleCalls calls = std::move(calls_);
+  BorrowedScopes borrowed = std::move(borrowed_);
+  TaggedModelEntries entries = std::move(entries_);
+  TaggedModelPlan plan = std::move(plan_);
+}
+
 std::string ExportSession::ReportLine() const {
   if (stage_ != ExportStage::kWritten) return "";
   using Milliseconds = std::chrono::duration<double, std::milli>;
   ExportReport report = report_;
-  static constexpr const char* kWorkNames[] = {"set-up", "inlining", "passes", "cse", "tagging", "entries", "plan"};
+  static constexpr const char* kWorkNames[] = {"set-up",  "inlining", "passes", "cse",
+                                               "tagging", "entries",  "plan",   "release"};
   static_assert(std::size(kWorkNames) == static_cast<size_t>(Work::kCount));
   for (int work = 0; work < static_cast<int>(Work::kCount); ++work) {
     double milliseconds = Milliseconds(own_time_[work]).count();

@@ -269,9 +269,9 @@ class MemberNames {
   std::string name_;  // a name being built
 };
 
-void EndSession() {
-  if (!Current()) return;
-  for (WrappedForward& record : Current()->wrapped) {
+// Gives the wrapped modules their own forward back (or none).
+void RestoreForwards(PythonSession& session) {
+  for (WrappedForward& record : session.wrapped) {
     py::dict own = record.module.attr("__dict__");
     if (record.own_forward) {
       own["forward"] = record.own_forward;
@@ -279,6 +279,12 @@ void EndSession() {
       PyDict_DelItemString(own.ptr(), "forward");
     }
   }
+  session.wrapped.clear();
+}
+
+void EndSession() {
+  if (!Current()) return;
+  RestoreForwards(*Current());
   Current().reset();
 }
 
@@ -404,7 +410,7 @@ py::object SetupTraceModuleMap(const py::object& original, py::args args, py::kw
   if (!scripted) trace_module_map = py::module_::import("torch.jit._trace").attr("_trace_module_map");
   auto start = std::chrono::steady_clock::now();
   BeginSession(model, trace_module_map, std::move(options));
-  Session()->AddOwnWork(std::chrono::steady_clock::now() - start);
+  Session()->AddOwnWork(ExportSession::Work::kSetUp, std::chrono::steady_clock::now() - start);
   return result;
 }
 
@@ -529,9 +535,17 @@ py::object DynamoExport(const py::object& original, py::args args, py::kwargs kw
 }
 
 py::object ResetTraceModuleMap(const py::object& original, py::args args, py::kwargs kwargs) {
-  if (Session() && Session()->options().report) {
-    std::string line = Session()->ReportLine();
-    if (!line.empty()) PySys_WriteStderr("%s", line.c_str());
+  if (Session()) {
+    // Ending the session is hiertag's work too (the report counts it): the
+    // forwards given back and the records let go of.
+    auto start = std::chrono::steady_clock::now();
+    RestoreForwards(*Current());
+    Session()->AddOwnWork(ExportSession::Work::kRelease, std::chrono::steady_clock::now() - start);
+    Session()->Release();
+    if (Session()->options().report) {
+      std::string line = Session()->ReportLine();
+      if (!line.empty()) PySys_WriteStderr("%s", line.c_str());
+    }
   }
   EndSession();
   return original(*args, **kwargs);

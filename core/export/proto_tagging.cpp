@@ -92,7 +92,7 @@ class PlanBuilder {
     size_t keys_size = 0;
     for (const SerializedNodeTag& entry : nodes) {
       by_identity_ |= !entry.outputs.empty();
-      for (const std::string& output : entry.outputs) keys_size += output.size() + 1;
+      for (std::string_view output : entry.outputs) keys_size += output.size() + 1;
     }
     keys_.reserve(keys_size);
     by_outputs_.reserve(nodes.size());
@@ -150,7 +150,7 @@ class PlanBuilder {
     if (!saw_graph) return Fail("the model has no graph");
     for (size_t i = 0; i < nodes_.size(); ++i) {
       if (!used_[i]) {
-        return Fail("the graph's " + nodes_[i].op_type + " node " + DescribeOutputs(nodes_[i].outputs) +
+        return Fail("the graph's " + std::string(nodes_[i].op_type) + " node " + DescribeOutputs(nodes_[i].outputs) +
                     " is not in the model (" + std::to_string(written_) + " nodes written, " +
                     std::to_string(nodes_.size()) + " tagged)");
       }
@@ -268,7 +268,7 @@ class PlanBuilder {
     const SerializedNodeTag& expected = nodes_[*match];
     if (*op_type != expected.op_type) {
       return Fail("node " + DescribeOutputs(outputs) + " is '" + std::string(*op_type) + "' in the model but '" +
-                  expected.op_type + "' in the graph");
+                  std::string(expected.op_type) + "' in the graph");
     }
     if (!holds_graphs) {  // the node's bytes as they are, then its entries
       WriteEntries(expected);

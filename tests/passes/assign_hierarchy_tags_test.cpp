@@ -533,7 +533,8 @@ TEST_F(AssignHierarchyTagsTest, DescribedNodesListOpTypesAndTagsInPreOrder) {
   SetScope("y", layer1_);
   SetScope("z", attn1_);
   HierarchyTagging tagging = Tag();
-  std::vector<SerializedNodeTag> serialized = Describe(tagging).nodes;
+  TaggedModelEntries entries = Describe(tagging);
+  const std::vector<SerializedNodeTag>& serialized = entries.nodes;
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"Constant", "/Net"},     {"Constant", "/Net"},    {"Identity", "/Net/Layer.1/Attn"},
       {"Add", "/Net/Layer.0"},  {"Neg", "/Net/Layer.0"}, {"Mul", "/Net/Layer.0/Attn"},
@@ -620,7 +621,8 @@ graph(%input : Tensor):
   EXPECT_EQ(TagAndRule(tagging, "s"), "/Net/Layer.0 (recorded)");
   EXPECT_TRUE(std::is_sorted(shared.shared_with().begin(), shared.shared_with().end()));
   EXPECT_EQ(TagsOf(shared.shared_with()), (std::vector<std::string>{"/Net/Layer.1", "/Net/Layer.1/Attn"}));
-  std::vector<SerializedNodeTag> serialized = Describe(tagging).nodes;
+  TaggedModelEntries entries = Describe(tagging);
+  const std::vector<SerializedNodeTag>& serialized = entries.nodes;
   ASSERT_EQ(serialized.size(), 3u);
   EXPECT_EQ(serialized[0].shared_with, (std::vector<std::string>{"/Net/Layer.1", "/Net/Layer.1/Attn"}));
   EXPECT_TRUE(serialized[1].shared_with.empty());

@@ -132,6 +132,10 @@ class RewriteRecorder {
 
   const RewriteTimes& times() const { return times_; }
 
+  // Lets go of the arrays kept between passes (the export is over); a later
+  // Observe makes them anew.
+  void Release();
+
   struct Arrays;  // defined where it is used (record_rewrites.cpp)
 
  private:

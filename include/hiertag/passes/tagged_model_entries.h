@@ -15,6 +15,9 @@
 // hiertag.rewrites (when any), hiertag.format_version.
 #pragma once
 
+#include <memory>
+#include <memory_resource>
+#include <string_view>
 #include <vector>
 
 #include "hiertag/core/export/proto_tagging.h"
@@ -24,9 +27,18 @@
 
 namespace hiertag {
 
+// The nodes' entries view their tags and output names in `texts`, an arena
+// of mapped pages the entries own, which holds their lists of outputs too (a
+// node's op type views torch's interned name): made and let go of at once, not
+// a string or two per node on the heap. Keep the entries whole while a copy of
+// `nodes` is read; moving them keeps the views.
 struct TaggedModelEntries {
   std::vector<SerializedNodeTag> nodes;
   std::vector<ModelMetadataEntry> model;
+  std::unique_ptr<std::pmr::monotonic_buffer_resource> texts;
+
+  // A copy of `text` in `texts` (made by DescribeTaggedModel).
+  std::string_view Keep(std::string_view text);
 };
 
 // `graph`: the graph tagged, its values named by torch.

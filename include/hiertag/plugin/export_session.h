@@ -41,6 +41,7 @@
 #include "hiertag/passes/borrowed_scopes.h"
 #include "hiertag/passes/module_calls.h"
 #include "hiertag/passes/record_rewrites.h"
+#include "hiertag/passes/tagged_model_entries.h"
 
 namespace hiertag {
 
@@ -86,6 +87,12 @@ class ExportSession {
   // then lets go of the plan.
   void WriteFile(const std::function<void(std::string_view)>& sink);
 
+  // Lets go of everything the export recorded (loans, module calls, rewrite
+  // records, the file's tags, the observers' arrays) and counts the time as
+  // hiertag's own work (`release`): freeing them is a cost of tagging too.
+  // At the session's end; the report line stays available.
+  void Release();
+
   // The HIERTAG_REPORT line (with newline) once written; "" otherwise.
   std::string ReportLine() const;
 
@@ -93,10 +100,11 @@ class ExportSession {
   void MaybeFailAt(std::string_view step) const;
 
   // Where hiertag's own work goes, as the report line breaks it down.
-  enum class Work { kSetUp, kInlining, kPasses, kCse, kTagging, kEntries, kPlan, kCount };
+  enum class Work { kSetUp, kInlining, kPasses, kCse, kTagging, kEntries, kPlan, kRelease, kCount };
 
-  // Counts `time` as hiertag's own work (the session's set-up, timed by its maker).
-  void AddOwnWork(std::chrono::steady_clock::duration time) { own_time_[static_cast<int>(Work::kSetUp)] += time; }
+  // Counts `time` as hiertag's own work of kind `work` (the session's set-up
+  // and end, timed by the session's maker).
+  void AddOwnWork(Work work, std::chrono::steady_clock::duration time) { own_time_[static_cast<int>(work)] += time; }
 
   // Adds the time until it goes out of scope, less the time spent in
   // RunTorch, to hiertag's own work of kind `work`; however the scope ends:
@@ -113,6 +121,11 @@ class ExportSession {
 
     // Runs torch's work, keeping its time out of hiertag's own.
     void RunTorch(const std::function<void()>& run);
+
+    // Counts the time so far as `work` and what follows as `next`: one scope
+    // over both, so what the first part made and the second lets go of is
+    // freed inside it.
+    void Then(Work next);
 
    private:
     ExportSession& session_;
@@ -141,8 +154,7 @@ class ExportSession {
   ModuleCalls calls_;
   RewriteLog rewrites_;
   RewriteRecorder recorder_{borrowed_, rewrites_};  // observes every graph pass into rewrites_
-  std::vector<SerializedNodeTag> node_tags_;
-  std::vector<ModelMetadataEntry> model_entries_;
+  TaggedModelEntries entries_;                      // the file's tags and tables, once tagged
   TaggedModelPlan plan_;
   ExportReport report_;  // filled when tagged (the times when written)
   std::array<std::chrono::steady_clock::duration, static_cast<int>(Work::kCount)> own_time_{};

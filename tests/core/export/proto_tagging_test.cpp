@@ -573,10 +573,13 @@ TEST(ProtoTaggingTest, WrittenBytesPastTheirReservedSizeAreKeptWhole) {
   std::string escaped;
   for (size_t i = 0; i < odd.size(); ++i) escaped += "\\u0001";
   std::vector<std::string> names;
+  std::vector<std::string> layer_tags;  // what the entries' tags view
+  layer_tags.reserve(50);
   std::vector<SerializedNodeTag> tags;
   for (int i = 0; i < 50; ++i) {
     names.push_back("/l" + std::to_string(i) + "/Relu");
-    tags.push_back({"Relu", "/Net/Layer." + std::to_string(i), {"/Net/" + odd, "/Net/Other" + odd}, {}});
+    layer_tags.push_back("/Net/Layer." + std::to_string(i));
+    tags.push_back({"Relu", layer_tags.back(), {"/Net/" + odd, "/Net/Other" + odd}, {}});
   }
   std::vector<std::string> nodes;
   for (const std::string& name : names) nodes.push_back(NodeProto("Relu", name));

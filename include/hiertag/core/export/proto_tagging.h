@@ -32,6 +32,7 @@
 
 #include <functional>
 #include <memory>
+#include <memory_resource>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -39,16 +40,22 @@
 
 namespace hiertag {
 
+// One node's entries. The op type, the tag and the output names are views:
+// the caller keeps what they view alive until PlanTaggedModel returns (the
+// plan copies what it writes). A graph's node tags are one record per node:
+// viewing their texts where they are kept (the plugin: TaggedModelEntries'
+// arena) makes and frees no string per node.
 struct SerializedNodeTag {
-  std::string op_type;                                    // expected NodeProto.op_type
-  std::string tag;                                        // value of hierarchy_tag
+  std::string_view op_type;                               // expected NodeProto.op_type
+  std::string_view tag;                                   // value of hierarchy_tag
   std::vector<std::string> shared_with;                   // empty: no hiertag.shared_with entry
   std::vector<std::pair<std::string, std::string>> more;  // further entries, key and value, in order
   // The node's identity: its output names as torch's naming pass set them,
   // which NodeProto.output holds. A node without outputs is matched by its
   // place in pre-order among such nodes (and every node so when no entry of
   // the list has outputs: a caller that knows none).
-  std::vector<std::string> outputs = {};
+  // The list itself may be kept where its texts are (a polymorphic allocator).
+  std::pmr::vector<std::string_view> outputs = {};
 };
 
 struct ModelMetadataEntry {
