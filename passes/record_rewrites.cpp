@@ -195,6 +195,11 @@ struct RewriteRecorder::Arrays {
   // node's scope is the one of what it replaced (MadeInScopesOf).
   MappedArray<std::pair<const torch::jit::Scope*, uint32_t>> made_in_scope =
       MakeMappedArray<std::pair<const torch::jit::Scope*, uint32_t>>();
+  // The classification's temporaries (a group's nodes, the scopes it lists,
+  // the walks' work lists): made and let go of per group, so pooled, over
+  // mapped pages like the rest; a list larger than the largest pooled block
+  // is mapped by itself.
+  std::pmr::unsynchronized_pool_resource pool{std::pmr::pool_options{0, size_t{1} << 16}, MappedMemory()};
 
   // Lets go of the scopes held (see GraphBefore::ReleaseScopes).
   void ReleaseScopes() {
@@ -214,12 +219,15 @@ namespace {
 // never used).
 class ScopeSet {
  public:
+  explicit ScopeSet(std::pmr::memory_resource* memory) : memory_(memory) {}
+
   // Appends `scope` to `list` (the list this set stands for) unless listed.
-  bool Add(std::vector<ScopePtr>& list, const ScopePtr& scope) {
+  template <typename Scopes>
+  bool Add(Scopes& list, const ScopePtr& scope) {
     if (list.size() < kSearched) {
       if (std::find(list.begin(), list.end(), scope) != list.end()) return false;
     } else {
-      if (!index_) index_ = std::make_unique<ska::flat_hash_set<const torch::jit::Scope*>>();
+      if (!index_) index_ = std::make_unique<Index>(Index::allocator_type(memory_));
       if (index_->size() < list.size()) {
         for (const ScopePtr& listed : list) index_->insert(listed.get());
       }
@@ -230,9 +238,17 @@ class ScopeSet {
   }
 
  private:
+  using Index = ska::flat_hash_set<const torch::jit::Scope*, std::hash<const torch::jit::Scope*>,
+                                   std::equal_to<const torch::jit::Scope*>,
+                                   std::pmr::polymorphic_allocator<const torch::jit::Scope*>>;
   static constexpr size_t kSearched = 16;
-  std::unique_ptr<ska::flat_hash_set<const torch::jit::Scope*>> index_;
+  std::pmr::memory_resource* memory_;
+  std::unique_ptr<Index> index_;
 };
+
+// The classification's lists, in RewriteRecorder::Arrays' pool.
+using Indices = std::pmr::vector<Index>;
+using Scopes = std::pmr::vector<ScopePtr>;
 
 class Observer {
  public:
@@ -255,7 +271,8 @@ class Observer {
         created_(arrays.created),
         created_order_(arrays.created_order),
         created_scope_(arrays.created_scope),
-        made_in_scope_(arrays.made_in_scope) {
+        made_in_scope_(arrays.made_in_scope),
+        pool_(&arrays.pool) {
     before_.Take(graph);
   }
 
@@ -267,7 +284,7 @@ class Observer {
     Clock::time_point checked = Clock::now();
     times.check += checked - start;
     if (unchanged) {
-      GRAPH_DEBUG("hiertag: ", pass_, " left the graph as it was");
+      if (JitLogging()) GRAPH_DEBUG("hiertag: ", pass_, " left the graph as it was");
       return;
     }
     size_t count = before_.nodes.size();
@@ -368,9 +385,9 @@ class Observer {
   }
 
   // The removed nodes connected to `start` through values, in graph order.
-  std::vector<Index> Group(Index start) {
-    std::vector<Index> group;
-    std::vector<Index> work = {start};
+  Indices Group(Index start) {
+    Indices group(pool_);
+    Indices work({start}, pool_);
     grouped_[start] = 1;
     while (!work.empty()) {
       Index i = work.back();
@@ -409,13 +426,13 @@ class Observer {
     return found == producers_.end() ? kNotBefore : found->second;
   }
 
-  void Classify(const std::vector<Index>& group) {
+  void Classify(const Indices& group) {
     MappedArray<uint8_t>& members = members_;
     members.resize(before_.nodes.size());
     for (Index i : group) members[i] = 1;
     struct ClearMembers {
       MappedArray<uint8_t>& members;
-      const std::vector<Index>& group;
+      const Indices& group;
       ~ClearMembers() {
         for (Index i : group) members[i] = 0;
       }
@@ -426,7 +443,7 @@ class Observer {
     };
     // The values the group's nodes read, sorted: one allocation per group,
     // where a hash set allocates per value (or, c10's, when made).
-    std::vector<const Value*> upstream_values;
+    std::pmr::vector<const Value*> upstream_values(pool_);
     for (Index i : group) {
       upstream_values.insert(upstream_values.end(), before_.InputsOf(i).begin(), before_.InputsOf(i).end());
     }
@@ -434,15 +451,15 @@ class Observer {
     auto upstream = [&upstream_values](const Value* value) {
       return std::binary_search(upstream_values.begin(), upstream_values.end(), value);
     };
-    std::vector<ScopePtr> scopes = ScopesOf(group);
+    Scopes scopes = ScopesOf(group);
     if (scopes.empty()) return;
-    std::vector<Node*> absorbers;
-    std::vector<Node*> mergers;
-    std::vector<std::pair<Use, Value*>> rewired;  // a use and what it reads now
+    std::pmr::vector<Node*> absorbers(pool_);
+    std::pmr::vector<Node*> mergers(pool_);
+    std::pmr::vector<std::pair<Use, Value*>> rewired(pool_);  // a use and what it reads now
     bool bypassed = false;
     // ComputedBy, once per node (std's map: made without allocating).
-    std::unordered_map<Index, std::vector<ScopePtr>> computed_by;
-    auto folded_scopes = [&](Index i) -> const std::vector<ScopePtr>& {
+    std::pmr::unordered_map<Index, Scopes> computed_by(pool_);
+    auto folded_scopes = [&](Index i) -> const Scopes& {
       auto found = computed_by.find(i);
       if (found == computed_by.end()) found = computed_by.emplace(i, ComputedBy(i)).first;
       return found->second;
@@ -460,8 +477,15 @@ class Observer {
         Node* producer = now->node();
         if (NewInput(now)) {
           if (!folded_scopes(i).empty()) {
-            log_.records.push_back(
-                {RewriteRecord::Kind::kFolded, pass_, folded_scopes(i), now->unique(), nullptr, nullptr, {}, -1});
+            const Scopes& folded = folded_scopes(i);
+            log_.records.push_back({RewriteRecord::Kind::kFolded,
+                                    pass_,
+                                    {folded.begin(), folded.end()},
+                                    now->unique(),
+                                    nullptr,
+                                    nullptr,
+                                    {},
+                                    -1});
           }
         } else if (Absorbing(producer)) {
           if (producer->inputs().empty()) {
@@ -486,8 +510,8 @@ class Observer {
     }
     // Every node the pass made from the group's nodes took them over too, also
     // one only another made node reads (conv1+bn1 fused before conv2+bn2).
-    std::vector<std::pair<Node*, std::vector<Index>>> anchors;
-    std::unordered_set<Node*> linked;  // made nodes computing from what the group read
+    std::pmr::vector<std::pair<Node*, Indices>> anchors(pool_);
+    std::pmr::unordered_set<Node*> linked(pool_);  // made nodes computing from what the group read
     for (uint32_t made_index : MadeInScopesOf(group)) {
       Node* made = created_order_[made_index];
       if (made->inputs().empty()) continue;
@@ -501,7 +525,7 @@ class Observer {
       linked.insert(made);
       // What it was made from: torch copies the replaced node's metadata, and
       // the replacement is mostly of the same kind (a Conv for a Conv).
-      std::vector<Index> made_from, same_scope;
+      Indices made_from(pool_), same_scope(pool_);
       for (Index i : group) {
         if (before_.scopes[i] != created_scope_[made_index]) continue;
         same_scope.push_back(i);
@@ -520,7 +544,8 @@ class Observer {
     }
     if (bypassed && scopes.size() > 1 && CrossesWithTensor(group)) {
       GRAPH_UPDATE("hiertag: ", pass_, " removed ", group.size(), " nodes of ", scopes.size(), " module calls");
-      log_.records.push_back({RewriteRecord::Kind::kRemoved, pass_, scopes, 0, nullptr, nullptr, {}, -1});
+      log_.records.push_back(
+          {RewriteRecord::Kind::kRemoved, pass_, {scopes.begin(), scopes.end()}, 0, nullptr, nullptr, {}, -1});
     } else {
       for (const auto& [use, now] : rewired) RecordRewired(use, now);
     }
@@ -531,9 +556,9 @@ class Observer {
   // the group (a made node has the scope of what it replaces). Looked up by
   // scope, so a pass that folds N groups into N constants does not compare
   // every pair.
-  std::vector<uint32_t> MadeInScopesOf(const std::vector<Index>& group) const {
-    std::vector<uint32_t> indices;
-    std::unordered_set<const torch::jit::Scope*> scopes;
+  std::pmr::vector<uint32_t> MadeInScopesOf(const Indices& group) const {
+    std::pmr::vector<uint32_t> indices(pool_);
+    std::pmr::unordered_set<const torch::jit::Scope*> scopes(pool_);
     for (Index i : group) {
       const torch::jit::Scope* scope = before_.scopes[i].get();
       if (!scopes.insert(scope).second) continue;
@@ -549,10 +574,10 @@ class Observer {
   // output holds. Not the whole group's: a group joins every computation that
   // shares a removed node (each layer's shape arithmetic from one sequence
   // length), and each constant the pass makes holds one of them.
-  std::vector<ScopePtr> ComputedBy(Index i) {
-    std::vector<Index> nodes;
+  Scopes ComputedBy(Index i) {
+    Indices nodes(pool_);
     uint32_t walk = NewWalk();
-    std::vector<Index> work = {i};
+    Indices work({i}, pool_);
     while (!work.empty()) {
       Index k = work.back();
       work.pop_back();
@@ -570,11 +595,11 @@ class Observer {
   // Whether the group's nodes were computed from `value` (through nodes that
   // are gone or alive alike). Nodes before `value`'s producer in graph order
   // cannot have read it: the walk stops there.
-  bool ComputedFrom(const std::vector<Index>& group, const Value* value) {
+  bool ComputedFrom(const Indices& group, const Value* value) {
     Index maker = ProducerOf(value);
     Index earliest = maker == kNotBefore ? 0 : maker;
     uint32_t walk = NewWalk();
-    std::vector<Index> work(group.begin(), group.end());
+    Indices work(group.begin(), group.end(), pool_);
     while (!work.empty()) {
       Index i = work.back();
       work.pop_back();
@@ -609,7 +634,7 @@ class Observer {
       if (inputs_before[index] == now || !Existed(now)) continue;
       Index maker = ProducerOf(inputs_before[index]);
       if (maker == kNotBefore || !alive_[maker]) continue;  // a removed maker: its group says what happened
-      std::vector<Index> bypassed = Between(now, maker);
+      Indices bypassed = Between(now, maker);
       if (bypassed.empty()) continue;
       if (own_changed) {
         Absorb(node, ScopesOf(bypassed));
@@ -637,12 +662,12 @@ class Observer {
   // The nodes, before the pass, on a path from `from` to `to` (`to` included),
   // in graph order; empty when `to` was not computed from `from`. Nodes before
   // `from`'s producer cannot have read it: the walk stops there.
-  std::vector<Index> Between(Value* from, Index to) {
+  Indices Between(Value* from, Index to) {
     Index earliest = InputBefore(from) ? 0 : IndexOf(from->node());
-    std::vector<Index> ancestors;
+    Indices ancestors(pool_);
     bool reached = false;
     uint32_t walk = NewWalk();
-    std::vector<Index> work = {to};
+    Indices work({to}, pool_);
     while (!work.empty()) {
       Index i = work.back();
       work.pop_back();
@@ -657,10 +682,10 @@ class Observer {
         if (producer != kNotBefore) work.push_back(producer);
       }
     }
-    if (!reached) return {};
+    if (!reached) return Indices(pool_);
     std::sort(ancestors.begin(), ancestors.end());
     uint32_t on_path = NewWalk();
-    std::vector<Index> path;
+    Indices path(pool_);
     for (Index i : ancestors) {
       c10::ArrayRef<Value*> inputs = before_.InputsOf(i);
       bool reads_path = std::any_of(inputs.begin(), inputs.end(), [&](Value* input) {
@@ -700,7 +725,7 @@ class Observer {
 
   // The nodes that read `value` before the pass, in graph order, once per
   // input slot (an index of every input, sorted by value, built when first asked).
-  std::vector<Index> ReadersOf(const Value* value) {
+  Indices ReadersOf(const Value* value) {
     if (!readers_built_) {
       readers_built_ = true;
       readers_.reserve(before_.inputs.size());
@@ -710,7 +735,7 @@ class Observer {
       std::sort(readers_.begin(), readers_.end());
     }
     auto first = std::lower_bound(readers_.begin(), readers_.end(), std::make_pair(value, Index{0}));
-    std::vector<Index> readers;
+    Indices readers(pool_);
     for (auto it = first; it != readers_.end() && it->first == value; ++it) readers.push_back(it->second);
     return readers;
   }
@@ -720,7 +745,7 @@ class Observer {
   // handed from one call to the next (NumToTensor in one, Int in the other, a
   // pair the peephole drops) is still the same number, while a tensor between
   // them (a permute and its inverse) had another layout than what is read now.
-  bool CrossesWithTensor(const std::vector<Index>& group) const {
+  bool CrossesWithTensor(const Indices& group) const {
     for (Index i : group) {
       if (before_.scalar_outputs[i]) continue;
       for (const Use& use : before_.UsesOf(i)) {
@@ -731,9 +756,9 @@ class Observer {
     return false;
   }
 
-  std::vector<ScopePtr> ScopesOf(const std::vector<Index>& nodes) const {
-    std::vector<ScopePtr> scopes;
-    ScopeSet listed;
+  Scopes ScopesOf(const Indices& nodes) const {
+    Scopes scopes(pool_);
+    ScopeSet listed(pool_);
     for (Index i : nodes) {
       if (!IsBlankScope(before_.scopes[i])) listed.Add(scopes, before_.scopes[i]);
     }
@@ -747,18 +772,17 @@ class Observer {
   // Either walk stops at the nodes another made node was made from, so two
   // fusions side by side (Conv+BN, then the next layer's Conv+BN) stay apart.
   // The whole group when nothing anchors the walk.
-  std::vector<Index> Absorbed(Node* absorber, const std::vector<Index>& group,
-                              const std::vector<std::pair<Node*, std::vector<Index>>>& anchors) {
+  Indices Absorbed(Node* absorber, const Indices& group, const std::pmr::vector<std::pair<Node*, Indices>>& anchors) {
     auto is_member = [&](Index i) { return i != kNotBefore && members_[i]; };
-    std::unordered_set<Index> others;
+    std::pmr::unordered_set<Index> others(pool_);
     for (const auto& [made, from] : anchors) {
       if (made != absorber) others.insert(from.begin(), from.end());
     }
-    std::vector<std::pair<Index, bool>> work;  // node, walking downstream
+    std::pmr::vector<std::pair<Index, bool>> work(pool_);  // node, walking downstream
     if (Created(absorber)) {
       auto made_from =
           std::find_if(anchors.begin(), anchors.end(), [&](const auto& anchor) { return anchor.first == absorber; });
-      if (made_from == anchors.end()) return group;
+      if (made_from == anchors.end()) return Indices(group, pool_);
       for (Index i : made_from->second) work.emplace_back(i, true);
     } else {
       Index i = IndexOf(absorber);
@@ -771,8 +795,8 @@ class Observer {
         if (is_member(user)) work.emplace_back(user, true);
       }
     }
-    if (work.empty()) return group;
-    std::vector<Index> absorbed;
+    if (work.empty()) return Indices(group, pool_);
+    Indices absorbed(pool_);
     uint32_t walk = NewWalk();
     while (!work.empty()) {
       auto [i, downstream] = work.back();
@@ -831,10 +855,10 @@ class Observer {
     if (!fresh) return growing_[found->second];
     BorrowedScopes::Loan loan{node->scope(), node->scope(), {}, {}, {}, {}};
     if (const BorrowedScopes::Loan* existing = borrowed_.Find(node->scope())) loan = *existing;
-    return growing_.emplace_back(GrowingLoan{node, std::move(loan), {}, {}, false});
+    return growing_.emplace_back(GrowingLoan{node, std::move(loan), ScopeSet(pool_), ScopeSet(pool_), false});
   }
 
-  void FoldInto(Node* constant, const std::vector<ScopePtr>& scopes) {
+  void FoldInto(Node* constant, const Scopes& scopes) {
     if (scopes.empty()) return;
     GrowingLoan& growing = GrowingLoanOf(constant);
     BorrowedScopes::Loan& loan = growing.loan;
@@ -844,7 +868,7 @@ class Observer {
     }
   }
 
-  void Absorb(Node* absorber, const std::vector<ScopePtr>& scopes) {
+  void Absorb(Node* absorber, const Scopes& scopes) {
     if (scopes.empty()) return;
     GrowingLoan& growing = GrowingLoanOf(absorber);
     BorrowedScopes::Loan& loan = growing.loan;
@@ -889,6 +913,7 @@ class Observer {
   MappedArray<Node*>& created_order_;
   MappedArray<ScopePtr>& created_scope_;
   MappedArray<std::pair<const torch::jit::Scope*, uint32_t>>& made_in_scope_;
+  std::pmr::memory_resource* pool_;  // the recorder's pool, for the classification's lists
   // What classifying this pass grows, in mapped pages as the arrays are.
   std::pmr::monotonic_buffer_resource scratch_{MappedMemory()};
   std::pmr::unordered_set<Node*> absorbed_{&scratch_};

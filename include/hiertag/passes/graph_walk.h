@@ -2,6 +2,7 @@
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/jit_log.h>
 
 #include <vector>
 
@@ -78,6 +79,13 @@ void CollectNodesAndReturns(torch::jit::Block* block, Nodes* nodes) {
     return true;
   });
 }
+
+// Whether torch's JIT logging (PYTORCH_JIT_LOG_LEVEL) is on for any file.
+// GRAPH_DEBUG asks per call with a std::string of its file's path, a heap
+// allocation even when logging is off; this reads the levels, empty (and so
+// not allocated) when it is off. For the log lines of every observed pass:
+// they then touch the heap only when logging.
+inline bool JitLogging() { return !torch::jit::get_jit_logging_levels().empty(); }
 
 // True for a scope that records no module call.
 inline bool IsBlankScope(const torch::jit::ScopePtr& scope) { return !scope || scope->isRoot() || scope->isBlank(); }
