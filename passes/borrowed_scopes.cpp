@@ -19,6 +19,19 @@ c10::Symbol BorrowedSymbol() {
 
 }  // namespace
 
+std::pmr::memory_resource* BorrowedScopes::Pool() {
+  if (!pool_) {
+    pool_ = std::make_unique<std::pmr::unsynchronized_pool_resource>(std::pmr::pool_options{0, size_t{1} << 16},
+                                                                     MappedMemory());
+  }
+  return pool_.get();
+}
+
+BorrowedScopes::Loan BorrowedScopes::NewLoan(ScopePtr recorded, ScopePtr original) {
+  std::pmr::memory_resource* pool = Pool();
+  return Loan{std::move(recorded), std::move(original), Scopes(pool), Scopes(pool), {}, Scopes(pool)};
+}
+
 torch::jit::ScopePtr BorrowedScopes::Lend(Loan loan) {
   ScopePtr lent = loan.recorded->push(BorrowedSymbol());
   loans_.push_back(std::move(loan));
@@ -43,7 +56,8 @@ bool BorrowedScopes::ShareWith(torch::jit::Node* node, const ScopePtr& other) {
     existing->shared_with.push_back(other);
     return true;
   }
-  Loan loan = existing ? *existing : Loan{scope, scope, {}, {}, {}, {}};
+  Loan loan = NewLoan(scope, scope);
+  if (existing) loan = *existing;
   loan.shared_with.push_back(other);
   node->setScope(Lend(std::move(loan)));
   return true;

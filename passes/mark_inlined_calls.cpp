@@ -41,7 +41,7 @@ bool HasBlankScope(Node* node) { return !node->scope() || node->scope()->isRoot(
 int LendToBlankNodes(Node* node, Node* call_begin, BorrowedScopes& borrowed, torch::jit::ScopePtr* lent) {
   int count = 0;
   if (HasBlankScope(node)) {
-    if (!*lent) *lent = borrowed.Lend({call_begin->scope(), node->scope(), {}});
+    if (!*lent) *lent = borrowed.Lend(borrowed.NewLoan(call_begin->scope(), node->scope()));
     node->setScope(*lent);
     ++count;
   }

@@ -183,7 +183,7 @@ int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed, const s
   for (Node* kept : nodes_after) {
     auto entry = first_share.find(kept);
     if (entry == first_share.end()) continue;
-    BorrowedScopes::Loan loan{kept->scope(), kept->scope(), {}, {}, {}, {}};
+    BorrowedScopes::Loan loan = borrowed.NewLoan(kept->scope(), kept->scope());
     if (const BorrowedScopes::Loan* existing = borrowed.Find(kept->scope())) loan = *existing;
     if (IsBlankScope(loan.recorded)) continue;
     for (size_t k = entry->second; k < shares.size() && shares[k].kept == kept; ++k) {

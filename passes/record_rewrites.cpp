@@ -853,7 +853,7 @@ class Observer {
   GrowingLoan& GrowingLoanOf(Node* node) {
     auto [found, fresh] = growing_index_.emplace(node, growing_.size());
     if (!fresh) return growing_[found->second];
-    BorrowedScopes::Loan loan{node->scope(), node->scope(), {}, {}, {}, {}};
+    BorrowedScopes::Loan loan = borrowed_.NewLoan(node->scope(), node->scope());
     if (const BorrowedScopes::Loan* existing = borrowed_.Find(node->scope())) loan = *existing;
     return growing_.emplace_back(GrowingLoan{node, std::move(loan), ScopeSet(pool_), ScopeSet(pool_), false});
   }

@@ -72,7 +72,7 @@ void ExportSession::BeforeFunctionSubstitution(torch::jit::Graph& graph) {
     if (node->kind() != c10::prim::CallFunction) return true;
     const BorrowedScopes::Loan* loan = borrowed_.Find(node->scope());
     if (loan == nullptr || loan->shared_with.empty()) return true;
-    InlinedAlias alias{{}, loan->shared_with};
+    InlinedAlias alias{{}, {loan->shared_with.begin(), loan->shared_with.end()}};
     for (torch::jit::Value* output : node->outputs()) {
       for (const torch::jit::Use& use : output->uses()) alias.uses.emplace_back(use.user, use.offset);
     }

@@ -1,11 +1,14 @@
 // Tests of BorrowedScopes: loans are known by the scope lent, not by its name,
-// and a loan grows in place only while one node alone holds it.
+// a loan grows in place only while one node alone holds it, and its lists are
+// kept in mapped pages.
 #include "hiertag/passes/borrowed_scopes.h"
 
+#include <memory_resource>
 #include <string_view>
 #include <vector>
 
 #include "graph_test_support.h"
+#include "hiertag/core/export/mapped_memory.h"
 #include "hiertag/core/export/scope_names.h"
 
 namespace hiertag {
@@ -48,7 +51,7 @@ TEST_F(BorrowedScopesTest, ALoanOneNodeAloneHoldsGrowsInPlace) {
   const BorrowedScopes::Loan* loan = LoanOf("a");
   ASSERT_NE(loan, nullptr);
   EXPECT_EQ(loan->recorded, layer0_);
-  EXPECT_EQ(loan->shared_with, (std::vector<ScopePtr>{layer1_, layer2_}));
+  EXPECT_EQ(loan->shared_with, (BorrowedScopes::Scopes{layer1_, layer2_}));
 }
 
 TEST_F(BorrowedScopesTest, ALoanTwoNodesHoldIsCopiedNotGrown) {
@@ -64,8 +67,8 @@ TEST_F(BorrowedScopesTest, ALoanTwoNodesHoldIsCopiedNotGrown) {
   EXPECT_EQ(std::string_view(a->scope()->name().toUnqualString()), kBorrowedScopeName);
   ASSERT_NE(LoanOf("a"), nullptr);
   ASSERT_NE(LoanOf("b"), nullptr);
-  EXPECT_EQ(LoanOf("a")->shared_with, (std::vector<ScopePtr>{layer1_, layer2_}));
-  EXPECT_EQ(LoanOf("b")->shared_with, (std::vector<ScopePtr>{layer1_}));
+  EXPECT_EQ(LoanOf("a")->shared_with, (BorrowedScopes::Scopes{layer1_, layer2_}));
+  EXPECT_EQ(LoanOf("b")->shared_with, (BorrowedScopes::Scopes{layer1_}));
 }
 
 TEST_F(BorrowedScopesTest, AScopeOfTheBorrowedNameNotLentHereIsNoLoan) {
@@ -78,10 +81,33 @@ TEST_F(BorrowedScopesTest, AScopeOfTheBorrowedNameNotLentHereIsNoLoan) {
   EXPECT_EQ(borrowed_.Find(NodeOf("b")->scope()), nullptr);
   EXPECT_EQ(borrowed_.Find(by_name), nullptr);
   ASSERT_NE(LoanOf("a"), nullptr);
-  EXPECT_EQ(LoanOf("a")->shared_with, (std::vector<ScopePtr>{layer2_}));
+  EXPECT_EQ(LoanOf("a")->shared_with, (BorrowedScopes::Scopes{layer2_}));
   EXPECT_EQ(Restore(), 1);
   EXPECT_EQ(NodeOf("a")->scope(), layer0_);
   EXPECT_NE(NodeOf("b")->scope(), layer0_);  // the other's loan: not this one's to restore
+}
+
+TEST_F(BorrowedScopesTest, ALoansListsAreKeptInItsPoolNotOnTheHeap) {
+  // Check that a loan lent (grown in place or copied) keeps its lists in mapped pages, not the default resource.
+  Node* a = NodeOf("a");
+  Node* b = NodeOf("b");
+  size_t mapped = MappedBytes();
+  ASSERT_TRUE(borrowed_.ShareWith(a, layer1_));
+  b->setScope(a->scope());
+  ASSERT_TRUE(borrowed_.ShareWith(a, layer2_));  // copied: b holds the first loan too
+
+  EXPECT_GT(MappedBytes(), mapped);
+  for (const char* name : {"a", "b"}) {
+    const BorrowedScopes::Loan* loan = LoanOf(name);
+    ASSERT_NE(loan, nullptr) << name;
+    for (const BorrowedScopes::Scopes* list : {&loan->shared_with, &loan->spans, &loan->folded_from}) {
+      EXPECT_FALSE(list->get_allocator().resource()->is_equal(*std::pmr::get_default_resource())) << name;
+    }
+  }
+  BorrowedScopes::Loan made = borrowed_.NewLoan(layer0_, layer0_);
+  made = *LoanOf("a");  // a copy assigned to a new loan is kept in the pool too
+  EXPECT_EQ(made.shared_with, (BorrowedScopes::Scopes{layer1_, layer2_}));
+  EXPECT_FALSE(made.shared_with.get_allocator().resource()->is_equal(*std::pmr::get_default_resource()));
 }
 
 }  // namespace

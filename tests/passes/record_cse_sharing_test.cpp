@@ -64,7 +64,7 @@ TEST_F(RecordCseSharingTest, DuplicateInOtherScopeIsShared) {
   ASSERT_NE(loan, nullptr);
   EXPECT_EQ(loan->recorded, layer0_);
   EXPECT_EQ(loan->original, layer0_);
-  EXPECT_EQ(loan->shared_with, (std::vector<ScopePtr>{layer1_}));
+  EXPECT_EQ(loan->shared_with, (BorrowedScopes::Scopes{layer1_}));
   EXPECT_EQ(kept->scope()->parent(), layer0_);
   EXPECT_EQ(std::string_view(kept->scope()->name().toUnqualString()), kBorrowedScopeName);
   EXPECT_EQ(LoanOf("c"), nullptr);
@@ -140,7 +140,7 @@ graph(%x : Tensor):
   const BorrowedScopes::Loan* loan = borrowed_.Find(kept->scope());
   ASSERT_NE(loan, nullptr) << "the merge of layers.1's aten::mul into layers.0's was not recorded";
   EXPECT_EQ(loan->recorded, layer0_);
-  EXPECT_EQ(loan->shared_with, (std::vector<ScopePtr>{layer1_}));
+  EXPECT_EQ(loan->shared_with, (BorrowedScopes::Scopes{layer1_}));
 }
 
 TEST_F(RecordCseSharingTest, DuplicateReturnedFromLoopBodyIsShared) {
@@ -168,7 +168,7 @@ graph(%x : Tensor, %n : int, %cond : bool):
   const BorrowedScopes::Loan* loan = borrowed_.Find(kept->scope());
   ASSERT_NE(loan, nullptr) << "the merge of layers.1's aten::mul into layers.0's was not recorded";
   EXPECT_EQ(loan->recorded, layer0_);
-  EXPECT_EQ(loan->shared_with, (std::vector<ScopePtr>{layer1_}));
+  EXPECT_EQ(loan->shared_with, (BorrowedScopes::Scopes{layer1_}));
 }
 
 TEST_F(RecordCseSharingTest, MergedChainMarksEveryKeptNode) {
@@ -196,7 +196,7 @@ graph(%x : Tensor):
     const BorrowedScopes::Loan* loan = LoanOf(name);
     ASSERT_NE(loan, nullptr) << name;
     EXPECT_EQ(loan->recorded, layer0_) << name;
-    EXPECT_EQ(loan->shared_with, (std::vector<ScopePtr>{layer1_})) << name;
+    EXPECT_EQ(loan->shared_with, (BorrowedScopes::Scopes{layer1_})) << name;
   }
   EXPECT_EQ(LoanOf("c"), nullptr);
 }
@@ -227,7 +227,7 @@ graph(%x : Tensor):
   const BorrowedScopes::Loan* loan = borrowed_.Find(kept->scope());
   ASSERT_NE(loan, nullptr);
   EXPECT_EQ(loan->recorded, layer0_);
-  EXPECT_EQ(loan->shared_with, (std::vector<ScopePtr>{layer1_, layer2_}));
+  EXPECT_EQ(loan->shared_with, (BorrowedScopes::Scopes{layer1_, layer2_}));
 }
 
 TEST_F(RecordCseSharingTest, RestoreGivesKeptNodeItsScopeBack) {
@@ -264,7 +264,7 @@ TEST_F(RecordCseSharingTest, KeptInlinedNodeKeepsItsOriginalForRestore) {
   ASSERT_NE(loan, nullptr);
   EXPECT_EQ(loan->recorded, layer0_);
   EXPECT_EQ(loan->original, blank);
-  EXPECT_EQ(loan->shared_with, (std::vector<ScopePtr>{layer1_}));
+  EXPECT_EQ(loan->shared_with, (BorrowedScopes::Scopes{layer1_}));
   EXPECT_EQ(Restore(), 1);
   EXPECT_EQ(kept->scope(), blank);
 }
@@ -284,7 +284,7 @@ TEST_F(RecordCseSharingTest, RemovedInlinedNodeContributesItsCallSite) {
   const BorrowedScopes::Loan* loan = borrowed_.Find(kept->scope());
   ASSERT_NE(loan, nullptr);
   EXPECT_EQ(loan->recorded, layer0_);
-  EXPECT_EQ(loan->shared_with, (std::vector<ScopePtr>{layer1_}));
+  EXPECT_EQ(loan->shared_with, (BorrowedScopes::Scopes{layer1_}));
 }
 
 TEST_F(RecordCseSharingTest, IrShowsOneMergedNodeUnderABorrowedScopeAndBothConsumersReadingIt) {

@@ -87,9 +87,14 @@ class RecordRewritesTest : public testing::GraphTest {
   }
 
   // Scopes in a fixed order, for comparing lists whose order the pass does not promise.
-  static std::vector<ScopePtr> Sorted(std::vector<ScopePtr> scopes) {
+  template <typename Scopes>
+  static std::vector<ScopePtr> Sorted(const Scopes& list) {
+    std::vector<ScopePtr> scopes(list.begin(), list.end());
     std::sort(scopes.begin(), scopes.end(), [](const ScopePtr& a, const ScopePtr& b) { return a.get() < b.get(); });
     return scopes;
+  }
+  static std::vector<ScopePtr> Sorted(std::initializer_list<ScopePtr> list) {
+    return Sorted<>(std::vector<ScopePtr>(list));
   }
 
   // The one top-level node of `kind`.
@@ -299,7 +304,7 @@ TEST_F(RecordRewritesTest, ConvFusedWithOtherModulesBatchNormCarriesSpans) {
   ASSERT_NE(loan, nullptr);
   EXPECT_EQ(loan->recorded, to_last_);
   EXPECT_EQ(loan->original, to_last_);
-  EXPECT_EQ(loan->spans, (std::vector<ScopePtr>{to_first_}));
+  EXPECT_EQ(loan->spans, (BorrowedScopes::Scopes{to_first_}));
   EXPECT_EQ(loan->rewrite, kPass);
   EXPECT_TRUE(loan->shared_with.empty());
   EXPECT_TRUE(loan->folded_from.empty());
@@ -402,13 +407,13 @@ TEST_F(RecordRewritesTest, SideBySideFusionsAcrossModulesEachCarryTheirOwnSpans)
   EXPECT_NE(first, nullptr) << "%fused1 took over to_first's BatchNormalization";
   if (first != nullptr) {
     EXPECT_EQ(first->recorded, to_last_);
-    EXPECT_EQ(first->spans, (std::vector<ScopePtr>{to_first_}));
+    EXPECT_EQ(first->spans, (BorrowedScopes::Scopes{to_first_}));
   }
   const BorrowedScopes::Loan* second = borrowed_.Find(FusedConv(*graph_, "fused2")->scope());
   EXPECT_NE(second, nullptr) << "%fused2 took over head's BatchNormalization";
   if (second != nullptr) {
     EXPECT_EQ(second->recorded, to_first_);
-    EXPECT_EQ(second->spans, (std::vector<ScopePtr>{head_}));
+    EXPECT_EQ(second->spans, (BorrowedScopes::Scopes{head_}));
   }
   EXPECT_EQ(log_.fused, 2);
 }
@@ -568,7 +573,7 @@ TEST_F(RecordRewritesTest, GroupFoldedIntoNewConstantLendsFoldedFrom) {
   Node* constant = Only(kConstant);
   const BorrowedScopes::Loan* loan = borrowed_.Find(constant->scope());
   ASSERT_NE(loan, nullptr);
-  EXPECT_EQ(loan->folded_from, (std::vector<ScopePtr>{to_last_}));
+  EXPECT_EQ(loan->folded_from, (BorrowedScopes::Scopes{to_last_}));
   EXPECT_EQ(loan->recorded, to_last_);
   EXPECT_TRUE(loan->original->isBlank());
   EXPECT_TRUE(loan->spans.empty());
@@ -808,7 +813,7 @@ graph(%x : Tensor):
   const BorrowedScopes::Loan* loan = borrowed_.Find(Only(kConstant)->scope());
   ASSERT_NE(loan, nullptr);
   EXPECT_EQ(loan->recorded, to_last_);
-  EXPECT_EQ(loan->folded_from, (std::vector<ScopePtr>{to_last_}));
+  EXPECT_EQ(loan->folded_from, (BorrowedScopes::Scopes{to_last_}));
   EXPECT_TRUE(log_.records.empty());
 }
 
@@ -852,7 +857,7 @@ TEST_F(RecordRewritesTest, NodeMergedIntoOlderEqualNodeIsShared) {
   ASSERT_NE(loan, nullptr);
   EXPECT_EQ(loan->recorded, to_last_);
   EXPECT_EQ(loan->original, to_last_);
-  EXPECT_EQ(loan->shared_with, (std::vector<ScopePtr>{to_first_}));
+  EXPECT_EQ(loan->shared_with, (BorrowedScopes::Scopes{to_first_}));
   EXPECT_TRUE(loan->spans.empty());
   EXPECT_EQ(log_.merged, 1);
   EXPECT_TRUE(log_.records.empty());
@@ -1078,7 +1083,7 @@ TEST_F(RecordRewritesTest, CallersTransposeFusedIntoTheAttentionsCarriesSpans) {
   const BorrowedScopes::Loan* loan = LoanOf("kt");
   ASSERT_NE(loan, nullptr);
   EXPECT_EQ(loan->recorded, to_first_);
-  EXPECT_EQ(loan->spans, (std::vector<ScopePtr>{net_}));
+  EXPECT_EQ(loan->spans, (BorrowedScopes::Scopes{net_}));
   EXPECT_EQ(loan->rewrite, kPass);
   EXPECT_EQ(log_.fused, 1);
   EXPECT_TRUE(log_.records.empty());
@@ -1134,7 +1139,7 @@ TEST_F(RecordRewritesTest, TransposeFusedPastOneKeptForTheCallerCarriesSpans) {
   const BorrowedScopes::Loan* loan = LoanOf("kt");
   ASSERT_NE(loan, nullptr);
   EXPECT_EQ(loan->recorded, to_first_);
-  EXPECT_EQ(loan->spans, (std::vector<ScopePtr>{net_}));
+  EXPECT_EQ(loan->spans, (BorrowedScopes::Scopes{net_}));
   EXPECT_EQ(log_.fused, 1);
   EXPECT_EQ(LoanOf("k"), nullptr);
   EXPECT_TRUE(log_.records.empty());

@@ -23,6 +23,8 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <memory>
+#include <memory_resource>
 #include <string>
 #include <vector>
 
@@ -32,14 +34,22 @@ namespace hiertag {
 
 class BorrowedScopes {
  public:
+  // A loan's lists are made and grown while torch's passes run, so they are
+  // polymorphic: NewLoan's draw on this BorrowedScopes' pool of mapped pages
+  // (mapped_arrays.h says why); a loan made otherwise uses the heap.
+  using Scopes = std::pmr::vector<torch::jit::ScopePtr>;
   struct Loan {
-    torch::jit::ScopePtr recorded;                  // the scope the node belongs to (call site / primary)
-    torch::jit::ScopePtr original;                  // what torch gave the node: restored by Restore()
-    std::vector<torch::jit::ScopePtr> shared_with;  // shared node: the merged duplicates' scopes
-    std::vector<torch::jit::ScopePtr> spans;        // fused node: scopes of the nodes fused into it
-    std::string rewrite;                            // fused node: the pass that fused them
-    std::vector<torch::jit::ScopePtr> folded_from;  // constant: scopes of the nodes folded into it
+    torch::jit::ScopePtr recorded;  // the scope the node belongs to (call site / primary)
+    torch::jit::ScopePtr original;  // what torch gave the node: restored by Restore()
+    Scopes shared_with;             // shared node: the merged duplicates' scopes
+    Scopes spans;                   // fused node: scopes of the nodes fused into it
+    std::string rewrite;            // fused node: the pass that fused them
+    Scopes folded_from;             // constant: scopes of the nodes folded into it
   };
+
+  // An empty loan of `recorded` to nodes whose scope is `original`, its lists
+  // in the pool. Assigning a loan to it copies that loan's lists there.
+  Loan NewLoan(torch::jit::ScopePtr recorded, torch::jit::ScopePtr original);
 
   // Lends `loan.recorded` (wrapped in a fresh child scope that carries the
   // loan) to nodes whose scope is `loan.original`; set the result with setScope.
@@ -65,6 +75,10 @@ class BorrowedScopes {
  private:
   Loan* FindMutable(const torch::jit::ScopePtr& scope);
 
+  std::pmr::memory_resource* Pool();
+
+  // The loans' lists. First, so it goes last: the loans return their lists to it.
+  std::unique_ptr<std::pmr::unsynchronized_pool_resource> pool_;
   // Lent while torch's passes run, so in mapped pages (mapped_arrays.h).
   MappedArray<Loan> loans_ = MakeMappedArray<Loan>();
   // Per loan, the scope lent: held, so no other scope takes its address.
