@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import re
 import urllib.parse
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 import torch
 import transformers
 
+import hiertag
 from hiertag import checks, core
 from hiertag import OPSET, native, zoo
 from tests.e2e.exportable import PINNED_TRANSFORMERS, skip_unless_torch_exports
@@ -132,6 +134,23 @@ def test_empty_or_unset_flag_equals_flag_zero(flag, monkeypatch):
         assert buffer.getvalue() == zero
     else:
         assert export(model, args, flag) == zero
+
+
+def test_the_report_counts_ending_the_export_as_own_work(capsys):
+    # Check that HIERTAG_REPORT's own work is the sum of its parts, ending the export (release) one of them,
+    # and that the export gave every module its own forward back.
+    model, args = zoo.bert()
+    forwards = {name: "forward" in vars(module) for name, module in model.named_modules()}
+    with hiertag.tagging(report=True):
+        torch.onnx.export(model, args, io.BytesIO(), dynamo=False, opset_version=OPSET)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "hiertag work" in line]
+    assert len(lines) == 1, lines
+    found = re.search(r"hiertag work ([0-9.]+) ms \(([^)]*)\)", lines[0])
+    parts = {name: float(ms) for name, ms in re.findall(r"(?:^|, )([a-z-]+) ([0-9.]+)", found.group(2))}
+    assert list(parts) == ["set-up", "inlining", "passes", "cse", "tagging", "entries", "plan", "release"]
+    assert parts["release"] > 0
+    assert abs(sum(parts.values()) - float(found.group(1))) <= 0.1 * len(parts)
+    assert {name: "forward" in vars(module) for name, module in model.named_modules()} == forwards
 
 
 def test_every_module_passes_the_boundary_check(exported):
