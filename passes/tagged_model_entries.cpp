@@ -52,11 +52,12 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
     std::vector<std::string> texts;
     for (const TagRef& ref : refs) {
       bool one_call = ref.call != TagRef::kEveryCall && tagging.CallCount(ref.tag) > 1;
-      std::string text =
-          FormatCallRef(call_tags.Tag(ref.tag), one_call ? std::optional<int64_t>(ref.call) : std::nullopt);
-      if (std::find(texts.begin(), texts.end(), text) == texts.end()) texts.push_back(std::move(text));
+      texts.push_back(
+          FormatCallRef(call_tags.Tag(ref.tag), one_call ? std::optional<int64_t>(ref.call) : std::nullopt));
     }
+    // Sorted, each once (a constant every layer reads lists hundreds: no search per text).
     std::sort(texts.begin(), texts.end());
+    texts.erase(std::unique(texts.begin(), texts.end()), texts.end());
     return texts;
   };
   entries.texts = std::make_unique<std::pmr::monotonic_buffer_resource>(MappedMemory());
