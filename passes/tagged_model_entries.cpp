@@ -63,14 +63,19 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
   entries.texts = std::make_unique<std::pmr::monotonic_buffer_resource>(MappedMemory());
   entries.nodes.reserve(tagging.nodes.size());
   std::vector<std::string_view> kept_tags(call_tags.size());  // per call tag: its text in entries.texts, once kept
+  // Per op type, its name in entries.texts, once kept: torch's interned name
+  // can move (a short one lives inside a string of a table that grows).
+  std::unordered_map<c10::unique_t, std::string_view> kept_op_types;
   for (const TaggedNode& tagged : tagging.nodes) {
-    SerializedNodeTag entry;
-    entry.outputs = std::pmr::vector<std::string_view>(entries.texts.get());
+    // The list of outputs made in the arena (a pmr list keeps its resource when assigned to).
+    SerializedNodeTag entry{{}, {}, {}, {}, std::pmr::vector<std::string_view>(entries.texts.get())};
     entry.outputs.reserve(tagged.node->outputs().size());
     for (const torch::jit::Value* output : tagged.node->outputs()) {
       entry.outputs.push_back(entries.Keep(output->debugName()));
     }
-    entry.op_type = tagged.node->kind().toUnqualString();  // interned by torch for the process
+    auto [op_type, fresh] = kept_op_types.try_emplace(static_cast<c10::unique_t>(tagged.node->kind()));
+    if (fresh) op_type->second = entries.Keep(tagged.node->kind().toUnqualString());
+    entry.op_type = op_type->second;
     if (static_cast<size_t>(tagged.tag) >= kept_tags.size()) kept_tags.resize(tagged.tag + 1);
     std::string_view& tag = kept_tags[tagged.tag];
     if (tag.empty()) tag = entries.Keep(call_tags.Tag(tagged.tag));

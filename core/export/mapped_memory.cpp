@@ -22,8 +22,9 @@ class MappedMemoryResource final : public std::pmr::memory_resource {
   }
 
   // A mapping starts on a page boundary: every alignment up to a page holds.
-  // A larger one (a power of two: std::pmr::unsynchronized_pool_resource asks
-  // for its chunks aligned to their size) is mapped with room to spare, and
+  // A larger one (a power of two: libstdc++'s unsynchronized_pool_resource
+  // asks for its chunks aligned to their blocks' size rounded up to a power of
+  // two) is mapped with room to spare, and
   // the pages before and after the aligned block are unmapped again.
   void* do_allocate(size_t bytes, size_t alignment) override {
     const size_t size = Pages(bytes);

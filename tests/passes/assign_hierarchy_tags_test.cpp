@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <memory_resource>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -545,6 +547,30 @@ TEST_F(AssignHierarchyTagsTest, DescribedNodesListOpTypesAndTagsInPreOrder) {
     EXPECT_EQ(serialized[i].tag, expected[i].second) << i;
     EXPECT_TRUE(serialized[i].shared_with.empty()) << i;
     EXPECT_TRUE(serialized[i].more.empty()) << i;
+  }
+}
+
+TEST_F(AssignHierarchyTagsTest, DescribedNodesKeepTheirTextsInTheEntriesThroughMovesAndReassignment) {
+  // Check that the entries' texts and output lists live in their own arena (op types too: torch's interned
+  // names can move), and stay readable when the entries are moved and a new description is assigned over them.
+  Parse(kAllRulesGraph);
+  SetScope("r0", layer0_);
+  SetScope("y", layer1_);
+  HierarchyTagging tagging = Tag();
+  TaggedModelEntries first = Describe(tagging);
+  TaggedModelEntries moved = std::move(first);
+  moved = Describe(tagging);  // the old nodes give their lists back before their arena goes
+  TaggedModelEntries again = Describe(tagging);
+  ASSERT_EQ(moved.nodes.size(), again.nodes.size());
+  for (size_t i = 0; i < moved.nodes.size(); ++i) {
+    const SerializedNodeTag& node = moved.nodes[i];
+    EXPECT_EQ(node.op_type, again.nodes[i].op_type) << i;
+    EXPECT_EQ(node.tag, again.nodes[i].tag) << i;
+    EXPECT_EQ(std::vector<std::string_view>(node.outputs.begin(), node.outputs.end()),
+              std::vector<std::string_view>(again.nodes[i].outputs.begin(), again.nodes[i].outputs.end()))
+        << i;
+    EXPECT_FALSE(node.outputs.get_allocator().resource()->is_equal(*std::pmr::get_default_resource())) << i;
+    EXPECT_NE(node.op_type.data(), again.nodes[i].op_type.data()) << i;  // each description its own copy
   }
 }
 

@@ -47,6 +47,11 @@ class BorrowedScopes {
     Scopes folded_from;             // constant: scopes of the nodes folded into it
   };
 
+  BorrowedScopes() = default;
+  BorrowedScopes(BorrowedScopes&&) = default;
+  // Not assignable: the pool would go before the loans that give their lists back to it.
+  BorrowedScopes& operator=(BorrowedScopes&&) = delete;
+
   // An empty loan of `recorded` to nodes whose scope is `original`, its lists
   // in the pool. Assigning a loan to it copies that loan's lists there.
   Loan NewLoan(torch::jit::ScopePtr recorded, torch::jit::ScopePtr original);

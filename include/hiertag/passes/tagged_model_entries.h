@@ -27,12 +27,20 @@
 
 namespace hiertag {
 
-// The nodes' entries view their tags and output names in `texts`, an arena
-// of mapped pages the entries own, which holds their lists of outputs too (a
-// node's op type views torch's interned name): made and let go of at once, not
-// a string or two per node on the heap. Keep the entries whole while a copy of
-// `nodes` is read; moving them keeps the views.
+// The nodes' entries view their op types, tags and output names in `texts`,
+// an arena of mapped pages the entries own, which holds their lists of
+// outputs too: made and let go of at once, not a string or two per node on
+// the heap (a node's shared_with and further entries, which few nodes have,
+// still are). Keep the entries whole while a copy of `nodes` is read; moving
+// them keeps the views.
 struct TaggedModelEntries {
+  TaggedModelEntries() = default;
+  TaggedModelEntries(TaggedModelEntries&&) = default;
+  // Member by member, `texts` last: the old nodes give their lists back to
+  // the old arena before it goes.
+  TaggedModelEntries& operator=(TaggedModelEntries&&) = default;
+  ~TaggedModelEntries() { nodes.clear(); }  // before `texts`, declared last, goes
+
   std::vector<SerializedNodeTag> nodes;
   std::vector<ModelMetadataEntry> model;
   std::unique_ptr<std::pmr::monotonic_buffer_resource> texts;

@@ -4,8 +4,8 @@
 //   Constant=19 Identity=6; unresolved scope levels 0; module calls 18 (0 direct,
 //   0 aliases); rewrites: fused 0, merged 3, removed/folded 1; hiertag work 3.1 ms
 //   (set-up 0.2, inlining 0.1, passes 1.9 in 14, cse 0.3, tagging 0.3, entries 0.2,
-//   plan 0.1), writing 0.4 ms; observed passes: snapshot 0.9, check 0.3, matching
-//   0.2, classify 0.3
+//   plan 0.1, release 0.1), writing 0.4 ms; observed passes: snapshot 0.9, check 0.3,
+//   matching 0.2, classify 0.3
 //
 // One line, printed to stderr once the file is written. No torch.
 #pragma once
