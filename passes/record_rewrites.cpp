@@ -89,7 +89,8 @@ size_t HashAttributes(Node* node) {
 // into it whether or not the pass changed its attributes (Absorbing, then
 // IsConstant), so nothing compares them.
 struct GraphBefore {
-  MappedArray<Node*> nodes = MakeMappedArray<Node*>();  // every node and block return, pre-order
+  MappedArray<Node*> nodes = MakeMappedArray<Node*>();     // every node and block return, pre-order
+  MappedArray<Node*> previous = MakeMappedArray<Node*>();  // the nodes of the Take before, only prefetched
   MappedArray<c10::Symbol> kinds = MakeMappedArray<c10::Symbol>();
   MappedArray<ScopePtr> scopes = MakeMappedArray<ScopePtr>();
   MappedArray<size_t> attributes = MakeMappedArray<size_t>();        // HashAttributes
@@ -107,6 +108,9 @@ struct GraphBefore {
   size_t inputs_unique_end = 0;
 
   void Take(torch::jit::Graph& graph) {
+    // The nodes the last Take noted: the walk prefetches them (most passes
+    // change little, or nothing).
+    std::swap(nodes, previous);
     nodes.clear();
     kinds.clear();
     scopes.clear();
@@ -120,10 +124,13 @@ struct GraphBefore {
     // Each node is noted as the walk reaches it: its loads overlap with the
     // load of the next node, where collecting the nodes first and reading
     // them in a second loop paid every node's cache misses twice.
-    VisitNodesAndReturns(graph.block(), [this](Node* node) {
-      TakeNode(node);
-      return true;
-    });
+    VisitNodesAndReturns(
+        graph.block(),
+        [this](Node* node) {
+          TakeNode(node);
+          return true;
+        },
+        previous);
     input_begin.push_back(static_cast<uint32_t>(inputs.size()));
     use_begin.push_back(static_cast<uint32_t>(uses.size()));
     graph_inputs.clear();
@@ -343,7 +350,8 @@ class Observer {
       return false;
     }
     Index next = 0;  // in Take's order, the index the next node must have
-    return VisitNodesAndReturns(graph_.block(), [&](Node* node) { return UnchangedNode(node, next++); }) &&
+    return VisitNodesAndReturns(
+               graph_.block(), [&](Node* node) { return UnchangedNode(node, next++); }, before_.nodes) &&
            next == before_.nodes.size();
   }
 

@@ -1,6 +1,8 @@
 // Tests of VisitNodesAndReturns: the prefetching walk visits what a plain
 // pre-order walk visits, in its order, whatever the length of each block
-// (shorter and longer than the walk's look-ahead), and stops where told.
+// (shorter and longer than the walk's look-ahead), and stops where told;
+// given the order an earlier walk met the nodes in, it visits the same, even
+// when that order is stale and lists nodes freed since.
 #include "hiertag/passes/graph_walk.h"
 
 #include <algorithm>
@@ -82,6 +84,35 @@ TEST_F(GraphWalkTest, StopsAtTheFirstNodeVisitRefuses) {
     });
     EXPECT_FALSE(finished);
     EXPECT_EQ(visited, std::vector<Node*>(expected.begin(), expected.begin() + stop + 1));
+  }
+}
+
+TEST_F(GraphWalkTest, TheExpectedOrderChangesNothingItVisitsEvenWhenStale) {
+  for (int length = 0; length <= 20; ++length) {
+    SCOPED_TRACE("length " + std::to_string(length));
+    Parse(ChainIr(length));
+    std::vector<Node*> before;
+    PlainWalk(graph_->block(), &before);
+    // The graph changes after `before` was noted: every other relu of the
+    // outer block goes (its nodes are freed), and a node is added first.
+    std::vector<Node*> outer(graph_->nodes().begin(), graph_->nodes().end());
+    for (size_t i = 0; i < outer.size(); i += 2) {
+      if (outer[i]->kind() != c10::aten::relu) continue;
+      outer[i]->output()->replaceAllUsesWith(outer[i]->input());
+      outer[i]->destroy();
+    }
+    graph_->prependNode(graph_->create(c10::prim::Constant));
+    std::vector<Node*> expected;
+    PlainWalk(graph_->block(), &expected);
+    std::vector<Node*> reversed(before.rbegin(), before.rend());
+    std::vector<Node*> longer = before;
+    longer.insert(longer.end(), before.begin(), before.end());
+    for (const std::vector<Node*>& order :
+         {before, reversed, longer, std::vector<Node*>(before.begin(), before.begin() + before.size() / 2)}) {
+      std::vector<Node*> visited;
+      CollectNodesAndReturns(graph_->block(), &visited, order);
+      EXPECT_EQ(visited, expected);
+    }
   }
 }
 

@@ -1,9 +1,11 @@
 // Graph walk helpers shared by the passes that observe a torch pass.
 #pragma once
 
+#include <c10/util/ArrayRef.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/jit_log.h>
 
+#include <cstddef>
 #include <vector>
 
 namespace hiertag {
@@ -30,6 +32,67 @@ inline void PrefetchOutputTypesAndUses(const torch::jit::Node* node) {
 
 }  // namespace detail
 
+// The nodes a walk expects to meet, in its order: an earlier walk's of the
+// same graph (the pass observers note one before every pass). They are only
+// prefetched, never read: a node listed may have been freed since, and a
+// prefetch of any address is harmless.
+using ExpectedNodes = c10::ArrayRef<torch::jit::Node*>;
+
+namespace detail {
+
+struct Expected {
+  ExpectedNodes nodes;
+  size_t position = 0;      // in the walk's order, the index of the node visited next
+  std::ptrdiff_t link = 0;  // where a node keeps its next(), from its start
+};
+
+// How far ahead of the visit an expected node is asked for: its link to the
+// next node is what the walk waits on, so a node's line holding it must be
+// in the cache a few nodes before the walk reaches it.
+constexpr size_t kExpectedAhead = 8;
+
+inline void PrefetchExpected(Expected& expected) {
+  size_t ahead = expected.position + kExpectedAhead;
+  if (ahead < expected.nodes.size()) {
+    const char* node = reinterpret_cast<const char*>(expected.nodes[ahead]);
+    PrefetchLines(node, 3);
+    __builtin_prefetch(node + expected.link);
+  }
+  ++expected.position;
+}
+
+template <typename Visit>
+bool VisitNodesAndReturns(torch::jit::Block* block, Visit& visit, Expected& expected) {
+  torch::jit::Node* end = block->return_node();
+  // ahead[k]: the node k + 1 steps ahead of the one visited, or `end`.
+  constexpr int kAhead = 4;  // one step per link of the chain below
+  torch::jit::Node* ahead[kAhead];
+  torch::jit::Node* node = *block->nodes().begin();
+  torch::jit::Node* next = node;
+  for (torch::jit::Node*& slot : ahead) {
+    next = next == end ? end : next->next();
+    slot = next;
+  }
+  while (node != end) {
+    PrefetchExpected(expected);
+    PrefetchNode(ahead[3]);
+    PrefetchLists(ahead[2]);
+    PrefetchOutputs(ahead[1]);
+    PrefetchOutputTypesAndUses(ahead[0]);
+    if (!visit(node)) return false;
+    for (torch::jit::Block* nested : node->blocks()) {
+      if (!VisitNodesAndReturns(nested, visit, expected)) return false;
+    }
+    node = ahead[0];
+    for (int k = 0; k + 1 < kAhead; ++k) ahead[k] = ahead[k + 1];
+    ahead[kAhead - 1] = ahead[kAhead - 2] == end ? end : ahead[kAhead - 2]->next();
+  }
+  PrefetchExpected(expected);
+  return visit(end);
+}
+
+}  // namespace detail
+
 // Calls visit(node) for every node, nested blocks included, and every block's
 // return node (a use by a graph or body output is a use too), in pre-order.
 // Stops, returning false, at the first node visit returns false for.
@@ -42,49 +105,40 @@ inline void PrefetchOutputTypesAndUses(const torch::jit::Node* node) {
 // one link of the chain per step, so their misses overlap with the work on
 // this node. What it visits and in which order is the plain walk's; since it
 // holds nodes ahead, `visit` must not add, remove or move nodes (none does).
+//
+// The links themselves stay a chain: a node's next is known only once the
+// node is loaded, so the walk waits for one miss per node. Given `expected`
+// (the order an earlier walk met the nodes in), it also asks for the nodes
+// that many steps ahead, links included: where the graph has not changed
+// since, the chain's loads are in the cache when the walk gets to them. What
+// it visits does not depend on `expected`.
 template <typename Visit>
-bool VisitNodesAndReturns(torch::jit::Block* block, Visit&& visit) {
-  torch::jit::Node* end = block->return_node();
-  // ahead[k]: the node k + 1 steps ahead of the one visited, or `end`.
-  constexpr int kAhead = 4;  // one step per link of the chain below
-  torch::jit::Node* ahead[kAhead];
-  torch::jit::Node* node = *block->nodes().begin();
-  torch::jit::Node* next = node;
-  for (torch::jit::Node*& slot : ahead) {
-    next = next == end ? end : next->next();
-    slot = next;
-  }
-  while (node != end) {
-    detail::PrefetchNode(ahead[3]);
-    detail::PrefetchLists(ahead[2]);
-    detail::PrefetchOutputs(ahead[1]);
-    detail::PrefetchOutputTypesAndUses(ahead[0]);
-    if (!visit(node)) return false;
-    for (torch::jit::Block* nested : node->blocks()) {
-      if (!VisitNodesAndReturns(nested, visit)) return false;
-    }
-    node = ahead[0];
-    for (int k = 0; k + 1 < kAhead; ++k) ahead[k] = ahead[k + 1];
-    ahead[kAhead - 1] = ahead[kAhead - 2] == end ? end : ahead[kAhead - 2]->next();
-  }
-  return visit(end);
+bool VisitNodesAndReturns(torch::jit::Block* block, Visit&& visit, ExpectedNodes expected = {}) {
+  detail::Expected walk{expected};
+  walk.link = reinterpret_cast<const char*>(&block->return_node()->next()) -
+              reinterpret_cast<const char*>(block->return_node());
+  return detail::VisitNodesAndReturns(block, visit, walk);
 }
 
 // Every node and block return, in VisitNodesAndReturns' order, appended to a
-// vector of Node* (of any allocator).
+// vector of Node* (of any allocator); `expected` as there.
 template <typename Nodes>
-void CollectNodesAndReturns(torch::jit::Block* block, Nodes* nodes) {
-  VisitNodesAndReturns(block, [nodes](torch::jit::Node* node) {
-    nodes->push_back(node);
-    return true;
-  });
+void CollectNodesAndReturns(torch::jit::Block* block, Nodes* nodes, ExpectedNodes expected = {}) {
+  VisitNodesAndReturns(
+      block,
+      [nodes](torch::jit::Node* node) {
+        nodes->push_back(node);
+        return true;
+      },
+      expected);
 }
 
 // Whether torch's JIT logging (PYTORCH_JIT_LOG_LEVEL) is on for any file.
 // GRAPH_DEBUG asks per call with a std::string of its file's path, a heap
 // allocation even when logging is off; this reads the levels, empty (and so
-// not allocated) when it is off. For the log lines of every observed pass:
-// they then touch the heap only when logging.
+// not allocated) when it is off. For the log lines of every observed pass
+// and of each group or node it classifies: they then touch the heap only when
+// logging.
 inline bool JitLogging() { return !torch::jit::get_jit_logging_levels().empty(); }
 
 // True for a scope that records no module call.
