@@ -508,7 +508,9 @@ class Observer {
           // nobody's data, so no boundary is cut.
           FoldInto(producer, folded_scopes(i));
         } else if (upstream(now) || ComputedFrom(group, now)) {
-          GRAPH_DEBUG("hiertag: ", pass_, ": ", *use.user, " reads %", now->debugName(), " from before the group");
+          if (JitLogging()) {
+            GRAPH_DEBUG("hiertag: ", pass_, ": ", *use.user, " reads %", now->debugName(), " from before the group");
+          }
           bypassed = true;
           rewired.emplace_back(use, now);
         } else if (Alive(producer)) {
@@ -551,7 +553,9 @@ class Observer {
       log_.merged += lent;
     }
     if (bypassed && scopes.size() > 1 && CrossesWithTensor(group)) {
-      GRAPH_UPDATE("hiertag: ", pass_, " removed ", group.size(), " nodes of ", scopes.size(), " module calls");
+      if (JitLogging()) {
+        GRAPH_UPDATE("hiertag: ", pass_, " removed ", group.size(), " nodes of ", scopes.size(), " module calls");
+      }
       log_.records.push_back(
           {RewriteRecord::Kind::kRemoved, pass_, {scopes.begin(), scopes.end()}, 0, nullptr, nullptr, {}, -1});
     } else {
@@ -633,7 +637,9 @@ class Observer {
     Node* node = before_.nodes[i];
     c10::ArrayRef<Value*> inputs_before = before_.InputsOf(i);
     if (inputs_before.size() != node->inputs().size()) {
-      GRAPH_DEBUG("hiertag: ", pass_, " added or dropped inputs of ", *node, ": no index pairs them, not classified");
+      if (JitLogging()) {
+        GRAPH_DEBUG("hiertag: ", pass_, " added or dropped inputs of ", *node, ": no index pairs them, not classified");
+      }
       return;
     }
     bool own_changed = AttributesChanged(i);
@@ -727,7 +733,7 @@ class Observer {
     }
     for (Index i : ReadersOf(now)) record.value_scopes.push_back(before_.scopes[i]);
     if (IsBlankScope(record.reader) || IsBlankScope(record.replaced)) return;
-    GRAPH_UPDATE("hiertag: ", pass_, " rewired ", *user, " to read %", now->debugName());
+    if (JitLogging()) GRAPH_UPDATE("hiertag: ", pass_, " rewired ", *user, " to read %", now->debugName());
     log_.records.push_back(std::move(record));
   }
 
@@ -892,8 +898,10 @@ class Observer {
   void LendGrownLoans() {
     for (GrowingLoan& growing : growing_) {
       if (!growing.grown) continue;
-      GRAPH_UPDATE("hiertag: ", pass_, " lent ", *growing.node, " spans of ", growing.loan.spans.size(),
-                   " scopes, folded from ", growing.loan.folded_from.size());
+      if (JitLogging()) {
+        GRAPH_UPDATE("hiertag: ", pass_, " lent ", *growing.node, " spans of ", growing.loan.spans.size(),
+                     " scopes, folded from ", growing.loan.folded_from.size());
+      }
       growing.node->setScope(borrowed_.Lend(std::move(growing.loan)));
     }
   }
