@@ -89,8 +89,12 @@ size_t HashAttributes(Node* node) {
 // into it whether or not the pass changed its attributes (Absorbing, then
 // IsConstant), so nothing compares them.
 struct GraphBefore {
-  MappedArray<Node*> nodes = MakeMappedArray<Node*>();     // every node and block return, pre-order
-  MappedArray<Node*> previous = MakeMappedArray<Node*>();  // the nodes of the Take before, only prefetched
+  MappedArray<Node*> nodes = MakeMappedArray<Node*>();  // every node and block return, pre-order
+  // The order the graph is expected in at the next Take, only prefetched:
+  // what the walk after a pass that changed the graph met; else `nodes`
+  // themselves (then swapped in by Take).
+  MappedArray<Node*> expected = MakeMappedArray<Node*>();
+  bool expect_nodes = true;
   MappedArray<c10::Symbol> kinds = MakeMappedArray<c10::Symbol>();
   MappedArray<ScopePtr> scopes = MakeMappedArray<ScopePtr>();
   MappedArray<size_t> attributes = MakeMappedArray<size_t>();        // HashAttributes
@@ -108,9 +112,8 @@ struct GraphBefore {
   size_t inputs_unique_end = 0;
 
   void Take(torch::jit::Graph& graph) {
-    // The nodes the last Take noted: the walk prefetches them (most passes
-    // change little, or nothing).
-    std::swap(nodes, previous);
+    if (expect_nodes) std::swap(nodes, expected);
+    expect_nodes = true;  // unless the walk after the pass meets another order
     nodes.clear();
     kinds.clear();
     scopes.clear();
@@ -130,7 +133,7 @@ struct GraphBefore {
           TakeNode(node);
           return true;
         },
-        previous);
+        expected);
     input_begin.push_back(static_cast<uint32_t>(inputs.size()));
     use_begin.push_back(static_cast<uint32_t>(uses.size()));
     graph_inputs.clear();
@@ -309,8 +312,14 @@ class Observer {
     created_scope_.clear();
     made_in_scope_.clear();
     reading_other_values_.clear();
+    before_.expected.clear();
+    before_.expect_nodes = false;
     VisitNodesAndReturns(graph_.block(), [&](Node* node) {
+      before_.expected.push_back(node);
       Index i = IndexOf(node);
+      // Ahead of the node met, not of its position: the pass removed
+      // and made nodes, so positions drift.
+      if (i != kNotBefore && i + kExpectedAhead < count) PrefetchNodeAndLink(node, before_.nodes[i + kExpectedAhead]);
       if (i != kNotBefore && SameNode(i, node)) {
         alive_[i] = 1;
         if (!std::equal(node->inputs().begin(), node->inputs().end(), before_.InputsOf(i).begin(),

@@ -38,26 +38,30 @@ inline void PrefetchOutputTypesAndUses(const torch::jit::Node* node) {
 // prefetch of any address is harmless.
 using ExpectedNodes = c10::ArrayRef<torch::jit::Node*>;
 
+// How far ahead of its visit a walk asks for an expected node: its link to
+// the next node is what the walk waits on, so the line holding it must be in
+// the cache a few nodes before the walk gets there.
+constexpr size_t kExpectedAhead = 8;
+
+// Asks for the lines of `ahead` a walk reads first, its link to the next node
+// included. `ahead` is only prefetched (it may have been freed); `live` is a
+// node in the graph, which says where a node keeps its link.
+inline void PrefetchNodeAndLink(torch::jit::Node* live, const torch::jit::Node* ahead) {
+  const char* address = reinterpret_cast<const char*>(ahead);
+  detail::PrefetchLines(address, 3);
+  __builtin_prefetch(address + (reinterpret_cast<const char*>(&live->next()) - reinterpret_cast<const char*>(live)));
+}
+
 namespace detail {
 
 struct Expected {
   ExpectedNodes nodes;
-  size_t position = 0;      // in the walk's order, the index of the node visited next
-  std::ptrdiff_t link = 0;  // where a node keeps its next(), from its start
+  size_t position = 0;  // in the walk's order, the index of the node visited next
 };
 
-// How far ahead of the visit an expected node is asked for: its link to the
-// next node is what the walk waits on, so a node's line holding it must be
-// in the cache a few nodes before the walk reaches it.
-constexpr size_t kExpectedAhead = 8;
-
-inline void PrefetchExpected(Expected& expected) {
+inline void PrefetchExpected(Expected& expected, torch::jit::Node* live) {
   size_t ahead = expected.position + kExpectedAhead;
-  if (ahead < expected.nodes.size()) {
-    const char* node = reinterpret_cast<const char*>(expected.nodes[ahead]);
-    PrefetchLines(node, 3);
-    __builtin_prefetch(node + expected.link);
-  }
+  if (ahead < expected.nodes.size()) PrefetchNodeAndLink(live, expected.nodes[ahead]);
   ++expected.position;
 }
 
@@ -74,7 +78,7 @@ bool VisitNodesAndReturns(torch::jit::Block* block, Visit& visit, Expected& expe
     slot = next;
   }
   while (node != end) {
-    PrefetchExpected(expected);
+    PrefetchExpected(expected, node);
     PrefetchNode(ahead[3]);
     PrefetchLists(ahead[2]);
     PrefetchOutputs(ahead[1]);
@@ -87,7 +91,7 @@ bool VisitNodesAndReturns(torch::jit::Block* block, Visit& visit, Expected& expe
     for (int k = 0; k + 1 < kAhead; ++k) ahead[k] = ahead[k + 1];
     ahead[kAhead - 1] = ahead[kAhead - 2] == end ? end : ahead[kAhead - 2]->next();
   }
-  PrefetchExpected(expected);
+  PrefetchExpected(expected, end);
   return visit(end);
 }
 
@@ -115,8 +119,6 @@ bool VisitNodesAndReturns(torch::jit::Block* block, Visit& visit, Expected& expe
 template <typename Visit>
 bool VisitNodesAndReturns(torch::jit::Block* block, Visit&& visit, ExpectedNodes expected = {}) {
   detail::Expected walk{expected};
-  walk.link = reinterpret_cast<const char*>(&block->return_node()->next()) -
-              reinterpret_cast<const char*>(block->return_node());
   return detail::VisitNodesAndReturns(block, visit, walk);
 }
 
