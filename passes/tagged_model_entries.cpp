@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <set>
+#include <string>
+#include <tuple>
 #include <unordered_map>
 
 #include "hiertag/core/export/mapped_memory.h"
@@ -110,6 +113,7 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
   }
   std::unordered_map<size_t, std::string> initializer_names;
   for (const torch::jit::Value* input : graph.inputs()) initializer_names[input->unique()] = input->debugName();
+  std::set<std::tuple<std::string, RewriteRecord::Kind, std::vector<std::string>>> listed_rewrites;
   for (const TagRewrite& rewrite : tagging.rewrites) {
     if (rewrite.kind == RewriteRecord::Kind::kFolded) {
       auto name = initializer_names.find(rewrite.initializer);
@@ -120,10 +124,12 @@ TaggedModelEntries DescribeTaggedModel(const HierarchyTagging& tagging, CallTags
     std::vector<std::string> modules = refs_of(rewrite.refs);
     // Calls of one tag that ran only once are told apart no more.
     if (rewrite.kind == RewriteRecord::Kind::kRemoved && modules.size() < 2) continue;
-    auto same = std::find_if(rewrites.begin(), rewrites.end(), [&](const RewriteEntry& entry) {
-      return entry.pass == rewrite.pass && entry.kind == KindName(rewrite.kind) && entry.modules == modules;
-    });
-    if (same == rewrites.end()) rewrites.push_back({rewrite.pass, KindName(rewrite.kind), std::move(modules), ""});
+    // Each (pass, kind, calls) once, in the order first met: a set, not a
+    // search of the list per record (a model rewritten in every layer lists
+    // thousands).
+    if (listed_rewrites.emplace(rewrite.pass, rewrite.kind, modules).second) {
+      rewrites.push_back({rewrite.pass, KindName(rewrite.kind), std::move(modules), ""});
+    }
   }
 
   std::map<std::string, int> listed;

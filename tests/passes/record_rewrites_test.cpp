@@ -19,7 +19,9 @@
 #include "graph_test_support.h"
 #include "hiertag/core/format/call_tags.h"
 #include "hiertag/core/format/module_table.h"
+#include "hiertag/core/format/tag_format.h"
 #include "hiertag/passes/assign_hierarchy_tags.h"
+#include "hiertag/passes/tagged_model_entries.h"
 
 namespace hiertag {
 namespace {
@@ -255,6 +257,34 @@ TEST_F(RecordRewritesTest, RemovedRecordResolvesToBothTagsWhenTagging) {
   EXPECT_EQ(tagging.rewrites[0].pass, kPass);
   EXPECT_TRUE(std::is_sorted(tagging.rewrites[0].refs.begin(), tagging.rewrites[0].refs.end()));
   EXPECT_EQ(TagsOf(tagging.rewrites[0].refs), (std::vector<std::string>{"/Net/ToFirst", "/Net/ToLast"}));
+}
+
+TEST_F(RecordRewritesTest, TheFileListsEachRemovedRewriteOnceInTheOrderFirstMet) {
+  // Check that records of one pass removing across the same calls are listed
+  // once in hiertag.rewrites, and one of another pass after them.
+  Parse(kTransposePair);
+  SetScope("t1", to_last_);
+  SetScope("t2", to_first_);
+  SetScope("y", to_first_);
+  RunPass(CancelTransposePair(vmap_));
+  ASSERT_EQ(log_.records.size(), 1u);
+  RewriteRecord again = log_.records[0];
+  RewriteRecord other = log_.records[0];
+  other.pass = "_jit_pass_other_surgery";
+  log_.records.push_back(other);
+  log_.records.push_back(again);
+
+  HierarchyTagging tagging = Tag();
+  ASSERT_EQ(tagging.rewrites.size(), 3u);
+  std::string listed;
+  for (const ModelMetadataEntry& entry : DescribeTaggedModel(tagging, *call_tags_, modules_, *graph_).model) {
+    if (entry.key == kRewritesKey) listed = entry.value;
+  }
+  EXPECT_EQ(listed,
+            "[{\"pass\":\"_jit_pass_test_surgery\",\"kind\":\"removed\","
+            "\"modules\":[\"/Net/ToFirst\",\"/Net/ToLast\"],\"node\":\"\"},"
+            "{\"pass\":\"_jit_pass_other_surgery\",\"kind\":\"removed\","
+            "\"modules\":[\"/Net/ToFirst\",\"/Net/ToLast\"],\"node\":\"\"}]");
 }
 
 // A Conv and the BatchNormalization after it, then a consumer.
