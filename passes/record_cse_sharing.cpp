@@ -36,11 +36,13 @@ struct GraphBefore {
   MappedArray<InputSlot> uses;
 
   // Reads each node in the walk that reaches it (its scope and uses while the
-  // node is in cache), not in a loop over a collected list. The arrays are
-  // sized by a first walk: grown step by step, right after the trace freed
-  // many small objects, they cost as much again (the 200-layer decoder's 58k
-  // nodes: 37 ms grown, 23 ms counted and sized). That walk notes the nodes,
-  // which the second one then prefetches ahead of its links.
+  // node is in cache), not in a loop over a collected list. The scopes' and
+  // uses' arrays are sized by a first walk: grown step by step, right after
+  // the trace freed many small objects, they cost as much again (the
+  // 200-layer decoder's 58k nodes: 37 ms grown, 23 ms counted and sized; that
+  // was on glibc's heap, now they are in the caller's arena). The first walk
+  // notes the nodes (a list of pointers grown in the arena), which the second
+  // one prefetches ahead of its links.
   GraphBefore(Block* block, std::pmr::memory_resource* memory)
       : nodes(memory), scopes(memory), use_begin(memory), uses(memory) {
     size_t use_count = 0;
@@ -145,8 +147,18 @@ int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed, const s
 
   MappedArray<Node*> nodes_after(&memory);
   nodes_after.reserve(before.nodes.size());
-  // CSE only removes nodes: the rest are met in the order noted before.
-  CollectNodesAndReturns(graph.block(), &nodes_after, before.nodes);
+  // CSE only removes nodes: the rest are met in the order noted before, each
+  // at or after the last one met there, so one cursor finds each (it runs to
+  // the end once should the order ever differ) and the node noted a few after
+  // it is asked for ahead of the walk. (Ahead of a position instead would
+  // fall behind the walk once CSE removed that many nodes.)
+  size_t cursor = 0;
+  VisitNodesAndReturns(graph.block(), [&](Node* node) {
+    nodes_after.push_back(node);
+    while (cursor < before.nodes.size() && before.nodes[cursor] != node) ++cursor;
+    if (cursor + kExpectedAhead < before.nodes.size()) PrefetchNodeAndLink(node, before.nodes[cursor + kExpectedAhead]);
+    return true;
+  });
   RemovedNodes removed(before, nodes_after, &memory);
   if (removed.empty()) return 0;
   ReplacementFinder finder(before, removed, &memory);
@@ -200,7 +212,7 @@ int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed, const s
     kept->setScope(borrowed.Lend(std::move(loan)));
     ++lent;
   }
-  GRAPH_DEBUG("hiertag: CSE kept ", lent, " nodes for several modules");
+  if (JitLogging()) GRAPH_DEBUG("hiertag: CSE kept ", lent, " nodes for several modules");
   return lent;
 }
 

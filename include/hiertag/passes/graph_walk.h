@@ -85,7 +85,7 @@ bool VisitNodesAndReturns(torch::jit::Block* block, Visit& visit, Expected& expe
     PrefetchOutputTypesAndUses(ahead[0]);
     if (!visit(node)) return false;
     for (torch::jit::Block* nested : node->blocks()) {
-      if (!VisitNodesAndReturns(nested, visit, expected)) return false;
+      if (!detail::VisitNodesAndReturns(nested, visit, expected)) return false;
     }
     node = ahead[0];
     for (int k = 0; k + 1 < kAhead; ++k) ahead[k] = ahead[k + 1];
@@ -112,10 +112,10 @@ bool VisitNodesAndReturns(torch::jit::Block* block, Visit& visit, Expected& expe
 //
 // The links themselves stay a chain: a node's next is known only once the
 // node is loaded, so the walk waits for one miss per node. Given `expected`
-// (the order an earlier walk met the nodes in), it also asks for the nodes
-// that many steps ahead, links included: where the graph has not changed
-// since, the chain's loads are in the cache when the walk gets to them. What
-// it visits does not depend on `expected`.
+// (the order an earlier walk met the nodes in), it also asks for the node
+// expected kExpectedAhead steps ahead, link included: where the graph has
+// not changed since, the chain's loads are in the cache when the walk gets
+// to them. What it visits does not depend on `expected`.
 template <typename Visit>
 bool VisitNodesAndReturns(torch::jit::Block* block, Visit&& visit, ExpectedNodes expected = {}) {
   detail::Expected walk{expected};
