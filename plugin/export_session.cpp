@@ -5,6 +5,7 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "hiertag/core/export/mapped_memory.h"
 #include "hiertag/core/format/call_tags.h"
 #include "hiertag/passes/assign_hierarchy_tags.h"
 #include "hiertag/passes/graph_walk.h"
@@ -187,17 +188,20 @@ void ExportSession::WriteFile(const std::function<void(std::string_view)>& sink)
 
 void ExportSession::Release() {
   OwnWork own(*this, Work::kRelease);
-  // Moved into locals that end here, inside the timed scope.
-  ModuleTable modules = std::move(modules_);
-  std::unordered_set<std::string> member_names = std::move(member_names_);
-  std::vector<InlinedAlias> inlined_aliases = std::move(inlined_aliases_);
-  ska::flat_hash_set<torch::jit::Node*> before_inlining = std::move(before_inlining_);
-  recorder_.Release();
-  RewriteLog rewrites = std::move(rewrites_);
-  ModuleCalls calls = std::move(calls_);
-  BorrowedScopes borrowed = std::move(borrowed_);
-  TaggedModelEntries entries = std::move(entries_);
-  TaggedModelPlan plan = std::move(plan_);
+  {
+    // Moved into locals that end here, inside the timed scope.
+    ModuleTable modules = std::move(modules_);
+    std::unordered_set<std::string> member_names = std::move(member_names_);
+    std::vector<InlinedAlias> inlined_aliases = std::move(inlined_aliases_);
+    ska::flat_hash_set<torch::jit::Node*> before_inlining = std::move(before_inlining_);
+    recorder_.Release();
+    RewriteLog rewrites = std::move(rewrites_);
+    ModuleCalls calls = std::move(calls_);
+    BorrowedScopes borrowed = std::move(borrowed_);
+    TaggedModelEntries entries = std::move(entries_);
+    TaggedModelPlan plan = std::move(plan_);
+  }
+  TrimMappedMemory();  // the blocks kept for reuse during the export
 }
 
 std::string ExportSession::ReportLine() const {

@@ -1,5 +1,6 @@
 // Tests of the mapped-memory resource: blocks of any size and alignment,
-// written whole, returned; an arena and a pool over it.
+// written whole, returned, kept for reuse and trimmed; an arena and a pool
+// over it.
 #include "hiertag/core/export/mapped_memory.h"
 
 #include <gtest/gtest.h>
@@ -66,6 +67,49 @@ TEST(MappedMemoryTest, AlignmentsAboveAPageAreHonouredAndTheSparePagesReturned) 
       EXPECT_EQ(MappedBytes(), before);
     }
   }
+}
+
+TEST(MappedMemoryTest, AReturnedBlockIsHandedOutAgainAndTrimmingUnmapsIt) {
+  // Check that a returned block is kept mapped and handed out for its size
+  // (no new mapping, not counted as in use while kept), and that trimming
+  // unmaps every kept block.
+  std::pmr::memory_resource* memory = MappedMemory();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  TrimMappedMemory();
+  EXPECT_EQ(KeptMappedBytes(), 0u);
+  void* block = memory->allocate(3 * page, 8);
+  std::memset(block, 0x5A, 3 * page);
+  size_t in_use = MappedBytes();
+  size_t address_space = VirtualBytes();
+  memory->deallocate(block, 3 * page, 8);
+  EXPECT_EQ(in_use - MappedBytes(), 3 * page);
+  EXPECT_EQ(KeptMappedBytes(), 3 * page);
+  EXPECT_EQ(VirtualBytes(), address_space);  // still mapped
+  void* again = memory->allocate(3 * page - 5, 64);
+  EXPECT_EQ(again, block);
+  EXPECT_EQ(KeptMappedBytes(), 0u);
+  EXPECT_EQ(VirtualBytes(), address_space);     // no new mapping
+  void* other = memory->allocate(2 * page, 8);  // another size: a mapping of its own
+  EXPECT_NE(other, block);
+  memory->deallocate(again, 3 * page - 5, 64);
+  memory->deallocate(other, 2 * page, 8);
+  EXPECT_EQ(KeptMappedBytes(), 5 * page);
+  size_t kept_space = VirtualBytes();
+  TrimMappedMemory();
+  EXPECT_EQ(KeptMappedBytes(), 0u);
+  EXPECT_EQ(kept_space - VirtualBytes(), 5 * page);
+}
+
+TEST(MappedMemoryTest, LargeBlocksAreUnmappedWhenReturned) {
+  // Check that a block above the kept sizes goes back to the system at once.
+  std::pmr::memory_resource* memory = MappedMemory();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  TrimMappedMemory();
+  void* block = memory->allocate(300 * page, 8);
+  size_t address_space = VirtualBytes();
+  memory->deallocate(block, 300 * page, 8);
+  EXPECT_EQ(KeptMappedBytes(), 0u);
+  EXPECT_EQ(address_space - VirtualBytes(), 300 * page);
 }
 
 TEST(MappedMemoryTest, APoolOverItServesManyListsAndReturnsItsChunks) {

@@ -13,7 +13,9 @@
 // alignment above a page costs a larger mapping, trimmed). Use it as the
 // upstream of a std::pmr::monotonic_buffer_resource or
 // unsynchronized_pool_resource, or for arrays that grow geometrically to the
-// size of the graph (passes/mapped_arrays.h).
+// size of the graph (passes/mapped_arrays.h). Returned blocks of up to 256
+// pages are kept (32 MiB in all at most) and handed out again for a block of
+// their size, uncleared; TrimMappedMemory unmaps them (the end of an export).
 //
 // Before:  std::pmr::monotonic_buffer_resource arena;             // blocks from malloc
 // After:   std::pmr::monotonic_buffer_resource arena(MappedMemory()); // blocks from mmap
@@ -24,12 +26,19 @@
 
 namespace hiertag {
 
-// The process's one mapped-memory resource (stateless, thread-safe). Allocation
+// The process's one mapped-memory resource (thread-safe). Allocation
 // throws std::bad_alloc when the system maps nothing.
 std::pmr::memory_resource* MappedMemory();
 
-// The bytes it has mapped and not yet unmapped, whole pages: for memory figures
-// (a heap count does not see them).
+// The bytes of the blocks it has handed out and not had back, whole pages: for
+// memory figures (a heap count does not see them). Blocks kept for reuse are
+// not counted.
 size_t MappedBytes();
+
+// The bytes of the returned blocks it keeps mapped for reuse.
+size_t KeptMappedBytes();
+
+// Unmaps the blocks kept for reuse.
+void TrimMappedMemory();
 
 }  // namespace hiertag
