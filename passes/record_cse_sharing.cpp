@@ -156,7 +156,7 @@ int RecordCseSharing(torch::jit::Graph& graph, BorrowedScopes& borrowed, const s
   VisitNodesAndReturns(graph.block(), [&](Node* node) {
     nodes_after.push_back(node);
     while (cursor < before.nodes.size() && before.nodes[cursor] != node) ++cursor;
-    if (cursor + kExpectedAhead < before.nodes.size()) PrefetchNodeAndLink(node, before.nodes[cursor + kExpectedAhead]);
+    PrefetchExpectedAfter(node, before.nodes, cursor);
     return true;
   });
   RemovedNodes removed(before, nodes_after, &memory);

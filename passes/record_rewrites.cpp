@@ -319,7 +319,7 @@ class Observer {
       Index i = IndexOf(node);
       // Ahead of the node met, not of its position: the pass removed
       // and made nodes, so positions drift.
-      if (i != kNotBefore && i + kExpectedAhead < count) PrefetchNodeAndLink(node, before_.nodes[i + kExpectedAhead]);
+      if (i != kNotBefore) PrefetchExpectedAfter(node, before_.nodes, i);
       if (i != kNotBefore && SameNode(i, node)) {
         alive_[i] = 1;
         if (!std::equal(node->inputs().begin(), node->inputs().end(), before_.InputsOf(i).begin(),

@@ -110,7 +110,13 @@ TEST_F(GraphWalkTest, TheExpectedOrderChangesNothingItVisitsEvenWhenStale) {
     for (const std::vector<Node*>& order :
          {before, reversed, longer, std::vector<Node*>(before.begin(), before.begin() + before.size() / 2)}) {
       std::vector<Node*> visited;
-      CollectNodesAndReturns(graph_->block(), &visited, order);
+      VisitNodesAndReturns(
+          graph_->block(),
+          [&visited](Node* node) {
+            visited.push_back(node);
+            return true;
+          },
+          order);
       EXPECT_EQ(visited, expected);
     }
   }

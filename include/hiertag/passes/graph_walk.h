@@ -43,11 +43,14 @@ using ExpectedNodes = c10::ArrayRef<torch::jit::Node*>;
 // the cache a few nodes before the walk gets there.
 constexpr size_t kExpectedAhead = 8;
 
-// Asks for the lines of `ahead` a walk reads first, its link to the next node
-// included. `ahead` is only prefetched (it may have been freed); `live` is a
-// node in the graph, which says where a node keeps its link.
-inline void PrefetchNodeAndLink(torch::jit::Node* live, const torch::jit::Node* ahead) {
-  const char* address = reinterpret_cast<const char*>(ahead);
+// Asks for the node `expected` lists kExpectedAhead after index `met` (the
+// node the walk is at), the lines a walk reads first and its link to the next
+// node included; nothing past the list's end. The node is only prefetched (it
+// may have been freed); `live` is a node in the graph, which says where a
+// node keeps its link.
+inline void PrefetchExpectedAfter(torch::jit::Node* live, ExpectedNodes expected, size_t met) {
+  if (met + kExpectedAhead >= expected.size()) return;
+  const char* address = reinterpret_cast<const char*>(expected[met + kExpectedAhead]);
   detail::PrefetchLines(address, 3);
   __builtin_prefetch(address + (reinterpret_cast<const char*>(&live->next()) - reinterpret_cast<const char*>(live)));
 }
@@ -60,9 +63,7 @@ struct Expected {
 };
 
 inline void PrefetchExpected(Expected& expected, torch::jit::Node* live) {
-  size_t ahead = expected.position + kExpectedAhead;
-  if (ahead < expected.nodes.size()) PrefetchNodeAndLink(live, expected.nodes[ahead]);
-  ++expected.position;
+  PrefetchExpectedAfter(live, expected.nodes, expected.position++);
 }
 
 template <typename Visit>
@@ -123,16 +124,13 @@ bool VisitNodesAndReturns(torch::jit::Block* block, Visit&& visit, ExpectedNodes
 }
 
 // Every node and block return, in VisitNodesAndReturns' order, appended to a
-// vector of Node* (of any allocator); `expected` as there.
+// vector of Node* (of any allocator).
 template <typename Nodes>
-void CollectNodesAndReturns(torch::jit::Block* block, Nodes* nodes, ExpectedNodes expected = {}) {
-  VisitNodesAndReturns(
-      block,
-      [nodes](torch::jit::Node* node) {
-        nodes->push_back(node);
-        return true;
-      },
-      expected);
+void CollectNodesAndReturns(torch::jit::Block* block, Nodes* nodes) {
+  VisitNodesAndReturns(block, [nodes](torch::jit::Node* node) {
+    nodes->push_back(node);
+    return true;
+  });
 }
 
 // Whether torch's JIT logging (PYTORCH_JIT_LOG_LEVEL) is on for any file.
