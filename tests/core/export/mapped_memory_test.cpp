@@ -70,34 +70,74 @@ TEST(MappedMemoryTest, AlignmentsAboveAPageAreHonouredAndTheSparePagesReturned) 
 }
 
 TEST(MappedMemoryTest, AReturnedBlockIsHandedOutAgainAndTrimmingUnmapsIt) {
-  // Check that a returned block is kept mapped and handed out for its size
-  // (no new mapping, not counted as in use while kept), and that trimming
-  // unmaps every kept block.
+  // Check that a returned larger block is kept mapped and handed out for its
+  // size (no new mapping, not counted as in use while kept), and that
+  // trimming unmaps every kept block.
   std::pmr::memory_resource* memory = MappedMemory();
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t pages = kCarvedPages + 3;
   TrimMappedMemory();
   EXPECT_EQ(KeptMappedBytes(), 0u);
-  void* block = memory->allocate(3 * page, 8);
-  std::memset(block, 0x5A, 3 * page);
+  void* block = memory->allocate(pages * page, 8);
+  std::memset(block, 0x5A, pages * page);
   size_t in_use = MappedBytes();
   size_t address_space = VirtualBytes();
-  memory->deallocate(block, 3 * page, 8);
-  EXPECT_EQ(in_use - MappedBytes(), 3 * page);
-  EXPECT_EQ(KeptMappedBytes(), 3 * page);
+  memory->deallocate(block, pages * page, 8);
+  EXPECT_EQ(in_use - MappedBytes(), pages * page);
+  EXPECT_EQ(KeptMappedBytes(), pages * page);
   EXPECT_EQ(VirtualBytes(), address_space);  // still mapped
-  void* again = memory->allocate(3 * page - 5, 64);
+  void* again = memory->allocate(pages * page - 5, 64);
   EXPECT_EQ(again, block);
   EXPECT_EQ(KeptMappedBytes(), 0u);
-  EXPECT_EQ(VirtualBytes(), address_space);     // no new mapping
-  void* other = memory->allocate(2 * page, 8);  // another size: a mapping of its own
+  EXPECT_EQ(VirtualBytes(), address_space);               // no new mapping
+  void* other = memory->allocate((pages + 1) * page, 8);  // another size: a mapping of its own
   EXPECT_NE(other, block);
-  memory->deallocate(again, 3 * page - 5, 64);
-  memory->deallocate(other, 2 * page, 8);
-  EXPECT_EQ(KeptMappedBytes(), 5 * page);
+  EXPECT_EQ(VirtualBytes() - address_space, (pages + 1) * page);
+  memory->deallocate(again, pages * page - 5, 64);
+  memory->deallocate(other, (pages + 1) * page, 8);
+  EXPECT_EQ(KeptMappedBytes(), (2 * pages + 1) * page);
   size_t kept_space = VirtualBytes();
   TrimMappedMemory();
   EXPECT_EQ(KeptMappedBytes(), 0u);
-  EXPECT_EQ(kept_space - VirtualBytes(), 5 * page);
+  EXPECT_EQ(kept_space - VirtualBytes(), (2 * pages + 1) * page);
+}
+
+TEST(MappedMemoryTest, SmallBlocksShareChunksAndTrimmingUnmapsThemOnceAllAreBack) {
+  // Check that small blocks are carved from one mapping per chunk (the
+  // address space grows by a chunk, not by block), that returned ones are
+  // handed out again, and that trimming leaves the chunks while a small block
+  // is in use and unmaps them once none is.
+  std::pmr::memory_resource* memory = MappedMemory();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t chunk = kMappedChunkPages * page;
+  TrimMappedMemory();
+  ASSERT_EQ(KeptMappedBytes(), 0u);
+  size_t address_space = VirtualBytes();
+  size_t in_use = MappedBytes();
+  std::vector<void*> blocks;
+  for (size_t i = 0; i < kMappedChunkPages; ++i) {
+    blocks.push_back(memory->allocate(page, 8));
+    std::memset(blocks.back(), 0x11, page);
+  }
+  EXPECT_EQ(VirtualBytes() - address_space, chunk);  // one chunk holds them all
+  EXPECT_EQ(MappedBytes() - in_use, chunk);
+  EXPECT_EQ(KeptMappedBytes(), 0u);
+  void* larger = memory->allocate(kCarvedPages * page, page);  // the largest small block: a second chunk
+  std::memset(larger, 0x22, kCarvedPages * page);
+  EXPECT_EQ(VirtualBytes() - address_space, 2 * chunk);
+  EXPECT_EQ(KeptMappedBytes(), chunk - kCarvedPages * page);
+  memory->deallocate(blocks[7], page, 8);
+  EXPECT_EQ(memory->allocate(page - 1, 16), blocks[7]);  // a returned block, handed out again
+  for (void* block : blocks) memory->deallocate(block, page, 8);
+  TrimMappedMemory();  // a small block still in use: the chunks stay
+  EXPECT_EQ(VirtualBytes() - address_space, 2 * chunk);
+  EXPECT_EQ(static_cast<unsigned char*>(larger)[kCarvedPages * page - 1], 0x22);
+  memory->deallocate(larger, kCarvedPages * page, page);
+  EXPECT_EQ(MappedBytes(), in_use);
+  EXPECT_EQ(KeptMappedBytes(), 2 * chunk);
+  TrimMappedMemory();
+  EXPECT_EQ(KeptMappedBytes(), 0u);
+  EXPECT_EQ(VirtualBytes(), address_space);
 }
 
 TEST(MappedMemoryTest, LargeBlocksAreUnmappedWhenReturned) {

@@ -13,9 +13,13 @@
 // alignment above a page costs a larger mapping, trimmed). Use it as the
 // upstream of a std::pmr::monotonic_buffer_resource or
 // unsynchronized_pool_resource, or for arrays that grow geometrically to the
-// size of the graph (passes/mapped_arrays.h). Returned blocks of up to 256
-// pages are kept (32 MiB in all at most) and handed out again for a block of
-// their size, uncleared; TrimMappedMemory unmaps them (the end of an export).
+// size of the graph (passes/mapped_arrays.h). Small blocks (up to
+// kCarvedPages pages, aligned to at most a page) are carved from chunks of
+// kMappedChunkPages pages, one mapping for many blocks. Returned blocks are
+// kept and handed out again for a block of their size, uncleared: every small
+// one, and larger ones of up to 256 pages while the kept ones stay within 32
+// MiB. TrimMappedMemory (the end of an export) unmaps the kept larger blocks,
+// and the chunks once no small block is in use.
 //
 // Before:  std::pmr::monotonic_buffer_resource arena;             // blocks from malloc
 // After:   std::pmr::monotonic_buffer_resource arena(MappedMemory()); // blocks from mmap
@@ -26,6 +30,9 @@
 
 namespace hiertag {
 
+inline constexpr size_t kCarvedPages = 32;
+inline constexpr size_t kMappedChunkPages = 256;
+
 // The process's one mapped-memory resource (thread-safe). Allocation
 // throws std::bad_alloc when the system maps nothing.
 std::pmr::memory_resource* MappedMemory();
@@ -35,10 +42,12 @@ std::pmr::memory_resource* MappedMemory();
 // not counted.
 size_t MappedBytes();
 
-// The bytes of the returned blocks it keeps mapped for reuse.
+// The bytes it keeps mapped for reuse: returned blocks, and the chunks' pages
+// not handed out.
 size_t KeptMappedBytes();
 
-// Unmaps the blocks kept for reuse.
+// Unmaps the larger blocks kept for reuse, and the chunks when no small block
+// is in use.
 void TrimMappedMemory();
 
 }  // namespace hiertag
