@@ -87,7 +87,8 @@ struct WrappedForward {
 struct PythonSession {
   std::unique_ptr<ExportSession> session;
   std::vector<WrappedForward> wrapped;
-  py::object planned_bytes;  // torch's serialized model the plan borrows from
+  std::vector<std::string> scope_names;  // module index -> the scope name its calls record
+  py::object planned_bytes;              // torch's serialized model the plan borrows from
 };
 
 // One export runs at a time per process (torch's exporter keeps global state
@@ -138,41 +139,6 @@ void FlattenTensors(const py::handle& value, std::vector<at::Tensor>* out, int d
   }
 }
 
-// Stands in for a module's forward during a tagged export: every call, through
-// __call__ or straight to .forward(), passes ModuleCalls. inspect.signature
-// follows __wrapped__ to the original, as for functools.wraps.
-class ForwardWrapper {
- public:
-  ForwardWrapper(py::object original, int module, std::string scope_name)
-      : original_(std::move(original)), module_(module), scope_name_(std::move(scope_name)) {}
-
-  py::object Call(py::args args, py::kwargs kwargs) {
-    ExportSession* session = Session();
-    if (session == nullptr) return original_(*args, **kwargs);
-    std::vector<at::Tensor> inputs;
-    FlattenTensors(args, &inputs);
-    FlattenTensors(kwargs, &inputs);
-    session->MaybeFailAt("trace");
-    ModuleCalls::Entered entered = session->calls().Enter(module_, scope_name_, std::move(inputs));
-    py::object result;
-    try {
-      result = original_(*args, **kwargs);
-    } catch (...) {
-      session->calls().Exit(entered, false, {}, session->borrowed());
-      throw;
-    }
-    std::vector<at::Tensor> returned;
-    FlattenTensors(result, &returned);
-    session->calls().Exit(entered, true, returned, session->borrowed());
-    return result;
-  }
-
- private:
-  py::object original_;
-  int module_;
-  std::string scope_name_;
-};
-
 // A Python string made once and kept for the process: an attribute name the
 // set-up asks of every module (pybind11's attr("name") makes the string anew
 // at each call).
@@ -182,20 +148,60 @@ py::handle Interned(const char* text) {
   return interned;
 }
 
+// What a module's forward does during a tagged export: every call, through
+// __call__ or straight to .forward(), passes ModuleCalls. `module` is the
+// module's index, `original` the forward it had.
+py::object CallForward(int module, const py::object& original, py::args args, py::kwargs kwargs) {
+  ExportSession* session = Session();
+  if (session == nullptr) return original(*args, **kwargs);
+  std::vector<at::Tensor> inputs;
+  FlattenTensors(args, &inputs);
+  FlattenTensors(kwargs, &inputs);
+  session->MaybeFailAt("trace");
+  ModuleCalls::Entered entered = session->calls().Enter(module, Current()->scope_names.at(module), std::move(inputs));
+  py::object result;
+  try {
+    result = original(*args, **kwargs);
+  } catch (...) {
+    session->calls().Exit(entered, false, {}, session->borrowed());
+    throw;
+  }
+  std::vector<at::Tensor> returned;
+  FlattenTensors(result, &returned);
+  session->calls().Exit(entered, true, returned, session->borrowed());
+  return result;
+}
+
+// The function every wrapped forward calls: CallForward, made a Python
+// function once (Install).
+py::object& ForwardFunction() {
+  static auto* function = new py::object();
+  return *function;
+}
+
+// Stands in for a module's forward: functools.partial(CallForward, index,
+// forward) in the instance __dict__, with __wrapped__ set (inspect.signature
+// follows it to the original, as for functools.wraps). A partial, not an
+// instance of a class of hiertag's: pybind11 registers each instance of its
+// classes in a table and unregisters it when freed, about a quarter of
+// ResNet-50's set-up and release (perf).
 void WrapForward(PythonSession& current, const py::handle& module, int index, const std::string& scope_name) {
   static const py::handle kDict = Interned("__dict__");
   static const py::handle kForward = Interned("forward");
   static const py::handle kWrapped = Interned("__wrapped__");
+  static const auto* kPartial = new py::object(py::module_::import("functools").attr("partial"));
   py::dict own = py::getattr(module, kDict);
   PyObject* own_forward = PyDict_GetItemWithError(own.ptr(), kForward.ptr());  // borrowed
   if (own_forward == nullptr && PyErr_Occurred()) throw py::error_already_set();
   WrappedForward record{py::reinterpret_borrow<py::object>(module), py::reinterpret_borrow<py::object>(own_forward)};
   py::object forward = py::getattr(module, kForward);
-  py::object wrapper = py::cast(ForwardWrapper(forward, index, scope_name));
+  py::object wrapper = (*kPartial)(ForwardFunction(), index, forward);
   if (PyObject_SetAttr(wrapper.ptr(), kWrapped.ptr(), forward.ptr()) != 0 ||
       PyDict_SetItem(own.ptr(), kForward.ptr(), wrapper.ptr()) != 0) {
     throw py::error_already_set();
   }
+  if (current.scope_names.size() <= static_cast<size_t>(index)) current.scope_names.resize(index + 1);
+  current.scope_names[index] = scope_name;
   current.wrapped.push_back(std::move(record));
 }
 
@@ -271,15 +277,19 @@ class MemberNames {
 
 // Gives the wrapped modules their own forward back (or none).
 void RestoreForwards(PythonSession& session) {
+  static const py::handle kDict = Interned("__dict__");
+  static const py::handle kForward = Interned("forward");
   for (WrappedForward& record : session.wrapped) {
-    py::dict own = record.module.attr("__dict__");
+    py::object own = py::getattr(record.module, kDict);
     if (record.own_forward) {
-      own["forward"] = record.own_forward;
-    } else if (own.contains("forward")) {
-      PyDict_DelItemString(own.ptr(), "forward");
+      if (PyDict_SetItem(own.ptr(), kForward.ptr(), record.own_forward.ptr()) != 0) throw py::error_already_set();
+    } else if (PyDict_DelItem(own.ptr(), kForward.ptr()) != 0) {
+      if (!PyErr_ExceptionMatches(PyExc_KeyError)) throw py::error_already_set();
+      PyErr_Clear();  // the model removed it itself
     }
   }
   session.wrapped.clear();
+  session.scope_names.clear();
 }
 
 void EndSession() {
@@ -654,7 +664,7 @@ void Install() {
     present.push_back(site);
   }
   sites = std::move(present);
-  py::class_<ForwardWrapper>(c, "_HiertagForward", py::dynamic_attr()).def("__call__", &ForwardWrapper::Call);
+  ForwardFunction() = py::cpp_function(&CallForward, py::name("_hiertag_forward"));
   for (size_t i = 0; i < sites.size(); ++i) {
     const HookSite& site = sites[i];
     py::object original = owners[i].attr(site.name);

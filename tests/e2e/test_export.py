@@ -1,5 +1,6 @@
 """End-to-end: export real models with HIERTAG=1 and read the files back."""
 
+import inspect
 import io
 import json
 import os
@@ -149,6 +150,35 @@ def test_the_report_counts_ending_the_export_as_own_work(capsys):
     parts = {name: float(ms) for name, ms in re.findall(r"(?:^|, )([a-z-]+) ([0-9.]+)", found.group(2))}
     assert list(parts) == ["set-up", "inlining", "passes", "cse", "tagging", "entries", "plan", "release"]
     assert {name: "forward" in vars(module) for name, module in model.named_modules()} == forwards
+
+
+def test_a_wrapped_forward_shows_its_own_signature_during_the_export():
+    # Check that while hiertag records a module's calls (its forward wrapped),
+    # code reading the forward's signature, as models do to pick arguments,
+    # sees the module's own parameters, and calling .forward() directly works.
+    class Child(torch.nn.Module):
+        def forward(self, x, scale=2.0):
+            return x * scale
+
+    class Parent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.child = Child()
+            self.seen = []
+
+        def forward(self, x):
+            self.seen.append(list(inspect.signature(self.child.forward).parameters))
+            return self.child(x) + self.child.forward(x, scale=3.0)
+
+    model = Parent()
+    with hiertag.tagging():
+        buffer = io.BytesIO()
+        torch.onnx.export(model, (torch.randn(2, 3),), buffer, dynamo=False, opset_version=OPSET)
+    assert model.seen == [["x", "scale"]]
+    assert "forward" not in vars(model.child)
+    calls = {node.name: checks.node_props(node).get("hierarchy_tag")
+             for node in onnx.load_from_string(buffer.getvalue()).graph.node if node.op_type == "Mul"}
+    assert sorted(calls.values()) == ["/Parent/Child", "/Parent/Child"], calls
 
 
 def test_every_module_passes_the_boundary_check(exported):
