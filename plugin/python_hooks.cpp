@@ -275,6 +275,73 @@ class MemberNames {
   std::string name_;  // a name being built
 };
 
+// What model.named_modules() yields, (path, module) in its order. With
+// torch's own method (nn.Module's, not overridden, in every module met; each
+// module's _modules a dict; identity hashing, which its memo set relies on)
+// the modules' _modules dicts are walked here as it walks them: each module
+// once, at the first path that reaches it, before its children; None entries
+// skipped. Otherwise the method is called. (The generator's frames were a
+// quarter of ResNet-50's set-up.)
+class NamedModules {
+ public:
+  explicit NamedModules(const py::handle& model) {
+    torch_method_ = py::module_::import("torch").attr("nn").attr("Module").attr("named_modules");
+    if (!Walk(model, "")) {
+      modules_.clear();
+      for (py::handle item : model.attr("named_modules")()) {
+        auto pair = item.cast<py::tuple>();
+        modules_.emplace_back(pair[0].cast<std::string>(), py::reinterpret_borrow<py::object>(pair[1]));
+      }
+    }
+  }
+
+  std::vector<std::pair<std::string, py::object>>& modules() { return modules_; }
+
+ private:
+  // Whether a module's class walks its modules as torch's method does.
+  bool TorchWalks(PyTypeObject* type) {
+    static const py::handle kNamedModules = Interned("named_modules");
+    auto [known, added] = torch_walks_.try_emplace(type, false);
+    if (added) {
+      py::object method = py::getattr(reinterpret_cast<PyObject*>(type), kNamedModules, py::none());
+      known->second = method.is(torch_method_) && type->tp_hash == PyBaseObject_Type.tp_hash &&
+                      type->tp_richcompare == PyBaseObject_Type.tp_richcompare;
+    }
+    return known->second;
+  }
+
+  bool Walk(const py::handle& module, const std::string& path) {
+    static const py::handle kModules = Interned("_modules");
+    if (!TorchWalks(Py_TYPE(module.ptr()))) return false;
+    if (!seen_.insert(module.ptr()).second) return true;
+    modules_.emplace_back(path, py::reinterpret_borrow<py::object>(module));
+    py::object children = py::getattr(module, kModules);
+    if (!PyDict_CheckExact(children.ptr())) return false;
+    Py_ssize_t position = 0;
+    PyObject* key = nullptr;
+    PyObject* child = nullptr;
+    while (PyDict_Next(children.ptr(), &position, &key, &child)) {
+      if (child == Py_None) continue;
+      Py_ssize_t size = 0;
+      const char* name = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &size) : nullptr;
+      if (name == nullptr) {  // not a str, or not encodable: as torch's method would take it
+        PyErr_Clear();
+        return false;
+      }
+      std::string child_path = path;
+      if (!path.empty()) child_path.push_back('.');
+      child_path.append(name, static_cast<size_t>(size));
+      if (!Walk(child, child_path)) return false;
+    }
+    return true;
+  }
+
+  py::object torch_method_;
+  std::unordered_map<PyTypeObject*, bool> torch_walks_;
+  std::unordered_set<PyObject*> seen_;
+  std::vector<std::pair<std::string, py::object>> modules_;
+};
+
 // Gives the wrapped modules their own forward back (or none).
 void RestoreForwards(PythonSession& session) {
   static const py::handle kDict = Interned("__dict__");
@@ -337,27 +404,32 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
   py::module_ torch = py::module_::import("torch");
   py::object script_module = torch.attr("jit").attr("ScriptModule");
   py::object typename_of = torch.attr("typename");
-  // A class's names, asked once per class (a model has few classes, many instances).
-  std::unordered_map<PyObject*, std::pair<std::string, std::string>> class_names;
-  MemberNames members(model);
-  for (py::handle item : model.attr("named_modules")()) {
-    auto pair = item.cast<py::tuple>();
-    std::string path = pair[0].cast<std::string>();
-    py::handle module = pair[1];
+  // A class's names, asked once per class (a model has few classes, many
+  // instances); a scripted module's, of each instance.
+  struct ClassNames {
+    bool scripted = false;
     std::string qualified;
     std::string short_name;
-    if (py::isinstance(module, script_module)) {
+  };
+  std::unordered_map<PyTypeObject*, ClassNames> class_names;
+  MemberNames members(model);
+  NamedModules named_modules(model);
+  for (auto& [path, module] : named_modules.modules()) {
+    PyTypeObject* type = Py_TYPE(module.ptr());
+    auto [names, added] = class_names.try_emplace(type);
+    if (added) {
+      names->second.scripted = py::isinstance(module, script_module);
+      if (!names->second.scripted) {
+        names->second.qualified = typename_of(py::handle(reinterpret_cast<PyObject*>(type))).cast<std::string>();
+        names->second.short_name = py::handle(reinterpret_cast<PyObject*>(type)).attr("__name__").cast<std::string>();
+      }
+    }
+    std::string qualified = names->second.qualified;
+    std::string short_name = names->second.short_name;
+    if (names->second.scripted) {
       qualified =
           UnmangleTorchScriptTypeName(module.attr("_c").attr("_type")().attr("qualified_name")().cast<std::string>());
       short_name = module.attr("original_name").cast<std::string>();
-    } else {
-      PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(module.ptr()));
-      auto [names, added] = class_names.try_emplace(type);
-      if (added) {
-        names->second = {typename_of(py::handle(type)).cast<std::string>(),
-                         py::handle(type).attr("__name__").cast<std::string>()};
-      }
-      std::tie(qualified, short_name) = names->second;
     }
     members.AddOwnMembers(module, path);
     int index = modules.Add(path, qualified, short_name, options.torch_modules.KeepsSegment(qualified, short_name));

@@ -181,6 +181,42 @@ def test_a_wrapped_forward_shows_its_own_signature_during_the_export():
     assert sorted(calls.values()) == ["/Parent/Child", "/Parent/Child"], calls
 
 
+class _Leaf(torch.nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+
+class _SharedLeaf(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = _Leaf()
+        self.register_module("gap", None)
+        self.again = self.first  # one module at two paths
+        self.other = _Leaf()
+
+    def forward(self, x):
+        return self.other(self.again(x))
+
+
+class _OwnNamedModules(_SharedLeaf):
+    def named_modules(self, *args, **kwargs):
+        yield from super().named_modules(*args, **kwargs)
+
+
+@pytest.mark.parametrize("model_class", [_SharedLeaf, _OwnNamedModules])
+def test_the_module_table_names_each_module_at_the_path_named_modules_gives_it(model_class):
+    # Check that the modules are read as named_modules() yields them (a module
+    # reachable at two paths once, at its first; None entries skipped), whether
+    # hiertag walks the modules itself or, for a model overriding the method, calls it.
+    model = model_class()
+    with hiertag.tagging():
+        buffer = io.BytesIO()
+        torch.onnx.export(model, (torch.randn(2, 3),), buffer, dynamo=False, opset_version=OPSET)
+    table = checks.module_table(onnx.load_from_string(buffer.getvalue()))
+    assert sorted(entry["path"] for entry in table.values()) == ["", "first", "other"]
+    assert [name for name, _ in model.named_modules()] == ["", "first", "other"]
+
+
 def test_every_module_passes_the_boundary_check(exported):
     name, torch_model, args, tagged, plain = exported
     model = onnx.load_from_string(tagged)
