@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -106,8 +107,10 @@ class MappedMemoryResource final : public std::pmr::memory_resource {
   // aligned block are unmapped again. A kept block serves only alignments up
   // to a page.
   void* do_allocate(size_t bytes, size_t alignment) override {
-    const size_t size = Pages(bytes);
     const size_t spare = alignment > Page() ? alignment - Page() : 0;
+    // Pages() would wrap round: no mapping is that large.
+    if (bytes > std::numeric_limits<size_t>::max() - Page() - spare) throw std::bad_alloc();
+    const size_t size = Pages(bytes);
     if (Carved(size, alignment)) {
       std::lock_guard<std::mutex> lock(mutex_);
       void* block = Carve(size);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory_resource>
 #include <new>
 #include <string>
@@ -112,9 +113,10 @@ TEST(MappedMemoryTest, SmallBlocksShareChunksAndTrimmingUnmapsThemOnceAllAreBack
   const size_t chunk = kMappedChunkPages * page;
   TrimMappedMemory();
   ASSERT_EQ(KeptMappedBytes(), 0u);
-  size_t address_space = VirtualBytes();
   size_t in_use = MappedBytes();
   std::vector<void*> blocks;
+  blocks.reserve(kMappedChunkPages);  // no heap growth between the address-space readings
+  size_t address_space = VirtualBytes();
   for (size_t i = 0; i < kMappedChunkPages; ++i) {
     blocks.push_back(memory->allocate(page, 8));
     std::memset(blocks.back(), 0x11, page);
@@ -138,6 +140,16 @@ TEST(MappedMemoryTest, SmallBlocksShareChunksAndTrimmingUnmapsThemOnceAllAreBack
   TrimMappedMemory();
   EXPECT_EQ(KeptMappedBytes(), 0u);
   EXPECT_EQ(VirtualBytes(), address_space);
+}
+
+TEST(MappedMemoryTest, ABlockLargerThanAnyMappingFails) {
+  // Check that a size whose page count would wrap round fails instead of handing out a block.
+  std::pmr::memory_resource* memory = MappedMemory();
+  size_t before = MappedBytes();
+  for (size_t alignment : {size_t{8}, size_t{1} << 16}) {
+    EXPECT_THROW(memory->allocate(std::numeric_limits<size_t>::max() - 10, alignment), std::bad_alloc);
+  }
+  EXPECT_EQ(MappedBytes(), before);
 }
 
 TEST(MappedMemoryTest, LargeBlocksAreUnmappedWhenReturned) {

@@ -16,10 +16,12 @@
 // size of the graph (passes/mapped_arrays.h). Small blocks (up to
 // kCarvedPages pages, aligned to at most a page) are carved from chunks of
 // kMappedChunkPages pages, one mapping for many blocks. Returned blocks are
-// kept and handed out again for a block of their size, uncleared: every small
-// one, and larger ones of up to 256 pages while the kept ones stay within 32
-// MiB. TrimMappedMemory (the end of an export) unmaps the kept larger blocks,
-// and the chunks once no small block is in use.
+// kept and handed out again for a block of their size, uncleared: every carved
+// one, and larger ones of up to 256 pages (alignment up to a page) while the
+// kept ones stay within 32 MiB; a block aligned to more than a page is mapped
+// for itself and unmapped when returned. TrimMappedMemory (the end of an
+// export) unmaps the kept larger blocks, and the chunks once no carved block
+// is in use. (The list of chunks is the resource's only heap memory.)
 //
 // Before:  std::pmr::monotonic_buffer_resource arena;             // blocks from malloc
 // After:   std::pmr::monotonic_buffer_resource arena(MappedMemory()); // blocks from mmap
