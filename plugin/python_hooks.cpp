@@ -28,6 +28,7 @@
 // If this torch lacks a function hiertag hooks, nothing is wrapped: loading
 // raises ImportError naming the torch version and the function, and HIERTAG=1
 // exports fail with the same reason rather than run untagged.
+#include <pybind11/eval.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind.h>
 
@@ -179,23 +180,46 @@ py::object& ForwardFunction() {
   return *function;
 }
 
-// Stands in for a module's forward: functools.partial(CallForward, index,
+// The wrapper's class (Install): a functools.partial that is copied,
+// deep-copied and pickled as the forward it wraps, so that a copy of a module
+// made during the export (copy.deepcopy in a forward) is no wrapped module:
+// its calls are not taken for the original's, and no wrapper outlives the export.
+py::object& ForwardClass() {
+  static auto* type = new py::object();
+  return *type;
+}
+
+constexpr const char* kForwardClassSource = R"(
+class HiertagForward(functools.partial):
+    "A module's forward while hiertag records its calls (a tagged export)."
+    __slots__ = ()
+
+    def __copy__(self):
+        return self.__wrapped__
+
+    def __deepcopy__(self, memo):
+        return copy.deepcopy(self.__wrapped__, memo)
+
+    def __reduce_ex__(self, protocol):
+        return self.__wrapped__.__reduce_ex__(protocol)
+)";
+
+// Stands in for a module's forward: ForwardClass()(CallForward, index,
 // forward) in the instance __dict__, with __wrapped__ set (inspect.signature
 // follows it to the original, as for functools.wraps). A partial, not an
-// instance of a class of hiertag's: pybind11 registers each instance of its
+// instance of a pybind11 class: pybind11 registers each instance of its
 // classes in a table and unregisters it when freed, about a quarter of
 // ResNet-50's set-up and release (perf).
 void WrapForward(PythonSession& current, const py::handle& module, int index, const std::string& scope_name) {
   static const py::handle kDict = Interned("__dict__");
   static const py::handle kForward = Interned("forward");
   static const py::handle kWrapped = Interned("__wrapped__");
-  static const auto* kPartial = new py::object(py::module_::import("functools").attr("partial"));
   py::dict own = py::getattr(module, kDict);
   PyObject* own_forward = PyDict_GetItemWithError(own.ptr(), kForward.ptr());  // borrowed
   if (own_forward == nullptr && PyErr_Occurred()) throw py::error_already_set();
   WrappedForward record{py::reinterpret_borrow<py::object>(module), py::reinterpret_borrow<py::object>(own_forward)};
   py::object forward = py::getattr(module, kForward);
-  py::object wrapper = (*kPartial)(ForwardFunction(), index, forward);
+  py::object wrapper = ForwardClass()(ForwardFunction(), index, forward);
   if (PyObject_SetAttr(wrapper.ptr(), kWrapped.ptr(), forward.ptr()) != 0 ||
       PyDict_SetItem(own.ptr(), kForward.ptr(), wrapper.ptr()) != 0) {
     throw py::error_already_set();
@@ -275,18 +299,25 @@ class MemberNames {
   std::string name_;  // a name being built
 };
 
-// What model.named_modules() yields, (path, module) in its order. With
-// torch's own method (nn.Module's, not overridden, in every module met; each
-// module's _modules a dict; identity hashing, which its memo set relies on)
-// the modules' _modules dicts are walked here as it walks them: each module
-// once, at the first path that reaches it, before its children; None entries
-// skipped. Otherwise the method is called. (The generator's frames were a
-// quarter of ResNet-50's set-up.)
+// nn.Module.named_modules as torch defined it, read when the plugin loads (a
+// later patch of it is another method).
+py::object& TorchNamedModules() {
+  static auto* method = new py::object();
+  return *method;
+}
+
+// What model.named_modules() yields, (path, module) in its order. Where
+// torch's own method would run in every module met (its class's
+// named_modules is torch's, not overridden, nor set on the instance, nor
+// intercepted by a __getattribute__; each module's _modules a dict; identity
+// hashing, which its memo set relies on) the modules' _modules dicts are
+// walked here as it walks them: each module once, at the first path that
+// reaches it, before its children; None entries skipped. Otherwise the
+// method is called. (The generator's frames were a quarter of ResNet-50's set-up.)
 class NamedModules {
  public:
   explicit NamedModules(const py::handle& model) {
-    torch_method_ = py::module_::import("torch").attr("nn").attr("Module").attr("named_modules");
-    if (!Walk(model, "")) {
+    if (!TorchNamedModules() || !Walk(model, "")) {
       modules_.clear();
       for (py::handle item : model.attr("named_modules")()) {
         auto pair = item.cast<py::tuple>();
@@ -301,18 +332,34 @@ class NamedModules {
   // Whether a module's class walks its modules as torch's method does.
   bool TorchWalks(PyTypeObject* type) {
     static const py::handle kNamedModules = Interned("named_modules");
+    static const py::handle kGetAttribute = Interned("__getattribute__");
+    static const auto* kObjectGetAttribute =
+        new py::object(py::getattr(reinterpret_cast<PyObject*>(&PyBaseObject_Type), kGetAttribute));
     auto [known, added] = torch_walks_.try_emplace(type, false);
     if (added) {
-      py::object method = py::getattr(reinterpret_cast<PyObject*>(type), kNamedModules, py::none());
-      known->second = method.is(torch_method_) && type->tp_hash == PyBaseObject_Type.tp_hash &&
+      py::handle type_object = reinterpret_cast<PyObject*>(type);
+      known->second = py::getattr(type_object, kNamedModules, py::none()).is(TorchNamedModules()) &&
+                      py::getattr(type_object, kGetAttribute).is(*kObjectGetAttribute) &&
+                      type->tp_hash == PyBaseObject_Type.tp_hash &&
                       type->tp_richcompare == PyBaseObject_Type.tp_richcompare;
     }
     return known->second;
   }
 
+  // Whether the instance sets a named_modules of its own.
+  static bool OwnNamedModules(const py::handle& module) {
+    static const py::handle kDict = Interned("__dict__");
+    static const py::handle kNamedModules = Interned("named_modules");
+    py::object own = py::getattr(module, kDict, py::none());
+    if (!PyDict_Check(own.ptr())) return true;
+    int found = PyDict_Contains(own.ptr(), kNamedModules.ptr());
+    if (found < 0) throw py::error_already_set();
+    return found == 1;
+  }
+
   bool Walk(const py::handle& module, const std::string& path) {
     static const py::handle kModules = Interned("_modules");
-    if (!TorchWalks(Py_TYPE(module.ptr()))) return false;
+    if (!TorchWalks(Py_TYPE(module.ptr())) || OwnNamedModules(module)) return false;
     if (!seen_.insert(module.ptr()).second) return true;
     modules_.emplace_back(path, py::reinterpret_borrow<py::object>(module));
     py::object children = py::getattr(module, kModules);
@@ -336,7 +383,6 @@ class NamedModules {
     return true;
   }
 
-  py::object torch_method_;
   std::unordered_map<PyTypeObject*, bool> torch_walks_;
   std::unordered_set<PyObject*> seen_;
   std::vector<std::pair<std::string, py::object>> modules_;
@@ -737,6 +783,13 @@ void Install() {
   }
   sites = std::move(present);
   ForwardFunction() = py::cpp_function(&CallForward, py::name("_hiertag_forward"));
+  py::dict forward_scope;
+  forward_scope["__name__"] = "hiertag";
+  forward_scope["functools"] = py::module_::import("functools");
+  forward_scope["copy"] = py::module_::import("copy");
+  py::exec(kForwardClassSource, forward_scope);
+  ForwardClass() = forward_scope["HiertagForward"];
+  TorchNamedModules() = py::module_::import("torch").attr("nn").attr("Module").attr("named_modules");
   for (size_t i = 0; i < sites.size(); ++i) {
     const HookSite& site = sites[i];
     py::object original = owners[i].attr(site.name);

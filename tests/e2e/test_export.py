@@ -1,5 +1,6 @@
 """End-to-end: export real models with HIERTAG=1 and read the files back."""
 
+import copy
 import inspect
 import io
 import json
@@ -203,18 +204,72 @@ class _OwnNamedModules(_SharedLeaf):
         yield from super().named_modules(*args, **kwargs)
 
 
-@pytest.mark.parametrize("model_class", [_SharedLeaf, _OwnNamedModules])
-def test_the_module_table_names_each_module_at_the_path_named_modules_gives_it(model_class):
+class _HidingOuter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        object.__setattr__(self, "helper", _Leaf())  # no child in _modules
+
+    def forward(self, x):
+        return self.helper(x) + 1.0
+
+
+def _instance_naming_a_hidden_module():
+    # named_modules set on an instance: only it names the hidden child.
+    model = _SharedLeaf()
+    model.other = outer = _HidingOuter()
+    outer.named_modules = lambda memo=None, prefix="", remove_duplicate=True: iter(
+        [(prefix, outer), (prefix + ".helper", outer.helper)])
+    return model
+
+
+@pytest.mark.parametrize("make, paths", [
+    (_SharedLeaf, ["", "first", "other"]),
+    (_OwnNamedModules, ["", "first", "other"]),
+    (_instance_naming_a_hidden_module, ["", "first", "other", "other.helper"]),
+])
+def test_the_module_table_names_each_module_at_the_path_named_modules_gives_it(make, paths):
     # Check that the modules are read as named_modules() yields them (a module
-    # reachable at two paths once, at its first; None entries skipped), whether
-    # hiertag walks the modules itself or, for a model overriding the method, calls it.
-    model = model_class()
+    # reachable at two paths once, at its first; None entries skipped; a module
+    # only an instance's own method names), whether hiertag walks the modules
+    # itself or, for a model overriding the method (on its class or an
+    # instance), calls it.
+    model = make()
+    assert [name for name, _ in model.named_modules()] == paths
     with hiertag.tagging():
         buffer = io.BytesIO()
         torch.onnx.export(model, (torch.randn(2, 3),), buffer, dynamo=False, opset_version=OPSET)
     table = checks.module_table(onnx.load_from_string(buffer.getvalue()))
-    assert sorted(entry["path"] for entry in table.values()) == ["", "first", "other"]
-    assert [name for name, _ in model.named_modules()] == ["", "first", "other"]
+    assert sorted(entry["path"] for entry in table.values()) == sorted(paths)  # the table is in tag order
+
+
+def test_a_module_copied_during_the_export_is_no_wrapped_module():
+    # Check that a deep copy of a module made inside a forward during the export
+    # (its forward wrapped then) gets the module's own forward, not hiertag's
+    # wrapper: its calls are not taken for the original's, and nothing of the
+    # export stays in it.
+    class Parent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.child = _Leaf()
+            self.copies = []
+
+        def forward(self, x):
+            twin = copy.deepcopy(self.child)
+            self.copies.append(twin)
+            return self.child(x) + twin(x + 1.0)
+
+    model = Parent()
+    with hiertag.tagging():
+        buffer = io.BytesIO()
+        torch.onnx.export(model, (torch.randn(2, 3),), buffer, dynamo=False, opset_version=OPSET)
+    tags = [checks.node_props(node).get("hierarchy_tag")
+            for node in onnx.load_from_string(buffer.getvalue()).graph.node if node.op_type == "Mul"]
+    assert sorted(tags) == ["/Parent", "/Parent/_Leaf"]  # the copy's call is its caller's work
+    twin, = model.copies
+    own = vars(twin).get("forward")
+    assert own is None or own.__self__ is twin
+    assert torch.equal(twin(torch.ones(2)), torch.full((2,), 2.0))
+    assert "forward" not in vars(model.child)
 
 
 def test_every_module_passes_the_boundary_check(exported):
