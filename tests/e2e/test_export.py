@@ -172,13 +172,11 @@ def test_a_wrapped_forward_shows_its_own_signature_during_the_export():
             return self.child(x) + self.child.forward(x, scale=3.0)
 
     model = Parent()
-    with hiertag.tagging():
-        buffer = io.BytesIO()
-        torch.onnx.export(model, (torch.randn(2, 3),), buffer, dynamo=False, opset_version=OPSET)
+    tagged = export(model, (torch.randn(2, 3),), "1")
     assert model.seen == [["x", "scale"]]
     assert "forward" not in vars(model.child)
     calls = {node.name: checks.node_props(node).get("hierarchy_tag")
-             for node in onnx.load_from_string(buffer.getvalue()).graph.node if node.op_type == "Mul"}
+             for node in onnx.load_from_string(tagged).graph.node if node.op_type == "Mul"}
     assert sorted(calls.values()) == ["/Parent/Child", "/Parent/Child"], calls
 
 
@@ -235,10 +233,7 @@ def test_the_module_table_names_each_module_at_the_path_named_modules_gives_it(m
     # instance), calls it.
     model = make()
     assert [name for name, _ in model.named_modules()] == paths
-    with hiertag.tagging():
-        buffer = io.BytesIO()
-        torch.onnx.export(model, (torch.randn(2, 3),), buffer, dynamo=False, opset_version=OPSET)
-    table = checks.module_table(onnx.load_from_string(buffer.getvalue()))
+    table = checks.module_table(onnx.load_from_string(export(model, (torch.randn(2, 3),), "1")))
     assert sorted(entry["path"] for entry in table.values()) == sorted(paths)  # the table is in tag order
 
 
@@ -259,11 +254,9 @@ def test_a_module_copied_during_the_export_is_no_wrapped_module():
             return self.child(x) + twin(x + 1.0)
 
     model = Parent()
-    with hiertag.tagging():
-        buffer = io.BytesIO()
-        torch.onnx.export(model, (torch.randn(2, 3),), buffer, dynamo=False, opset_version=OPSET)
+    tagged = export(model, (torch.randn(2, 3),), "1")
     tags = [checks.node_props(node).get("hierarchy_tag")
-            for node in onnx.load_from_string(buffer.getvalue()).graph.node if node.op_type == "Mul"]
+            for node in onnx.load_from_string(tagged).graph.node if node.op_type == "Mul"]
     assert sorted(tags) == ["/Parent", "/Parent/_Leaf"]  # the copy's call is its caller's work
     twin, = model.copies
     own = vars(twin).get("forward")
