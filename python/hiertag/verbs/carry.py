@@ -340,6 +340,13 @@ class _Correspondence:
     def _descends_from(self, node, value):
         return self.reach.descends(node, value)
 
+    def release_inferred(self):
+        """Lets go of shape inference's results once carry recorded its types:
+        each holds a whole copy of its model, while the value check after it
+        runs ONNX Runtime sessions (at 200 layers the copies and the sessions
+        made carry's peak)."""
+        self.o_inferred = self.t_inferred = None
+
     def known(self, name):
         return name in self.o.values and name not in self.reshaped
 
@@ -962,6 +969,7 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None))
     carrier.run()
     table = carrier.table
     _record_types(model, carrier.c)
+    carrier.c.release_inferred()
 
     original_makers = {}
     for node in checks.walk_nodes(original.graph):
