@@ -87,9 +87,11 @@ struct WrappedForward {
 // The session and what the Python side holds for it.
 struct PythonSession {
   std::unique_ptr<ExportSession> session;
+  uint64_t generation = 0;  // which export of the process this is (the wrappers carry it)
   std::vector<WrappedForward> wrapped;
-  std::vector<std::string> scope_names;  // module index -> the scope name its calls record
-  py::object planned_bytes;              // torch's serialized model the plan borrows from
+  std::unordered_set<PyObject*> wrapped_modules;  // made at the first call of an earlier export's wrapper
+  std::vector<std::string> scope_names;           // module index -> the scope name its calls record
+  py::object planned_bytes;                       // torch's serialized model the plan borrows from
 };
 
 // One export runs at a time per process (torch's exporter keeps global state
@@ -149,17 +151,41 @@ py::handle Interned(const char* text) {
   return interned;
 }
 
+// The module whose forward a wrapper of an earlier export wraps, if the
+// current export wrapped it too: that wrapper was kept by the model (a
+// `self.f = child.forward` made while the earlier export ran), and a call of
+// it now is a call of that module's forward.
+py::object ModuleWrappedNow(PythonSession& current, const py::object& original) {
+  static const py::handle kSelf = Interned("__self__");
+  if (!PyMethod_Check(original.ptr())) return py::object();
+  py::object module = py::getattr(original, kSelf);
+  if (current.wrapped_modules.empty()) {
+    for (const WrappedForward& record : current.wrapped) current.wrapped_modules.insert(record.module.ptr());
+  }
+  return current.wrapped_modules.count(module.ptr()) > 0 ? module : py::object();
+}
+
 // What a module's forward does during a tagged export: every call, through
-// __call__ or straight to .forward(), passes ModuleCalls. `module` is the
-// module's index, `original` the forward it had.
-py::object CallForward(int module, const py::object& original, py::args args, py::kwargs kwargs) {
+// __call__ or straight to .forward(), passes ModuleCalls. `generation` is the
+// export that made the wrapper, `module` the module's index in it, `original`
+// the forward it had.
+py::object CallForward(uint64_t generation, int module, const py::object& original, py::args args, py::kwargs kwargs) {
+  static const py::handle kForward = Interned("forward");
   ExportSession* session = Session();
   if (session == nullptr) return original(*args, **kwargs);
+  PythonSession& current = *Current();
+  if (generation != current.generation) {
+    // A wrapper an earlier export left with the model: its index means
+    // nothing now. The module's forward as this export wrapped it records
+    // the call; a module this export did not wrap is no module of its model.
+    py::object now = ModuleWrappedNow(current, original);
+    return now ? py::getattr(now, kForward)(*args, **kwargs) : original(*args, **kwargs);
+  }
   std::vector<at::Tensor> inputs;
   FlattenTensors(args, &inputs);
   FlattenTensors(kwargs, &inputs);
   session->MaybeFailAt("trace");
-  ModuleCalls::Entered entered = session->calls().Enter(module, Current()->scope_names.at(module), std::move(inputs));
+  ModuleCalls::Entered entered = session->calls().Enter(module, current.scope_names.at(module), std::move(inputs));
   py::object result;
   try {
     result = original(*args, **kwargs);
@@ -204,8 +230,8 @@ class HiertagForward(functools.partial):
         return self.__wrapped__.__reduce_ex__(protocol)
 )";
 
-// Stands in for a module's forward: ForwardClass()(CallForward, index,
-// forward) in the instance __dict__, with __wrapped__ set (inspect.signature
+// Stands in for a module's forward: ForwardClass()(CallForward, generation,
+// index, forward) in the instance __dict__, with __wrapped__ set (inspect.signature
 // follows it to the original, as for functools.wraps). A partial, not an
 // instance of a pybind11 class: pybind11 registers each instance of its
 // classes in a table and unregisters it when freed: with the wrapper's
@@ -219,7 +245,7 @@ void WrapForward(PythonSession& current, const py::handle& module, int index, co
   if (own_forward == nullptr && PyErr_Occurred()) throw py::error_already_set();
   WrappedForward record{py::reinterpret_borrow<py::object>(module), py::reinterpret_borrow<py::object>(own_forward)};
   py::object forward = py::getattr(module, kForward);
-  py::object wrapper = ForwardClass()(ForwardFunction(), index, forward);
+  py::object wrapper = ForwardClass()(ForwardFunction(), current.generation, index, forward);
   if (PyObject_SetAttr(wrapper.ptr(), kWrapped.ptr(), forward.ptr()) != 0 ||
       PyDict_SetItem(own.ptr(), kForward.ptr(), wrapper.ptr()) != 0) {
     throw py::error_already_set();
@@ -402,6 +428,7 @@ void RestoreForwards(PythonSession& session) {
     }
   }
   session.wrapped.clear();
+  session.wrapped_modules.clear();
   session.scope_names.clear();
 }
 
@@ -444,8 +471,10 @@ void WarnOfUnknownTorchModules(const TorchModuleSegments& segments) {
 // the exporter reads its signature) to record its calls.
 void BeginSession(const py::handle& model, py::object trace_module_map, ExportOptions options) {
   WarnOfUnknownTorchModules(options.torch_modules);
+  static uint64_t exports = 0;
   Current().emplace();
   PythonSession& current = *Current();
+  current.generation = ++exports;
   ModuleTable modules;
   py::module_ torch = py::module_::import("torch");
   py::object script_module = torch.attr("jit").attr("ScriptModule");

@@ -265,6 +265,53 @@ def test_a_module_copied_during_the_export_is_no_wrapped_module():
     assert "forward" not in vars(model.child)
 
 
+def test_a_forward_kept_from_an_earlier_export_records_a_call_of_this_one():
+    # Check that a module's forward the model keeps from one export (hiertag's
+    # wrapper then) records, when called in a later export, a call of that
+    # module as the later export numbers it, and is no module's call in an
+    # export of a model the module is not part of.
+    class Keeper(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.child = _Leaf()
+            self.kept = None
+
+        def forward(self, x):
+            if self.kept is None:
+                self.kept = self.child.forward
+            return self.kept(x) + 1.0
+
+    class Outer(torch.nn.Module):
+        def __init__(self, keeper):
+            super().__init__()
+            self.first = _Leaf()
+            self.keeper = keeper
+
+        def forward(self, x):
+            return self.keeper(self.first(x))
+
+    class Borrower(torch.nn.Module):
+        def __init__(self, kept):
+            super().__init__()
+            self.own = _Leaf()
+            self.kept = [kept]
+
+        def forward(self, x):
+            return self.kept[0](self.own(x))
+
+    def mul_tags(tagged):
+        return sorted(checks.node_props(node).get("hierarchy_tag")
+                      for node in onnx.load_from_string(tagged).graph.node if node.op_type == "Mul")
+
+    keeper = Keeper()
+    x = torch.randn(2, 3)
+    assert mul_tags(export(keeper, (x,), "1")) == ["/Keeper/_Leaf"]
+    assert "forward" not in vars(keeper.child)
+    assert mul_tags(export(Outer(keeper), (x,), "1")) == ["/Outer/Keeper/_Leaf", "/Outer/_Leaf"]
+    # The kept forward's module is not in this model: its Mul is the caller's work.
+    assert mul_tags(export(Borrower(keeper.kept), (x,), "1")) == ["/Borrower", "/Borrower/_Leaf"]
+
+
 def test_every_module_passes_the_boundary_check(exported):
     name, torch_model, args, tagged, plain = exported
     model = onnx.load_from_string(tagged)
