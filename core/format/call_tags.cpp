@@ -16,7 +16,9 @@ std::string_view RelativePath(std::string_view path, std::string_view ancestor_p
 
 }  // namespace
 
-CallTags::CallTags(const ModuleTable& modules) : modules_(modules) { entries_.push_back({0, -1, 0, {}, {}}); }
+CallTags::CallTags(const ModuleTable& modules) : modules_(modules), first_call_(modules.size(), {-1, -1}) {
+  entries_.push_back({0, -1, 0, {}, {}});
+}
 
 void CallTags::MarkRan(int module) {
   if (ran_.empty()) ran_.assign(modules_.size(), false);
@@ -38,13 +40,22 @@ int CallTags::Call(int caller, int module) {
 }
 
 int CallTags::Intern(int caller, int module) {
-  auto [it, inserted] = by_caller_and_module_.emplace(std::make_pair(caller, module), size());
-  if (inserted) {
-    if (settled_) throw std::logic_error("CallTags: a call added after the tags were settled");
-    entries_.push_back({module, caller, entries_.at(caller).depth + 1, {}, {}});
-    entries_.at(caller).children.push_back(it->second);
+  std::pair<int, int>& first = first_call_.at(module);
+  if (first.first == caller) return first.second;
+  if (first.first >= 0) {
+    auto found = by_caller_and_module_.find({caller, module});
+    if (found != by_caller_and_module_.end()) return found->second;
   }
-  return it->second;
+  if (settled_) throw std::logic_error("CallTags: a call added after the tags were settled");
+  int id = size();
+  if (first.first < 0) {
+    first = {caller, id};
+  } else {
+    by_caller_and_module_.emplace(std::make_pair(caller, module), id);
+  }
+  entries_.push_back({module, caller, entries_.at(caller).depth + 1, {}, {}});
+  entries_.at(caller).children.push_back(id);
+  return id;
 }
 
 int CallTags::FromChain(const std::vector<int>& chain) {

@@ -77,6 +77,11 @@ class CallTags {
   std::vector<Entry> entries_;
   int Intern(int caller, int module);
 
+  // Per module, the caller and call tag of its first call tag ({-1, -1}:
+  // none yet); the map holds the others (a module called from several
+  // callers). Most modules have one caller: one array read, where a map of
+  // every call was a tenth of AssignHierarchyTags on a deep graph.
+  std::vector<std::pair<int, int>> first_call_;
   std::map<std::pair<int, int>, int> by_caller_and_module_;
   std::vector<bool> ran_;
   bool settled_ = false;
