@@ -133,7 +133,7 @@ std::string_view ModuleTable::OwnSegment(int tagged) const {
 }
 
 int ModuleTable::FindByPath(std::string_view path) const {
-  auto it = index_by_path_.find(std::string(path));
+  auto it = index_by_path_.find(path);
   return it == index_by_path_.end() ? -1 : it->second;
 }
 

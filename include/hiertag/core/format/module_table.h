@@ -21,6 +21,7 @@
 //   h.0.ln_1        LayerNorm       -> filtered: its nodes carry /GPT2Model/GPT2Block.0
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -83,7 +84,12 @@ class ModuleTable {
  private:
   std::vector<ModuleRecord> records_;
   std::vector<std::vector<int>> tag_children_;
-  std::unordered_map<std::string, int> index_by_path_;
+  // Hashes a path given as a string_view without making a std::string of it
+  // (FindByPath runs per prefix of every deduplicated parameter's name).
+  struct PathHash : std::hash<std::string_view> {
+    using is_transparent = void;
+  };
+  std::unordered_map<std::string, int, PathHash, std::equal_to<>> index_by_path_;
   bool finalized_ = false;
 };
 
