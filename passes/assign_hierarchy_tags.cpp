@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "hiertag/passes/graph_walk.h"
 #include "hiertag/passes/scope_resolution.h"
 
 namespace hiertag {
@@ -227,12 +228,20 @@ class Tagger {
   static int64_t Key(const TagRef& ref) { return (static_cast<int64_t>(ref.tag) << 32) | (ref.call + 1); }
 
   // Collects the serialized nodes in pre-order and settles each one its
-  // record tags, in one visit (a node's memory is read once).
+  // record tags, in one visit (a node's memory is read once). `holder`: the
+  // node whose subgraph `block` is (nullptr for the graph's). The walk
+  // (graph_walk.h) reads the nodes ahead of the one it visits, so their
+  // cache misses overlap with the work on it.
   void CollectPreOrder(Block* block, Node* holder) {
-    for (Node* node : block->nodes()) {
-      if (!IsSerialized(node)) continue;
+    VisitNodesAndReturns(block, [&](Node* node) {
+      if (node->kind() == c10::prim::Return) return true;
+      Block* owner = node->owningBlock();
+      Node* node_holder = owner == block ? holder : owner->owningNode();
+      // In a nested block of a node the serializer skips: skipped with it.
+      if (owner != block && !Collected(node_holder)) return true;
+      if (!IsSerialized(node)) return true;
       size_t i = result_.nodes.size();
-      holder_.push_back(holder);
+      holder_.push_back(node_holder);
       result_.nodes.push_back({node, kUnsettled, -1, 0, TagRule::kRoot, nullptr});
       TagFromRecord(i);
       // Looked up by node only when a later rule or a loan may still change it.
@@ -248,8 +257,8 @@ class Tagger {
           }
         }
       }
-      for (Block* nested : node->blocks()) CollectPreOrder(nested, node);
-    }
+      return true;  // the walk goes on into the node's blocks
+    });
   }
 
   // What a node's record says: its call tag (kUnsettled: none) and call.
@@ -260,25 +269,41 @@ class Tagger {
     const BorrowedScopes::Loan* loan = nullptr;
   };
 
-  // Nodes without a call stack: one record per scope, looked up once (most
-  // nodes follow one of their scope). Scopes outlive the pass (nodes hold them).
+  // Nodes without a call stack: one record per scope, made once (most nodes
+  // follow one of their scope) and kept by the scope's number in the
+  // resolver. Scopes outlive the pass (nodes hold them).
   Record RecordOf(Node* node) {
     torch::jit::ScopePtr scope = node->scope();
     std::optional<torch::jit::InlinedCallStackPtr> callstack = node->callstack();
     if (callstack && *callstack) return ResolveRecord(scope, callstack);
     if (scope.get() == last_scope_) return last_record_;
-    auto [cached, inserted] = record_of_scope_.emplace(scope.get(), Record{});
-    if (inserted) cached->second = ResolveRecord(scope, std::nullopt);
+    int number = -1;
+    ResolvedScope resolved = resolver_.Resolve(scope, &number);
+    if (number < 0) return RecordFrom(resolved);  // blank or root: no record, nothing lent
+    if (number >= static_cast<int>(record_of_scope_.size())) {
+      record_of_scope_.resize(resolver_.scope_count(), Record{kNotMade, 0, {}, nullptr});
+    }
+    Record& record = record_of_scope_[number];
+    if (record.tag == kNotMade) {
+      const BorrowedScopes::Loan* loan = borrowed_.empty() ? nullptr : borrowed_.Find(scope);
+      record = loan ? ResolveRecord(scope, std::nullopt) : RecordFrom(resolved);
+    }
     last_scope_ = scope.get();
-    last_record_ = cached->second;
-    return last_record_;
+    last_record_ = record;
+    return record;
   }
 
   Record ResolveRecord(const torch::jit::ScopePtr& scope,
                        const std::optional<torch::jit::InlinedCallStackPtr>& callstack) {
+    const BorrowedScopes::Loan* loan = borrowed_.empty() ? nullptr : borrowed_.Find(scope);
+    Record record = RecordFrom(resolver_.Resolve(loan ? loan->recorded : scope, callstack));
+    record.loan = loan;
+    return record;
+  }
+
+  // The record of a node resolved to `resolved`, lent nothing.
+  Record RecordFrom(const ResolvedScope& resolved) const {
     Record record;
-    record.loan = borrowed_.empty() ? nullptr : borrowed_.Find(scope);
-    ResolvedScope resolved = resolver_.Resolve(record.loan ? record.loan->recorded : scope, callstack);
     if (resolved.tag >= 0) {
       record.tag = resolved.tag;
       auto ordinal = resolved.call_scope ? call_ordinal_.find(resolved.call_scope) : call_ordinal_.end();
@@ -577,7 +602,8 @@ class Tagger {
   ska::flat_hash_map<const Node*, size_t> with_shared_with_;  // nodes shared with other calls -> index
   std::vector<size_t> unsettled_;                             // nodes no record tags, in pre-order
   ska::flat_hash_map<size_t, int> waiting_of_;                // node index -> its place among the rules' nodes
-  ska::flat_hash_map<const torch::jit::Scope*, Record> record_of_scope_;
+  static constexpr int kNotMade = -3;                         // a Record's tag before RecordOf made it
+  std::vector<Record> record_of_scope_;                       // by the scope's number in resolver_
   const torch::jit::Scope* last_scope_ = nullptr;
   Record last_record_;
   std::vector<Node*> holder_;  // per node, the node whose block or subgraph holds it

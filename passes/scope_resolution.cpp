@@ -16,14 +16,23 @@ ResolvedScope ScopeResolver::Resolve(const ScopePtr& scope) {
   return WalkTo(scope.get()).resolved;
 }
 
+ResolvedScope ScopeResolver::Resolve(const ScopePtr& scope, int* number) {
+  *number = -1;
+  if (!scope || scope->isRoot() || scope->isBlank()) return {};
+  const Walk& walk = WalkTo(scope.get());
+  *number = walk.number;
+  return walk.resolved;
+}
+
 const ScopeResolver::Walk& ScopeResolver::WalkTo(torch::jit::Scope* scope) {
   auto cached = walks_.find(scope);
   if (cached != walks_.end()) return cached->second;
   // The levels not walked yet, innermost first; then each from its parent's walk.
-  std::vector<torch::jit::Scope*> pending;
+  std::vector<torch::jit::Scope*>& pending = pending_;  // kept: no allocation per scope
+  pending.assign(1, scope);
   const Walk* walked = nullptr;
   static const Walk kStart;
-  for (torch::jit::Scope* level = scope; walked == nullptr;) {
+  for (torch::jit::Scope* level = scope->parent().get(); walked == nullptr;) {
     if (level->isRoot()) {
       walked = &kStart;
     } else if (auto found = walks_.find(level); found != walks_.end()) {
@@ -34,18 +43,20 @@ const ScopeResolver::Walk& ScopeResolver::WalkTo(torch::jit::Scope* scope) {
     }
   }
   Walk walk = *walked;
+  const Walk* last = walked;
   for (auto it = pending.rbegin(); it != pending.rend(); ++it) {
     walk = Step(walk, *it);
-    walks_.emplace(*it, walk);
+    walk.number = static_cast<int>(walks_.size());
+    last = &walks_.emplace(*it, walk).first->second;
   }
-  return walks_.at(scope);
+  return *last;  // `scope`'s: the last emplaced (pending is never empty here)
 }
 
 ScopeResolver::Walk ScopeResolver::Step(const Walk& parent, torch::jit::Scope* level) {
   if (parent.ended) return parent;
   Walk ended{parent.resolved, true};
-  std::string name = level->name().toUnqualString();
-  if (name == kBorrowedScopeName) return ended;  // borrowed leaf: the chain above it is the record
+  std::string_view name = level->name().toUnqualString();  // interned: lives as long as the process
+  if (name == kBorrowedScopeName) return ended;            // borrowed leaf: the chain above it is the record
   auto parsed = ParseScopeName(name);
   if (!parsed) {
     ++unresolved_levels_;

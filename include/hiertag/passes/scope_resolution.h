@@ -54,6 +54,15 @@ class ScopeResolver {
   // Resolves a scope; blank and root scopes resolve to {-1, -1}. Cached per scope.
   ResolvedScope Resolve(const torch::jit::ScopePtr& scope);
 
+  // Resolve(scope), and sets `*number` to the scope's number in this
+  // resolver: 0, 1, 2, ... in the order scopes are first walked (a scope's
+  // ancestors first), -1 for a blank or root scope. A caller keeping
+  // something per scope keeps it in an array indexed by it (a second hash map
+  // keyed by scope, beside this one's, was a tenth of AssignHierarchyTags).
+  ResolvedScope Resolve(const torch::jit::ScopePtr& scope, int* number);
+  // The number the next scope walked gets: every number so far is below it.
+  int scope_count() const { return static_cast<int>(walks_.size()); }
+
   // Resolves a node's record: its inlined call stack when that names module
   // instances, else its scope. Cached per call stack. The modules a call stack
   // names are marked as run (CallTags::MarkRan): each frame is a forward call.
@@ -67,6 +76,7 @@ class ScopeResolver {
   struct Walk {
     ResolvedScope resolved;
     bool ended = false;  // a level at or above it ended the walk
+    int number = -1;     // Resolve(scope, number)
   };
   const Walk& WalkTo(torch::jit::Scope* scope);
   Walk Step(const Walk& parent, torch::jit::Scope* level);
@@ -78,6 +88,7 @@ class ScopeResolver {
   CallTags& call_tags_;
   ska::flat_hash_map<const torch::jit::Scope*, Walk> walks_;
   ska::flat_hash_map<const torch::jit::InlinedCallStack*, ResolvedScope> callstack_cache_;
+  std::vector<torch::jit::Scope*> pending_;  // WalkTo's levels to walk
   int unresolved_levels_ = 0;
 };
 
