@@ -142,11 +142,15 @@ constexpr int kNodesPerLayer = 20;
 struct SyntheticModel {
   ModuleTable modules;
   std::unordered_set<std::string> members;
+  InstanceScopeSymbols symbols;  // as the session's set-up lists them
   std::shared_ptr<Graph> graph = std::make_shared<Graph>();
 };
 
-ScopePtr Push(const ScopePtr& parent, int module, const std::string& name) {
-  return parent->push(c10::Symbol::scope(MarkInstanceScopeName(module, name)));
+// A module's instance scope under `parent`, named and listed as the session's set-up does.
+ScopePtr Push(SyntheticModel& model, const ScopePtr& parent, int module, const std::string& name) {
+  std::string instance_name = MarkInstanceScopeName(module, name);
+  model.symbols.Add(module, instance_name);
+  return parent->push(c10::Symbol::scope(instance_name));
 }
 
 // Builds a model of about `nodes` nodes.
@@ -176,7 +180,7 @@ std::unique_ptr<SyntheticModel> BuildModel(int64_t nodes) {
   model->modules.Finalize();
 
   Graph& graph = *model->graph;
-  ScopePtr root = Push(c10::make_intrusive<torch::jit::Scope>(), 0, "pkg.Model::");
+  ScopePtr root = Push(*model, c10::make_intrusive<torch::jit::Scope>(), 0, "pkg.Model::");
   Value* x = graph.addInput("x");
   std::vector<Value*> weights;
   for (int i = 0; i < layers; ++i) {
@@ -192,14 +196,14 @@ std::unique_ptr<SyntheticModel> BuildModel(int64_t nodes) {
   };
   for (int i = 0; i < layers; ++i) {
     const LayerModules& m = ids[i];
-    ScopePtr layer = Push(root, m.layer, "pkg.Layer::layers." + std::to_string(i));
-    ScopePtr attention = Push(layer, m.attention, "pkg.Attention::attention");
-    ScopePtr query = Push(attention, m.query, "torch.nn.modules.linear.Linear::query");
-    ScopePtr output = Push(attention, m.output, "torch.nn.modules.linear.Linear::output");
-    ScopePtr norm = Push(layer, m.norm, "torch.nn.modules.normalization.LayerNorm::norm");
-    ScopePtr mlp = Push(layer, m.mlp, "pkg.MLP::mlp");
-    ScopePtr up = Push(mlp, m.up, "torch.nn.modules.linear.Linear::up");
-    ScopePtr down = Push(mlp, m.down, "torch.nn.modules.linear.Linear::down");
+    ScopePtr layer = Push(*model, root, m.layer, "pkg.Layer::layers." + std::to_string(i));
+    ScopePtr attention = Push(*model, layer, m.attention, "pkg.Attention::attention");
+    ScopePtr query = Push(*model, attention, m.query, "torch.nn.modules.linear.Linear::query");
+    ScopePtr output = Push(*model, attention, m.output, "torch.nn.modules.linear.Linear::output");
+    ScopePtr norm = Push(*model, layer, m.norm, "torch.nn.modules.normalization.LayerNorm::norm");
+    ScopePtr mlp = Push(*model, layer, m.mlp, "pkg.MLP::mlp");
+    ScopePtr up = Push(*model, mlp, m.up, "torch.nn.modules.linear.Linear::up");
+    ScopePtr down = Push(*model, mlp, m.down, "torch.nn.modules.linear.Linear::down");
     // Pass-made nodes: an unscoped Constant and the Identity of a deduplicated initializer.
     Value* constant = add("Constant", {}, nullptr);
     Value* bias = add("Identity", {weights[i]}, nullptr);
@@ -242,8 +246,8 @@ void BM_AssignHierarchyTags(benchmark::State& state) {
   size_t nodes = 0;
   for (auto _ : state) {
     CallTags call_tags(model->modules);
-    HierarchyTagging tagging =
-        AssignHierarchyTags(*model->graph, model->modules, call_tags, borrowed, model->members, 1);
+    HierarchyTagging tagging = AssignHierarchyTags(*model->graph, model->modules, call_tags, borrowed, model->members,
+                                                   1, nullptr, nullptr, &model->symbols);
     nodes = tagging.nodes.size();
     benchmark::DoNotOptimize(tagging);
   }
@@ -275,7 +279,8 @@ void BM_PlanTaggedModel(benchmark::State& state) {
   std::unique_ptr<SyntheticModel> model = BuildModel(state.range(0));
   BorrowedScopes borrowed;
   CallTags call_tags(model->modules);
-  HierarchyTagging tagging = AssignHierarchyTags(*model->graph, model->modules, call_tags, borrowed, model->members, 1);
+  HierarchyTagging tagging = AssignHierarchyTags(*model->graph, model->modules, call_tags, borrowed, model->members, 1,
+                                                 nullptr, nullptr, &model->symbols);
   TaggedModelEntries entries = DescribeTaggedModel(tagging, call_tags, model->modules, *model->graph);
   std::vector<SerializedNodeTag>& tags = entries.nodes;
   // A ModelProto holding one NodeProto per node (outputs and op_type), 1 MB of weights.

@@ -68,7 +68,7 @@ class Tagger {
  public:
   Tagger(Graph& graph, const ModuleTable& modules, CallTags& call_tags, const BorrowedScopes& borrowed,
          const std::unordered_set<std::string>& member_names, int user_input_count, const ModuleCalls* calls,
-         const RewriteLog* rewrites)
+         const RewriteLog* rewrites, const InstanceScopeSymbols* symbols)
       : graph_(graph),
         modules_(modules),
         call_tags_(call_tags),
@@ -77,7 +77,7 @@ class Tagger {
         user_input_count_(user_input_count),
         calls_(calls),
         rewrites_(rewrites),
-        resolver_(modules, call_tags) {}
+        resolver_(modules, call_tags, symbols) {}
 
   HierarchyTagging Run() {
     NumberCalls();
@@ -616,8 +616,9 @@ class Tagger {
 HierarchyTagging AssignHierarchyTags(Graph& graph, const ModuleTable& modules, CallTags& call_tags,
                                      const BorrowedScopes& borrowed,
                                      const std::unordered_set<std::string>& member_names, int user_input_count,
-                                     const ModuleCalls* calls, const RewriteLog* rewrites) {
-  return Tagger(graph, modules, call_tags, borrowed, member_names, user_input_count, calls, rewrites).Run();
+                                     const ModuleCalls* calls, const RewriteLog* rewrites,
+                                     const InstanceScopeSymbols* symbols) {
+  return Tagger(graph, modules, call_tags, borrowed, member_names, user_input_count, calls, rewrites, symbols).Run();
 }
 
 }  // namespace hiertag

@@ -11,6 +11,18 @@ namespace hiertag {
 
 using torch::jit::ScopePtr;
 
+void InstanceScopeSymbols::Add(int module, const std::string& instance_name) {
+  auto symbol = static_cast<uint32_t>(c10::Symbol::scope(instance_name));
+  if (modules_.empty()) {
+    base_ = symbol;
+  } else if (symbol < base_) {
+    modules_.insert(modules_.begin(), base_ - symbol, -1);
+    base_ = symbol;
+  }
+  if (symbol - base_ >= modules_.size()) modules_.resize(symbol - base_ + 1, -1);
+  modules_[symbol - base_] = module;
+}
+
 ResolvedScope ScopeResolver::Resolve(const ScopePtr& scope) {
   if (!scope || scope->isRoot() || scope->isBlank()) return {};
   return WalkTo(scope.get()).resolved;
@@ -55,26 +67,31 @@ const ScopeResolver::Walk& ScopeResolver::WalkTo(torch::jit::Scope* scope) {
 ScopeResolver::Walk ScopeResolver::Step(const Walk& parent, torch::jit::Scope* level) {
   if (parent.ended) return parent;
   Walk ended{parent.resolved, true};
-  std::string_view name = level->name().toUnqualString();  // interned: lives as long as the process
-  if (name == kBorrowedScopeName) return ended;            // borrowed leaf: the chain above it is the record
-  auto parsed = ParseScopeName(name);
-  if (!parsed) {
-    ++unresolved_levels_;
-    GRAPH_DEBUG("hiertag: scope level '", name, "' has no '::'; stopping there");
-    return ended;
-  }
   const ResolvedScope& above = parent.resolved;
-  int module = -1;
-  if (parsed->module_index) {
-    module = *parsed->module_index < modules_.size() ? *parsed->module_index : -1;
-  } else if (above.module < 0) {
-    module = 0;  // the outermost recorded call is the root module's
-  } else {
-    module = MatchChild(above.module, parsed->variable_part);
-  }
+  int module = symbols_ ? symbols_->Find(level->name()) : -1;
   if (module < 0) {
+    std::string_view name = level->name().toUnqualString();  // interned: lives as long as the process
+    if (name == kBorrowedScopeName) return ended;            // borrowed leaf: the chain above it is the record
+    auto parsed = ParseScopeName(name);
+    if (!parsed) {
+      ++unresolved_levels_;
+      GRAPH_DEBUG("hiertag: scope level '", name, "' has no '::'; stopping there");
+      return ended;
+    }
+    if (parsed->module_index) {
+      module = *parsed->module_index < modules_.size() ? *parsed->module_index : -1;
+    } else if (above.module < 0) {
+      module = 0;  // the outermost recorded call is the root module's
+    } else {
+      module = MatchChild(above.module, parsed->variable_part);
+    }
+    if (module < 0) {
+      ++unresolved_levels_;
+      GRAPH_DEBUG("hiertag: scope level '", name, "' matches no module; stopping there");
+      return ended;
+    }
+  } else if (module >= modules_.size()) {
     ++unresolved_levels_;
-    GRAPH_DEBUG("hiertag: scope level '", name, "' matches no module; stopping there");
     return ended;
   }
   Walk walk;
@@ -128,7 +145,8 @@ int ScopeResolver::MatchChild(int parent, std::string_view variable, std::string
   int exact = modules_.FindByPath(path);
   if (exact >= 0 && (class_name.empty() || modules_.at(exact).class_name == class_name)) return exact;
   // A container that pushed no scope sits between parent and child.
-  std::string suffix = "." + std::string(variable);
+  std::string suffix(1, '.');  // not "." + std::string(...): GCC 12 warns falsely of that (-Wrestrict)
+  suffix += variable;
   int match = -1;
   for (int i = 0; i < modules_.size(); ++i) {
     const std::string& candidate = modules_.at(i).path;

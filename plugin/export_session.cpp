@@ -31,8 +31,12 @@ const char* ExportStageName(ExportStage stage) {
   return "?";
 }
 
-ExportSession::ExportSession(ModuleTable modules, std::unordered_set<std::string> member_names, ExportOptions options)
-    : modules_(std::move(modules)), member_names_(std::move(member_names)), options_(std::move(options)) {}
+ExportSession::ExportSession(ModuleTable modules, std::unordered_set<std::string> member_names, ExportOptions options,
+                             InstanceScopeSymbols scope_symbols)
+    : modules_(std::move(modules)),
+      member_names_(std::move(member_names)),
+      scope_symbols_(std::move(scope_symbols)),
+      options_(std::move(options)) {}
 
 void ExportSession::Expect(std::initializer_list<ExportStage> allowed, const char* step) const {
   if (std::find(allowed.begin(), allowed.end(), stage_) != allowed.end()) return;
@@ -141,8 +145,8 @@ void ExportSession::TagFinalGraph(torch::jit::Graph& graph, const std::function<
   // letting go of the tagging's results counts as own work too.
   OwnWork own(*this, Work::kTagging);
   CallTags call_tags(modules_);
-  HierarchyTagging tagging =
-      AssignHierarchyTags(graph, modules_, call_tags, borrowed_, member_names_, user_input_count_, &calls_, &rewrites_);
+  HierarchyTagging tagging = AssignHierarchyTags(graph, modules_, call_tags, borrowed_, member_names_,
+                                                 user_input_count_, &calls_, &rewrites_, &scope_symbols_);
   borrowed_.Restore(graph.block());
   RestoreTorchScopes(graph.block());
   own.RunTorch(name_nodes);

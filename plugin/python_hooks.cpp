@@ -488,6 +488,7 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
   };
   std::unordered_map<PyTypeObject*, ClassNames> class_names;
   MemberNames members(model);
+  InstanceScopeSymbols scope_symbols;
   NamedModules named_modules(model);
   for (auto& [path, module] : named_modules.modules()) {
     PyTypeObject* type = Py_TYPE(module.ptr());
@@ -521,11 +522,13 @@ void BeginSession(const py::handle& model, py::object trace_module_map, ExportOp
     if (name) {
       std::string instance_name = MarkInstanceScopeName(index, name.cast<std::string>());
       trace_module_map[module] = instance_name;
+      scope_symbols.Add(index, instance_name);
       if (index > 0) WrapForward(current, module, index, std::string(ScopeNameAsRecorded(instance_name)));
     }
   }
   modules.Finalize();
-  current.session = std::make_unique<ExportSession>(std::move(modules), members.Take(), std::move(options));
+  current.session =
+      std::make_unique<ExportSession>(std::move(modules), members.Take(), std::move(options), std::move(scope_symbols));
   current.session->MaybeFailAt("module-map");
 }
 

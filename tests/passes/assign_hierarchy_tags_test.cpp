@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "graph_test_support.h"
+#include "hiertag/core/export/scope_names.h"
 #include "hiertag/core/format/tag_format.h"
 #include "hiertag/passes/scope_resolution.h"
 #include "hiertag/passes/tagged_model_entries.h"
@@ -970,6 +971,52 @@ TEST_F(AssignHierarchyTagsTest, ResolverNamesTheScopeOfTheTaggedCall) {
   EXPECT_EQ(blank.tag, -1);
   EXPECT_EQ(blank.call_scope, nullptr);
   EXPECT_EQ(call_tags_->Tag(in_ln.tag), "/Net/Layer.0/Attn");
+}
+
+TEST_F(AssignHierarchyTagsTest, ListedInstanceScopesResolveBySymbol) {
+  // Check that a resolver given the instance scope names by symbol resolves
+  // each scope as it does from the names, and that it reads the symbol: a
+  // level whose recorded name no longer parses (a NUL in the class name cuts
+  // it before "::") resolves to the module it was made for.
+  InstanceScopeSymbols symbols;
+  const std::string cut_class = std::string("pkg.Ln\0", 7) + "Norm::ln";
+  symbols.Add(kNet, MarkInstanceScopeName(kNet, "pkg.Net::"));
+  symbols.Add(kLayer0, MarkInstanceScopeName(kLayer0, "pkg.Layer::layers.0"));
+  symbols.Add(kAttn0, MarkInstanceScopeName(kAttn0, "pkg.Attn::attn"));
+  symbols.Add(kLn0, MarkInstanceScopeName(kLn0, std::string(kLayerNorm) + "::ln"));
+  symbols.Add(kLn1, MarkInstanceScopeName(kLn1, cut_class));
+  ScopePtr cut = testing::InstanceScope(attn1_, kLn1, cut_class);
+  call_tags_ = std::make_unique<CallTags>(modules_);
+  ScopeResolver by_name(modules_, *call_tags_);
+  ScopeResolver by_symbol(modules_, *call_tags_, &symbols);
+  for (const ScopePtr& scope : {net_, layer0_, attn0_, ln0_, layer1_, attn1_, ln1_}) {
+    ResolvedScope expected = by_name.Resolve(scope);
+    ResolvedScope resolved = by_symbol.Resolve(scope);
+    EXPECT_EQ(resolved.module, expected.module);
+    EXPECT_EQ(resolved.tag, expected.tag);
+    EXPECT_EQ(resolved.call_scope, expected.call_scope);
+  }
+  EXPECT_EQ(by_name.Resolve(cut).module, kAttn1);  // the name stops the walk at its caller
+  EXPECT_EQ(by_name.unresolved_levels(), 1);
+  EXPECT_EQ(by_symbol.Resolve(cut).module, kLn1);
+  EXPECT_EQ(by_symbol.unresolved_levels(), 0);
+}
+
+TEST(InstanceScopeSymbolsTest, FindsNamesInternedBeforeTheSetUp) {
+  // Check that a name interned before the others (an earlier export of the
+  // model) is found after one interned later, and that no other symbol is.
+  const std::string early = MarkInstanceScopeName(5, "pkg.Early::early");
+  const std::string between = MarkInstanceScopeName(6, "pkg.Between::between");
+  c10::Symbol::scope(early);
+  c10::Symbol::scope(between);
+  InstanceScopeSymbols symbols;
+  symbols.Add(1, MarkInstanceScopeName(1, "pkg.Late::late"));
+  symbols.Add(5, early);
+  EXPECT_EQ(symbols.Find(c10::Symbol::scope(MarkInstanceScopeName(1, "pkg.Late::late"))), 1);
+  EXPECT_EQ(symbols.Find(c10::Symbol::scope(early)), 5);
+  EXPECT_EQ(symbols.Find(c10::Symbol::scope(between)), -1);
+  EXPECT_EQ(symbols.Find(c10::Symbol::scope("pkg.Unlisted::x")), -1);
+  EXPECT_EQ(symbols.Find(c10::prim::Constant), -1);
 }
 
 }  // namespace

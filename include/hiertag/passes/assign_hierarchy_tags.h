@@ -70,6 +70,7 @@
 #include "hiertag/passes/borrowed_scopes.h"
 #include "hiertag/passes/module_calls.h"
 #include "hiertag/passes/record_rewrites.h"
+#include "hiertag/passes/scope_resolution.h"
 
 namespace hiertag {
 
@@ -148,10 +149,12 @@ struct HierarchyTagging {
 // made under names of their own). -1: unknown, then an input is a user input
 // when its name is not in `member_names`.
 // `calls`: the module calls recorded while tracing, or nullptr; `rewrites`: the
-// export passes' rewrites (RecordRewrites), or nullptr.
+// export passes' rewrites (RecordRewrites), or nullptr; `symbols`: the
+// instance scope names by symbol (scope_resolution.h), or nullptr.
 HierarchyTagging AssignHierarchyTags(torch::jit::Graph& graph, const ModuleTable& modules, CallTags& call_tags,
                                      const BorrowedScopes& borrowed,
                                      const std::unordered_set<std::string>& member_names, int user_input_count = -1,
-                                     const ModuleCalls* calls = nullptr, const RewriteLog* rewrites = nullptr);
+                                     const ModuleCalls* calls = nullptr, const RewriteLog* rewrites = nullptr,
+                                     const InstanceScopeSymbols* symbols = nullptr);
 
 }  // namespace hiertag

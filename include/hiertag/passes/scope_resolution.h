@@ -31,7 +31,9 @@
 #include <c10/util/flat_hash_map.h>
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "hiertag/core/format/call_tags.h"
@@ -47,9 +49,40 @@ struct ResolvedScope {
   const torch::jit::Scope* call_scope = nullptr;
 };
 
+// The module each instance scope name (MarkInstanceScopeName) was made for,
+// by the name's symbol: torch interns every scope name it pushes
+// (Symbol::scope), so a scope holds its name as a symbol. Listed when the
+// names are made (the session's set-up), it lets ScopeResolver read a scope's
+// symbol instead of its name's characters, a cold string per scope (a sixth
+// of AssignHierarchyTags on a 950k-node graph, perf). A listed scope resolves
+// to the module its name was made for, which is the index the name holds; a
+// scope not listed is resolved from its name.
+class InstanceScopeSymbols {
+ public:
+  // Interns `instance_name` as a scope name, as torch's tracer does when it
+  // pushes it, and lists it as module `module`'s.
+  void Add(int module, const std::string& instance_name);
+
+  // The module `name` was listed for; -1 when it is not listed.
+  int Find(c10::Symbol name) const {
+    uint32_t offset = static_cast<uint32_t>(name) - base_;  // wraps around below base_
+    return offset < modules_.size() ? modules_[offset] : -1;
+  }
+
+ private:
+  // Symbols count up as torch interns strings, and a set-up interns its names
+  // in one go (or an earlier export of the model did): by symbol - base_, an
+  // array over their span, a read near the last one's for each scope. A span
+  // holding strings interned between is bounded by torch's own table of them.
+  uint32_t base_ = 0;
+  std::vector<int> modules_;
+};
+
 class ScopeResolver {
  public:
-  ScopeResolver(const ModuleTable& modules, CallTags& call_tags) : modules_(modules), call_tags_(call_tags) {}
+  // `symbols`: the instance scope names known by symbol (may be nullptr).
+  ScopeResolver(const ModuleTable& modules, CallTags& call_tags, const InstanceScopeSymbols* symbols = nullptr)
+      : modules_(modules), call_tags_(call_tags), symbols_(symbols) {}
 
   // Resolves a scope; blank and root scopes resolve to {-1, -1}. Cached per scope.
   ResolvedScope Resolve(const torch::jit::ScopePtr& scope);
@@ -86,6 +119,7 @@ class ScopeResolver {
 
   const ModuleTable& modules_;
   CallTags& call_tags_;
+  const InstanceScopeSymbols* symbols_;
   ska::flat_hash_map<const torch::jit::Scope*, Walk> walks_;
   ska::flat_hash_map<const torch::jit::InlinedCallStack*, ResolvedScope> callstack_cache_;
   std::vector<torch::jit::Scope*> pending_;  // WalkTo's levels to walk

@@ -51,8 +51,10 @@ const char* ExportStageName(ExportStage stage);
 class ExportSession {
  public:
   // `modules`: finalized; `member_names`: qualified names of the model's
-  // parameters and buffers.
-  ExportSession(ModuleTable modules, std::unordered_set<std::string> member_names, ExportOptions options);
+  // parameters and buffers; `scope_symbols`: the modules' instance scope
+  // names (none for an export that gives modules no scope names of their own).
+  ExportSession(ModuleTable modules, std::unordered_set<std::string> member_names, ExportOptions options,
+                InstanceScopeSymbols scope_symbols = {});
 
   ExportStage stage() const { return stage_; }
   const ModuleTable& modules() const { return modules_; }
@@ -140,6 +142,7 @@ class ExportSession {
 
   ModuleTable modules_;
   std::unordered_set<std::string> member_names_;
+  InstanceScopeSymbols scope_symbols_;
   ExportOptions options_;
   ExportStage stage_ = ExportStage::kTracing;
   // Alias calls about to be inlined: where their results were read, and with whom they are shared.
