@@ -82,6 +82,7 @@ constexpr const char* kObservedPasses[] = {
 struct WrappedForward {
   py::object module;
   py::object own_forward;  // null: the instance had no forward attribute of its own
+  int index = -1;          // the module's index in the session
 };
 
 // The session and what the Python side holds for it.
@@ -89,9 +90,9 @@ struct PythonSession {
   std::unique_ptr<ExportSession> session;
   uint64_t generation = 0;  // which export of the process this is (the wrappers carry it)
   std::vector<WrappedForward> wrapped;
-  std::unordered_set<PyObject*> wrapped_modules;  // made at the first call of an earlier export's wrapper
-  std::vector<std::string> scope_names;           // module index -> the scope name its calls record
-  py::object planned_bytes;                       // torch's serialized model the plan borrows from
+  std::unordered_map<PyObject*, int> index_of_module;  // made at the first call of an earlier export's wrapper
+  std::vector<std::string> scope_names;                // module index -> the scope name its calls record
+  py::object planned_bytes;                            // torch's serialized model the plan borrows from
 };
 
 // One export runs at a time per process (torch's exporter keeps global state
@@ -151,35 +152,33 @@ py::handle Interned(const char* text) {
   return interned;
 }
 
-// The module whose forward a wrapper of an earlier export wraps, if the
-// current export wrapped it too: that wrapper was kept by the model (a
-// `self.f = child.forward` made while the earlier export ran), and a call of
-// it now is a call of that module's forward.
-py::object ModuleWrappedNow(PythonSession& current, const py::object& original) {
-  static const py::handle kSelf = Interned("__self__");
-  if (!PyMethod_Check(original.ptr())) return py::object();
-  py::object module = py::getattr(original, kSelf);
-  if (current.wrapped_modules.empty()) {
-    for (const WrappedForward& record : current.wrapped) current.wrapped_modules.insert(record.module.ptr());
+// The index this export gave `module`, or -1 when it did not wrap it (it is
+// no module of the model exported now).
+int IndexNow(PythonSession& current, const py::handle& module) {
+  if (current.index_of_module.empty()) {
+    for (const WrappedForward& record : current.wrapped) current.index_of_module[record.module.ptr()] = record.index;
   }
-  return current.wrapped_modules.count(module.ptr()) > 0 ? module : py::object();
+  auto found = current.index_of_module.find(module.ptr());
+  return found == current.index_of_module.end() ? -1 : found->second;
 }
 
 // What a module's forward does during a tagged export: every call, through
 // __call__ or straight to .forward(), passes ModuleCalls. `generation` is the
-// export that made the wrapper, `module` the module's index in it, `original`
-// the forward it had.
-py::object CallForward(uint64_t generation, int module, const py::object& original, py::args args, py::kwargs kwargs) {
-  static const py::handle kForward = Interned("forward");
+// export that made the wrapper, `module` the module's index in it, `self` the
+// module, `original` the forward it had.
+py::object CallForward(uint64_t generation, int module, const py::handle& self, const py::object& original,
+                       py::args args, py::kwargs kwargs) {
   ExportSession* session = Session();
   if (session == nullptr) return original(*args, **kwargs);
   PythonSession& current = *Current();
   if (generation != current.generation) {
-    // A wrapper an earlier export left with the model: its index means
-    // nothing now. The module's forward as this export wrapped it records
-    // the call; a module this export did not wrap is no module of its model.
-    py::object now = ModuleWrappedNow(current, original);
-    return now ? py::getattr(now, kForward)(*args, **kwargs) : original(*args, **kwargs);
+    // A wrapper an earlier export left with the model (it kept
+    // `child.forward`): its index means nothing now. It runs the forward it
+    // holds, as the kept bound method would, recorded as a call of its
+    // module as this export numbers it, or unrecorded when this export's
+    // model does not hold the module.
+    module = IndexNow(current, self);
+    if (module < 0) return original(*args, **kwargs);
   }
   std::vector<at::Tensor> inputs;
   FlattenTensors(args, &inputs);
@@ -231,7 +230,7 @@ class HiertagForward(functools.partial):
 )";
 
 // Stands in for a module's forward: ForwardClass()(CallForward, generation,
-// index, forward) in the instance __dict__, with __wrapped__ set (inspect.signature
+// index, module, forward) in the instance __dict__, with __wrapped__ set (inspect.signature
 // follows it to the original, as for functools.wraps). A partial, not an
 // instance of a pybind11 class: pybind11 registers each instance of its
 // classes in a table and unregisters it when freed: with the wrapper's
@@ -243,9 +242,13 @@ void WrapForward(PythonSession& current, const py::handle& module, int index, co
   py::dict own = py::getattr(module, kDict);
   PyObject* own_forward = PyDict_GetItemWithError(own.ptr(), kForward.ptr());  // borrowed
   if (own_forward == nullptr && PyErr_Occurred()) throw py::error_already_set();
-  WrappedForward record{py::reinterpret_borrow<py::object>(module), py::reinterpret_borrow<py::object>(own_forward)};
+  WrappedForward record{py::reinterpret_borrow<py::object>(module), py::reinterpret_borrow<py::object>(own_forward),
+                        index};
   py::object forward = py::getattr(module, kForward);
-  py::object wrapper = ForwardClass()(ForwardFunction(), current.generation, index, forward);
+  // A wrapper an earlier export left in its place (the model set a kept
+  // `forward` back) is not wrapped again: the two would call each other.
+  while (py::isinstance(forward, ForwardClass())) forward = py::getattr(forward, kWrapped);
+  py::object wrapper = ForwardClass()(ForwardFunction(), current.generation, index, module, forward);
   if (PyObject_SetAttr(wrapper.ptr(), kWrapped.ptr(), forward.ptr()) != 0 ||
       PyDict_SetItem(own.ptr(), kForward.ptr(), wrapper.ptr()) != 0) {
     throw py::error_already_set();
@@ -428,7 +431,7 @@ void RestoreForwards(PythonSession& session) {
     }
   }
   session.wrapped.clear();
-  session.wrapped_modules.clear();
+  session.index_of_module.clear();
   session.scope_names.clear();
 }
 

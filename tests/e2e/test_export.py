@@ -1,6 +1,7 @@
 """End-to-end: export real models with HIERTAG=1 and read the files back."""
 
 import copy
+import functools
 import inspect
 import io
 import json
@@ -310,6 +311,15 @@ def test_a_forward_kept_from_an_earlier_export_records_a_call_of_this_one():
     assert mul_tags(export(Outer(keeper), (x,), "1")) == ["/Outer/Keeper/_Leaf", "/Outer/_Leaf"]
     # The kept forward's module is not in this model: its Mul is the caller's work.
     assert mul_tags(export(Borrower(keeper.kept), (x,), "1")) == ["/Borrower", "/Borrower/_Leaf"]
+    # The model sets the kept forward back as the module's own: no wrapper calls another.
+    keeper.child.forward = keeper.kept
+    assert mul_tags(export(Outer(keeper), (x,), "1")) == ["/Outer/Keeper/_Leaf", "/Outer/_Leaf"]
+    assert vars(keeper.child)["forward"] is keeper.kept
+    # A forward that is no bound method (a partial holding the module) is its module's too.
+    other = Keeper()
+    other.child.forward = functools.partial(_Leaf.forward, other.child)
+    export(other, (x,), "1")
+    assert mul_tags(export(Outer(other), (x,), "1")) == ["/Outer/Keeper/_Leaf", "/Outer/_Leaf"]
 
 
 def test_every_module_passes_the_boundary_check(exported):
