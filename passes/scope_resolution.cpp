@@ -70,8 +70,11 @@ ScopeResolver::Walk ScopeResolver::Step(const Walk& parent, torch::jit::Scope* l
   const ResolvedScope& above = parent.resolved;
   int module = symbols_ ? symbols_->Find(level->name()) : -1;
   if (module < 0) {
-    std::string_view name = level->name().toUnqualString();  // interned: lives as long as the process
-    if (name == kBorrowedScopeName) return ended;            // borrowed leaf: the chain above it is the record
+    // torch's interned string, read in place: valid until a symbol is
+    // interned (a short name lives inside torch's table, which then may
+    // move), and nothing below interns one.
+    std::string_view name = level->name().toUnqualString();
+    if (name == kBorrowedScopeName) return ended;  // borrowed leaf: the chain above it is the record
     auto parsed = ParseScopeName(name);
     if (!parsed) {
       ++unresolved_levels_;
