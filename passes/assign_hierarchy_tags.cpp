@@ -286,7 +286,8 @@ class Tagger {
     Record& record = record_of_scope_[number];
     if (record.tag == kNotMade) {
       const BorrowedScopes::Loan* loan = borrowed_.empty() ? nullptr : borrowed_.Find(scope);
-      record = loan ? ResolveRecord(scope, std::nullopt) : RecordFrom(resolved);
+      record = RecordFrom(loan ? resolver_.Resolve(loan->recorded) : resolved);
+      record.loan = loan;
     }
     last_scope_ = scope.get();
     last_record_ = record;

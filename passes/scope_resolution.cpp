@@ -24,8 +24,8 @@ void InstanceScopeSymbols::Add(int module, const std::string& instance_name) {
 }
 
 ResolvedScope ScopeResolver::Resolve(const ScopePtr& scope) {
-  if (!scope || scope->isRoot() || scope->isBlank()) return {};
-  return WalkTo(scope.get()).resolved;
+  int number = -1;
+  return Resolve(scope, &number);
 }
 
 ResolvedScope ScopeResolver::Resolve(const ScopePtr& scope, int* number) {
