@@ -102,10 +102,14 @@ def rewritten_boundaries(model):
     return {boundary_key(table, tag, call): why for (tag, call), why in core.rewritten_boundaries(model).items()}
 
 
-def strip_tags(model):
-    """The model without hiertag's entries (a copy)."""
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
+def strip_tags(model, in_place=False):
+    """The model without hiertag's entries: a copy, or `model` itself stripped
+    when `in_place`."""
+    if in_place:
+        copy = model
+    else:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
     for node in walk_nodes(copy.graph):
         keep = [p for p in node.metadata_props if p.key != TAG_KEY and not p.key.startswith(core.KEY_PREFIX)]
         del node.metadata_props[:]

@@ -205,6 +205,23 @@ def test_carrying_onto_the_untransformed_file_changes_no_entry_and_verifies_ever
     assert calls["verified"] + calls["declared_at_export"] + calls["never_ran"] + calls["no_nodes"] == calls["calls"]
 
 
+def test_carrying_in_place_tags_the_given_model_as_a_copy_would(cells, workdir):
+    """`hiertag carry` hands its transformed model over (in_place): the result
+    and the summary are the copy's, the tags it found counted before it strips
+    them, and a carry that does not hand it over leaves it as it was."""
+    cells("bert", "onnxsim")  # writes the carried file
+    original = onnx.load(workdir / "bert.onnx")
+    # Tagged on every node: onnxsim's output as carry tagged it, and the original itself.
+    for transformed in (onnx.load(carried(workdir, "bert", "onnxsim")), onnx.load(workdir / "bert.onnx")):
+        before = transformed.SerializeToString()
+        copied, copied_summary = carry.carry(original, transformed, "onnxsim")
+        assert transformed.SerializeToString() == before
+        given, given_summary = carry.carry(original, transformed, "onnxsim", in_place=True)
+        assert given is transformed
+        assert given.SerializeToString() == copied.SerializeToString() and given_summary == copied_summary
+        assert given_summary["tagged_before"] == given_summary["nodes"] > 0
+
+
 def hiertag_carry(*arguments):
     return subprocess.run([sys.executable, "-m", "hiertag", "carry", *map(str, arguments)],
                           capture_output=True, text=True)

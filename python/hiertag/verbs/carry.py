@@ -942,7 +942,13 @@ def _nested_nodes(node):
             yield from checks.walk_nodes(graph)
 
 
-def carry(original, transformed, by=None, feeds=None, data_folders=(None, None)):
+def _shares_a_value(model, original):
+    """Whether a node of `model`'s main graph makes a value some node of `original` makes."""
+    made = {name for node in model.graph.node for name in node.output if name}
+    return any(name in made for node in checks.walk_nodes(original.graph) for name in node.output)
+
+
+def carry(original, transformed, by=None, feeds=None, data_folders=(None, None), in_place=False):
     """Returns (the transformed model tagged, a summary dict). `original` is the
     tagged model (ModelProto), `transformed` a model a tool made from it
     (left unchanged); `by` names the transformation in hiertag.rewrite and the
@@ -950,20 +956,24 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None))
     original's); `feeds`, arrays for the original's graph inputs, are what
     both run on to check every module call's boundary (hiertag.carry_check;
     default: generated); `data_folders`: where the external data of models read
-    without it lie (the check's ONNX Runtime maps it from there). Raises
-    CarryError for models that do not correspond."""
+    without it lie (the check's ONNX Runtime maps it from there); `in_place`:
+    `transformed` is the caller's to give up, and becomes the model returned
+    (its entries stripped and carry's written) rather than being copied (a
+    copy is as large as the model again, alive until the check is done).
+    Raises CarryError for models that do not correspond."""
     props = checks.model_props(original)
     if core.TABLE_KEY not in props:
         raise CarryError("the tagged model is not tagged by hiertag (no hiertag.modules in its metadata_props)")
     by = by or describe_producer(original, transformed) or "the transformation"
-    model = checks.strip_tags(transformed)
+    tagged_before = sum(1 for node in checks.walk_nodes(transformed.graph)
+                        if any(p.key == core.TAG_KEY for p in node.metadata_props))
+    model = checks.strip_tags(transformed, in_place=in_place)
+    del transformed  # when stripped in place, `model` is it
     try:
         carry_check.check_io(original, model)
     except carry_check.Unrelated as error:
         raise CarryError(str(error)) from None
-    main_outputs = {name for node in model.graph.node for name in node.output if name}
-    original_values = {name for node in checks.walk_nodes(original.graph) for name in node.output if name}
-    if model.graph.node and not main_outputs & original_values:
+    if model.graph.node and not _shares_a_value(model, original):
         raise CarryError("the transformed model has no value the tagged model has: not made from it")
     carrier = Carrier(original, model, by)
     carrier.run()
@@ -971,11 +981,17 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None))
     _record_types(model, carrier.c)
     carrier.c.release_inferred()
 
-    original_makers = {}
-    for node in checks.walk_nodes(original.graph):
-        for name in node.output:
-            if name:
-                original_makers[name] = checks.node_props(node)
+    original_makers = {}  # a value's maker's entries in the original, made when a nested node asks
+
+    def original_maker(name):
+        if not original_makers:
+            for node in checks.walk_nodes(original.graph):
+                props = None
+                for output in node.output:
+                    if output:
+                        props = props if props is not None else checks.node_props(node)
+                        original_makers[output] = props
+        return original_makers.get(name)
     counts = defaultdict(int)
     rules = defaultdict(int)
     unplaced = []
@@ -998,7 +1014,7 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None))
         _set_props(node, placement.props(table))
         count(node, placement)
         for inner in _nested_nodes(node):
-            made = [original_makers[name] for name in inner.output if name in original_makers]
+            made = [props for props in map(original_maker, inner.output) if props is not None]
             inner_placement = placement_of_original(made[0]) if made else \
                 Placement(placement.tag, placement.call, category=RULE, rule=ENCLOSING)
             if made:
@@ -1028,8 +1044,7 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None))
     nodes = sum(counts.values())
     summary = {
         "nodes": nodes,
-        "tagged_before": sum(1 for node in checks.walk_nodes(transformed.graph)
-                             if core.TAG_KEY in checks.node_props(node)),
+        "tagged_before": tagged_before,
         "exact": counts[EXACT], "shared": counts[SHARED], "span": counts[SPAN], "rule": counts[RULE],
         "rules": {rule: rules[rule] for rule in (CONVERSION, WEIGHTS, ENCLOSING, NEIGHBOURS, ROOT)},
         "unplaced": unplaced,
@@ -1196,7 +1211,7 @@ def run(options):
     by = options.by or describe_producer(original, transformed) or Path(options.transformed).name
     folders = (Path(options.tagged).parent, Path(options.transformed).parent)
     try:
-        model, summary = carry(original, transformed, by, data_folders=folders)
+        model, summary = carry(original, transformed, by, data_folders=folders, in_place=True)
     except CarryError as error:
         verbs.fail(f"{options.tagged} -> {options.transformed}: {error}")
     del original, transformed
