@@ -165,16 +165,21 @@ class _Graph:
         self.outputs = [o.name for o in graph.output]
         self.weights = core.weight_values(model)
         self.producer, self.consumers, self.reads = {}, defaultdict(list), []
+        # Every name as one string: protobuf makes a new one at each read, and
+        # the tables here, the other model's and the boundaries hold each name
+        # many times over (at depth, tens of MB).
         for index, node in enumerate(self.nodes):
             for name in node.output:
                 if name:
-                    self.producer[name] = index
-            reads = checks._implicit_inputs(node)
+                    self.producer[sys.intern(name)] = index
+            reads = [sys.intern(name) for name in checks._implicit_inputs(node)]
             self.reads.append([name for name in reads if name not in self.weights])
+            read = 0  # reads[read] is the next non-empty input, interned
             for position, name in enumerate(node.input):
                 if name:
-                    self.consumers[name].append((index, position))
-            for name in reads[len([i for i in node.input if i]):]:
+                    self.consumers[reads[read]].append((index, position))
+                    read += 1
+            for name in reads[read:]:
                 self.consumers[name].append((index, None))
         self.values = set(self.inputs) | self.initializers | set(self.producer)
 
@@ -659,7 +664,7 @@ def _merged_values(sources):
     for source in sources:
         for info in [*source.graph.input, *source.graph.value_info, *source.graph.output]:
             if info.type.tensor_type.elem_type and info.name not in found:
-                found[info.name] = info
+                found[sys.intern(info.name)] = info
     return found
 
 
