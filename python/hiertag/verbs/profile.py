@@ -203,7 +203,8 @@ def profile(path, specs=(), runs=10, warmup=2, threads=0, level="all", statistic
     # The mapping is carry's, checked on the profiled inputs: a call whose
     # boundary the optimizer removed or carry cannot establish is declared.
     try:
-        tagged, carried = carry.carry(original, optimized, f"onnxruntime {onnxruntime.__version__} ({level})", feeds)
+        tagged, carried = carry.carry(original, optimized, f"onnxruntime {onnxruntime.__version__} ({level})", feeds,
+                                      in_place=True)  # the optimized model is ours
     except carry.CarryError as error:
         verbs.fail(f"{path}: {error}")
     self_time, node_count, unattributed = attribute(tagged, timings, statistic)
