@@ -6,9 +6,10 @@ HIERTAG_REPORT's set-up part.
 
     .venv/bin/python bench/gc_in_export.py [--layers 200]
 
-A process that built a model owes a full collection; the export's first
-Python allocations pay it, plain or tagged. The README's HIERTAG_REPORT row
-cites this."""
+A process that built a model can be near its next full collection; the
+Python objects hiertag's set-up makes (a forward wrapper per module) can tip
+it into running during the export. The README's HIERTAG_REPORT row cites
+this."""
 
 import argparse
 import gc

@@ -29,9 +29,7 @@ def torchscript_exporter():
 
 
 def node_props(node):
-    """{key: value} of the node's metadata_props, each string one object
-    however many nodes hold it (a call's tag on every node of the call)."""
-    return {sys.intern(p.key): sys.intern(p.value) for p in node.metadata_props}
+    return {p.key: p.value for p in node.metadata_props}
 
 
 def walk_graphs(graph):

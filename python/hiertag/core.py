@@ -148,8 +148,8 @@ def module_boundaries(model):
     and the positions in the main graph of the nodes the file gives the call
     (weight nodes too). ValueError for a model that is not tagged or has
     malformed references."""
-    intern = sys.intern  # the same names in many calls' boundaries: one string each
-    return {(tag, call): ([intern(name) for name in inputs], [intern(name) for name in outputs], nodes)
+    names = {}  # one string per name, which many calls' boundaries list (a dict: see carry._Graph)
+    return {(tag, call): ([names.setdefault(n, n) for n in inputs], [names.setdefault(n, n) for n in outputs], nodes)
             for tag, call, inputs, outputs, nodes in _core.module_boundaries(_serialized(model))}
 
 

@@ -206,9 +206,11 @@ def test_carrying_onto_the_untransformed_file_changes_no_entry_and_verifies_ever
 
 
 def test_carrying_in_place_tags_the_given_model_as_a_copy_would(cells, workdir):
-    """`hiertag carry` hands its transformed model over (in_place): the result
-    and the summary are the copy's, the tags it found counted before it strips
-    them, and a carry that does not hand it over leaves it as it was."""
+    """carry() given its transformed model to strip (in_place, as `hiertag
+    carry` and `hiertag profile` give it): the result and the summary are the
+    copy's, the tags it found counted before it strips them; a carry not given
+    the model leaves it as it was, and one given the original itself strips a
+    copy."""
     cells("bert", "onnxsim")  # writes the carried file
     original = onnx.load(workdir / "bert.onnx")
     # Tagged on every node: onnxsim's output as carry tagged it, and the original itself.
@@ -220,6 +222,10 @@ def test_carrying_in_place_tags_the_given_model_as_a_copy_would(cells, workdir):
         assert given is transformed
         assert given.SerializeToString() == copied.SerializeToString() and given_summary == copied_summary
         assert given_summary["tagged_before"] == given_summary["nodes"] > 0
+    before = original.SerializeToString()
+    itself, itself_summary = carry.carry(original, original, "onnxsim", in_place=True)
+    assert itself is not original and original.SerializeToString() == before
+    assert itself_summary["exact"] == itself_summary["nodes"]
 
 
 def hiertag_carry(*arguments):

@@ -157,7 +157,7 @@ def placement_of_original(props):
 class _Graph:
     """One model's main graph: its values and nodes, who makes and who reads each value."""
 
-    def __init__(self, model):
+    def __init__(self, model, names):
         graph = model.graph
         self.nodes = list(graph.node)
         self.inputs = [i.name for i in graph.input]
@@ -165,14 +165,16 @@ class _Graph:
         self.outputs = [o.name for o in graph.output]
         self.weights = core.weight_values(model)
         self.producer, self.consumers, self.reads = {}, defaultdict(list), []
-        # Every name as one string: protobuf makes a new one at each read, and
-        # the tables here, the other model's and the boundaries hold each name
-        # many times over (at depth, tens of MB).
+        # Each name the tables hold as one string, shared through `names` with
+        # the other model's tables and the shape tables: protobuf makes a new
+        # string at each read, and they hold each name many times over (tens
+        # of MB at depth). A dict, not sys.intern: CPython 3.12.0 to 3.12.5
+        # never free interned strings.
         for index, node in enumerate(self.nodes):
             for name in node.output:
                 if name:
-                    self.producer[sys.intern(name)] = index
-            reads = [sys.intern(name) for name in checks._implicit_inputs(node)]
+                    self.producer[names.setdefault(name, name)] = index
+            reads = [names.setdefault(name, name) for name in checks._implicit_inputs(node)]
             self.reads.append([name for name in reads if name not in self.weights])
             read = 0  # reads[read] is the next non-empty input, interned
             for position, name in enumerate(node.input):
@@ -327,15 +329,17 @@ class _Correspondence:
     def __init__(self, original, transformed):
         self.table = checks.module_table(original)
         self.calls = core.CallTable(original)
-        self.o = _Graph(original)
-        self.t = _Graph(transformed)
-        self.o_inferred = _inferred_values(original)
+        names = {}  # one string per name and node entry (_Graph)
+        self.o = _Graph(original, names)
+        self.t = _Graph(transformed, names)
+        self.o_inferred = _inferred_values(original, names)
         self.o_shapes, self.o_types = _value_shapes(self.o_inferred)
-        self.t_inferred = _inferred_values(transformed)
+        self.t_inferred = _inferred_values(transformed, names)
         self.t_shapes, _ = _value_shapes(self.t_inferred)
         self.reshaped = {name for name, shape in self.t_shapes.items()
                          if name in self.o_shapes and not _same_shape(self.o_shapes[name], shape)}
-        self.o_props = [checks.node_props(node) for node in self.o.nodes]
+        self.o_props = [{names.setdefault(p.key, p.key): names.setdefault(p.value, p.value) for p in node.metadata_props}
+                        for node in self.o.nodes]  # checks.node_props, a call's tag one string on all its nodes
         self.reach = _Reachability(self.o)
         self.matched = {}
         self._corr = {}
@@ -622,7 +626,7 @@ class _Correspondence:
         return found
 
 
-def _inferred_values(model):
+def _inferred_values(model, names):
     """{value: ValueInfoProto} from ONNX shape inference, then ONNX Runtime's
     symbolic one, which knows its own contrib ops (a tool's fused nodes);
     either may give up on a model, leaving what the other found."""
@@ -636,7 +640,7 @@ def _inferred_values(model):
     wanted = {name for node in model.graph.node for name in node.output if name}
     wanted |= {value.name for value in [*model.graph.input, *model.graph.output]}
     if sources and wanted <= _typed_names(sources[0]):
-        return _merged_values(sources)
+        return _merged_values(sources, names)
     try:
         # Its infer_shapes() writes sym_shape_infer_temp.onnx into the working
         # directory when one node defeats it; its steps, run here, keep what
@@ -650,7 +654,7 @@ def _inferred_values(model):
         sources.append(inference.out_mp_)
     except Exception:  # ops it does not know (a layout's blocked kernels), another ONNX Runtime: ONNX's types
         pass
-    return _merged_values(sources)
+    return _merged_values(sources, names)
 
 
 def _typed_names(source):
@@ -658,13 +662,15 @@ def _typed_names(source):
             if info.type.tensor_type.elem_type}
 
 
-def _merged_values(sources):
-    """{value: ValueInfoProto}: each value as the first source that types it has it."""
+def _merged_values(sources, names):
+    """{value: ValueInfoProto}: each value as the first source that types it
+    has it; each name the string `names` has for it (_Graph)."""
     found = {}
     for source in sources:
         for info in [*source.graph.input, *source.graph.value_info, *source.graph.output]:
             if info.type.tensor_type.elem_type and info.name not in found:
-                found[sys.intern(info.name)] = info
+                name = info.name
+                found[names.setdefault(name, name)] = info
     return found
 
 
@@ -955,16 +961,18 @@ def _shares_a_value(model, original):
 
 def carry(original, transformed, by=None, feeds=None, data_folders=(None, None), in_place=False):
     """Returns (the transformed model tagged, a summary dict). `original` is the
-    tagged model (ModelProto), `transformed` a model a tool made from it
-    (left unchanged); `by` names the transformation in hiertag.rewrite and the
-    rewrite records (default: its producer, when it differs from the
-    original's); `feeds`, arrays for the original's graph inputs, are what
-    both run on to check every module call's boundary (hiertag.carry_check;
-    default: generated); `data_folders`: where the external data of models read
-    without it lie (the check's ONNX Runtime maps it from there); `in_place`:
-    `transformed` is the caller's to give up, and becomes the model returned
-    (its entries stripped and carry's written) rather than being copied (a
-    copy is as large as the model again, alive until the check is done).
+    tagged model (ModelProto), `transformed` a model a tool made from it (left
+    unchanged unless `in_place`); `by` names the transformation in
+    hiertag.rewrite and the rewrite records (default: its producer, when it
+    differs from the original's); `feeds`, arrays for the original's graph
+    inputs, are what both run on to check every module call's boundary
+    (hiertag.carry_check; default: generated); `data_folders`: where the
+    external data of models read without it lie (the check's ONNX Runtime maps
+    it from there); `in_place`: `transformed` is the caller's to give up (also
+    when carry fails), and becomes the model returned (its entries stripped and
+    carry's written) rather than being copied (a copy is as large as the model
+    again, alive until the check is done; `original` itself given as
+    `transformed` is copied all the same).
     Raises CarryError for models that do not correspond."""
     props = checks.model_props(original)
     if core.TABLE_KEY not in props:
@@ -972,7 +980,7 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
     by = by or describe_producer(original, transformed) or "the transformation"
     tagged_before = sum(1 for node in checks.walk_nodes(transformed.graph)
                         if any(p.key == core.TAG_KEY for p in node.metadata_props))
-    model = checks.strip_tags(transformed, in_place=in_place)
+    model = checks.strip_tags(transformed, in_place=in_place and transformed is not original)
     del transformed  # when stripped in place, `model` is it
     try:
         carry_check.check_io(original, model)
