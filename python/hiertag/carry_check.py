@@ -120,13 +120,14 @@ def check_io(original, transformed):
                             "not made from it")
 
 
-def _run(model, feeds, names, data_folder=None):
-    """ONNX Runtime values of `names`, the feeds cast to the model's input types;
-    its error's last line as a RuntimeError when it cannot run the model."""
+def _run(model, feeds, names, data_folder=None, known=None):
+    """ONNX Runtime values of `names`, the feeds cast to the model's input types
+    (`known`: as for checks.intermediate_values); its error's last line as a
+    RuntimeError when it cannot run the model."""
     types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in model.graph.input}
     fed = {name: feeds[name].astype(types[name]) for name in types if name in feeds}
     try:
-        return checks.intermediate_values(model, fed, sorted(names), data_folder)
+        return checks.intermediate_values(model, fed, sorted(names), data_folder, known=known)
     except Exception as error:  # ONNX Runtime's Fail, InvalidArgument, InvalidGraph, ...: the model
         lines = str(error).strip().splitlines()
         raise RuntimeError(lines[-1] if lines else type(error).__name__) from None
@@ -187,7 +188,8 @@ class Proof:
         except RuntimeError as error:
             raise CannotRun(f"ONNX Runtime cannot run the tagged model: {error}") from None
         try:
-            self.t_values = _run(self.carried, self.feeds, t_wanted, self.t_data)
+            # A value the tool left as it was is held once for both models.
+            self.t_values = _run(self.carried, self.feeds, t_wanted, self.t_data, known=self.o_values)
         except RuntimeError as error:  # no value of it to establish anything with
             self.unrunnable = str(error)
             self.method, self.tolerance, self.drift = BY_VALUE, checks.FLOAT32_TOLERANCE, 0.0
@@ -222,7 +224,7 @@ class Proof:
         t_names = wanted(set(self.c.t.producer) - self.c.t.weights, self.c.t_shapes) - set(self.t_values)
         try:
             self.o_values.update(_run(self.original, self.feeds, o_names, self.o_data))
-            self.t_values.update(_run(self.carried, self.feeds, t_names, self.t_data))
+            self.t_values.update(_run(self.carried, self.feeds, t_names, self.t_data, known=self.o_values))
         except RuntimeError:  # a value ONNX Runtime cannot expose: the causes rest on the values at hand
             pass
 

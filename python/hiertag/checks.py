@@ -337,9 +337,13 @@ def unoptimized_session_options(data_folder=None):
 SEGMENT_NODES = 1000
 
 
-def intermediate_values(model, feeds, names, data_folder=None, segment_nodes=SEGMENT_NODES):
+def intermediate_values(model, feeds, names, data_folder=None, segment_nodes=SEGMENT_NODES, known=None):
     """ONNX Runtime values of the model's outputs and of `names` (optimizations
     off so every node runs; `data_folder` as for unoptimized_session_options).
+    `known`: {name: array}, values computed before (another model's): a value
+    equal to the one of its name there, in type, shape and every element, is
+    handed back as that array, so the two are held once (hiertag carry holds
+    every value of both models, most of them the same).
 
     The main graph runs in segments of `segment_nodes` nodes in file order:
     each segment a model of those nodes, whose inputs are the graph inputs and
@@ -361,11 +365,26 @@ def intermediate_values(model, feeds, names, data_folder=None, segment_nodes=SEG
     segment cannot run."""
     graph = model.graph
     if len(graph.node) <= segment_nodes or graph.sparse_initializer or not _feeds_fit(model, feeds):
-        return _session_values(model, names, feeds, data_folder)
+        return _held_once(_session_values(model, names, feeds, data_folder), known)
     try:
-        return _segment_values(model, feeds, names, data_folder, segment_nodes)
+        return _segment_values(model, feeds, names, data_folder, segment_nodes, known)
     except _CannotSegment:
-        return _session_values(model, names, feeds, data_folder)
+        return _held_once(_session_values(model, names, feeds, data_folder), known)
+
+
+def _held_once(values, known):
+    """`values` with each one equal to the array of its name in `known` (in
+    type, shape and every element, NaNs in the same places) replaced by that
+    array (intermediate_values)."""
+    if not known:
+        return values
+    for name, value in values.items():
+        before = known.get(name)
+        if (isinstance(value, np.ndarray) and isinstance(before, np.ndarray) and value.dtype == before.dtype and
+                value.shape == before.shape and value.dtype.kind in "biufc" and
+                np.array_equal(value, before, equal_nan=value.dtype.kind in "fc")):
+            values[name] = before
+    return values
 
 
 class _CannotSegment(Exception):
@@ -386,7 +405,7 @@ def _feeds_fit(model, feeds):
     return set(feeds) <= feedable and inputs - initializers <= set(feeds)
 
 
-def _segment_values(model, feeds, names, data_folder, segment_nodes):
+def _segment_values(model, feeds, names, data_folder, segment_nodes, known=None):
     """intermediate_values in segments (raises _CannotSegment)."""
     graph = model.graph
     outputs_declared = {o.name: o for o in graph.output}
@@ -454,7 +473,7 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes):
         except Exception:  # ONNX Runtime's error on a part: the whole model's is the one to report
             raise _CannotSegment from None
         computed.update(values)
-        found.update((n, v) for n, v in values.items() if n in wanted)
+        found.update(_held_once({n: v for n, v in values.items() if n in wanted}, known))
         for name in [n for n in computed if last_read.get(n, -1) <= segment]:
             del computed[name]
     if wanted - found.keys():  # made by no node, fed by none: the one session reports it as the model's error

@@ -72,6 +72,30 @@ def test_segments_compute_what_one_session_does(name, segment, sessions):
     assert_same_values(checks.intermediate_values(model, feeds, few, segment_nodes=segment), wanted)
 
 
+@pytest.mark.parametrize("segment", [ONE_SESSION, 40])
+def test_a_value_equal_to_a_known_one_is_handed_back_as_it(segment):
+    """`known` (hiertag carry's other model): a value equal to the known one of
+    its name is that array, held once; one that differs in an element, in its
+    type or in its shape is the model's own, and the values are the same."""
+    skip_unless_torch_exports("llama")
+    torch_model, args = zoo.ALL["llama"]()
+    buffer = io.BytesIO()
+    torch.onnx.export(torch_model, args, buffer, dynamo=False, opset_version=OPSET)
+    model = onnx.load_from_string(buffer.getvalue())
+    feeds, _ = generated_inputs(model)
+    names = every_value(model)
+    expected = checks.intermediate_values(model, feeds, names, segment_nodes=segment)
+    floats = [n for n in names if expected[n].dtype == np.float32 and expected[n].ndim > 1]
+    changed, retyped, reshaped = floats[:3]
+    known = {name: value.copy() for name, value in expected.items()}
+    known[changed].flat[0] += 1
+    known[retyped] = known[retyped].astype(np.float64)
+    known[reshaped] = known[reshaped].reshape(-1)
+    got = checks.intermediate_values(model, feeds, names, segment_nodes=segment, known=known)
+    assert_same_values(got, expected)
+    assert {n for n in got if got[n] is not known[n]} == {changed, retyped, reshaped}
+
+
 def _model(nodes, inputs, outputs, initializers=()):
     graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)

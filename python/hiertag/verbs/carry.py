@@ -157,7 +157,8 @@ def placement_of_original(props):
 class _Graph:
     """One model's main graph: its values and nodes, who makes and who reads each value."""
 
-    def __init__(self, model, names):
+    def __init__(self, model, names=None):
+        names = {} if names is None else names
         graph = model.graph
         self.nodes = list(graph.node)
         self.inputs = [i.name for i in graph.input]
