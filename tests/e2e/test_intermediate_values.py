@@ -89,6 +89,7 @@ def test_a_value_equal_to_a_known_one_is_handed_back_as_it(segment):
     changed, retyped, reshaped = floats[:3]
     known = {name: value.copy() for name, value in expected.items()}
     known[changed].flat[0] += 1
+    assert not np.array_equal(known[changed], expected[changed])
     known[retyped] = known[retyped].astype(np.float64)
     known[reshaped] = known[reshaped].reshape(-1)
     got = checks.intermediate_values(model, feeds, names, segment_nodes=segment, known=known)
