@@ -28,8 +28,13 @@ def torchscript_exporter():
     return sys.modules[torch.onnx.utils.export.__module__]
 
 
-def node_props(node):
-    return {p.key: p.value for p in node.metadata_props}
+def node_props(node, names=None):
+    """{key: value} of the node's metadata_props; with `names`, a dict of
+    strings, each key and value the one string `names` holds for it (hiertag
+    carry's tables hold a call's tag on every node of the call)."""
+    if names is None:
+        return {p.key: p.value for p in node.metadata_props}
+    return {names.setdefault(p.key, p.key): names.setdefault(p.value, p.value) for p in node.metadata_props}
 
 
 def walk_graphs(graph):

@@ -77,6 +77,7 @@ left. Exit status 0, or 2 with one line on
 stderr."""
 
 import argparse
+import functools
 import json
 import sys
 from collections import defaultdict
@@ -339,8 +340,7 @@ class _Correspondence:
         self.t_shapes, _ = _value_shapes(self.t_inferred)
         self.reshaped = {name for name, shape in self.t_shapes.items()
                          if name in self.o_shapes and not _same_shape(self.o_shapes[name], shape)}
-        self.o_props = [{names.setdefault(p.key, p.key): names.setdefault(p.value, p.value) for p in node.metadata_props}
-                        for node in self.o.nodes]  # checks.node_props, a call's tag one string on all its nodes
+        self.o_props = [checks.node_props(node, names) for node in self.o.nodes]
         self.reach = _Reachability(self.o)
         self.matched = {}
         self._corr = {}
@@ -995,17 +995,17 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
     _record_types(model, carrier.c)
     carrier.c.release_inferred()
 
-    original_makers = {}  # a value's maker's entries in the original, made when a nested node asks
-
-    def original_maker(name):
-        if not original_makers:
-            for node in checks.walk_nodes(original.graph):
-                props = None
-                for output in node.output:
-                    if output:
-                        props = props if props is not None else checks.node_props(node)
-                        original_makers[output] = props
-        return original_makers.get(name)
+    @functools.cache  # made when a nested node first asks
+    def original_makers():
+        """{value: its maker's entries in the original}."""
+        makers = {}
+        for node in checks.walk_nodes(original.graph):
+            props = None
+            for output in node.output:
+                if output:
+                    props = props if props is not None else checks.node_props(node)
+                    makers[output] = props
+        return makers
     counts = defaultdict(int)
     rules = defaultdict(int)
     unplaced = []
@@ -1028,7 +1028,7 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
         _set_props(node, placement.props(table))
         count(node, placement)
         for inner in _nested_nodes(node):
-            made = [props for props in map(original_maker, inner.output) if props is not None]
+            made = [props for props in map(original_makers().get, inner.output) if props is not None]
             inner_placement = placement_of_original(made[0]) if made else \
                 Placement(placement.tag, placement.call, category=RULE, rule=ENCLOSING)
             if made:
