@@ -1,12 +1,14 @@
-"""What each command costs at depth, as a committed result: the deep decoder
-of bench/deep_decoder.py exported tagged at each depth (its worker, a fresh
-process), then bench/tool_costs.py's measurement of `validate`, `tree`,
-`extract`, `explorer` and `carry` on that file, each in a fresh process under
-GNU time. Writes DIR/tool-costs.json and DIR/tool-costs.md, naming the commit
-that ran and whether the tree was clean (build/ is brought up to date with the
-checkout first).
+"""What each command costs at depth and past 2 GiB, as a committed result:
+the deep decoder of bench/deep_decoder.py exported tagged at each depth (its
+worker, a fresh process), and bench/large_model.py's model over 2 GiB (its
+weights external), then bench/tool_costs.py's measurement of `validate`,
+`tree`, `extract`, `explorer` and `carry` on each file, each in a fresh process
+under GNU time. Writes DIR/tool-costs.json and DIR/tool-costs.md, naming the
+commit that ran and whether the tree was clean (build/ is brought up to date
+with the checkout first). The model over 2 GiB needs about 8 GB of free disk
+and 8 GB of memory; --no-large leaves it out.
 
-    .venv/bin/python bench/tool_costs_report.py [--layers 200,825] [--out bench/results]"""
+    .venv/bin/python bench/tool_costs_report.py [--layers 200,825] [--no-large] [--out bench/results]"""
 
 import argparse
 import json
@@ -20,6 +22,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import harness  # noqa: E402
+import large_model  # noqa: E402
 import provenance  # noqa: E402
 import tool_costs  # noqa: E402
 
@@ -38,6 +41,22 @@ def measure(layers, scratch):
     costs = tool_costs.command_costs(path)
     return {"layers": layers, "export_seconds": export["seconds"], "export_peak_rss": export["peak_rss_bytes"],
             "graph_bytes": costs["graph_bytes"], "weight_bytes": costs["weight_bytes"], "rows": costs["rows"]}
+
+
+def measure_large(scratch):
+    """The model over 2 GiB: its tagged export's figures and the commands' costs on its file."""
+    folder = scratch / "large"
+    folder.mkdir()
+    report = large_model.run(folder)
+    export = report["rows"].pop(0)
+    return {"model": large_model.DESCRIPTION, "export_seconds": export["seconds"],
+            "export_peak_rss": export["peak_rss"], "graph_bytes": report["graph_bytes"],
+            "weight_bytes": report["weight_bytes"], "rows": report["rows"]}
+
+
+def _rows(measured):
+    return [{"command": "export (tagged)", "seconds": measured["export_seconds"],
+             "peak_rss": measured["export_peak_rss"]}, *measured["rows"]]
 
 
 def render(results, out):
@@ -59,12 +78,27 @@ def render(results, out):
     ]
     for depth in results["depths"]:
         graph = depth["graph_bytes"]
-        rows = [{"command": "export (tagged)", "seconds": depth["export_seconds"],
-                 "peak_rss": depth["export_peak_rss"]}, *depth["rows"]]
-        for row in rows:
+        for row in _rows(depth):
             rss = row["peak_rss"]
             lines.append(f"| {depth['layers']} | {graph / 1e6:,.1f} | {row['command']} | {row['seconds']:,.2f} | "
                          + (f"{rss / 1e6:,.0f} | {rss / graph:,.1f} |" if rss else "- | - |"))
+    large = results.get("large")
+    if large:
+        lines += [
+            "",
+            f"## A model over 2 GiB: {large['model']}",
+            "",
+            f"`bench/large_model.py`'s model: a graph of {large['graph_bytes'] / 1e3:,.1f} kB and "
+            f"{large['weight_bytes'] / 1e9:,.2f} GB of weights, which torch writes as external data. The same "
+            "commands, measured the same way; memory also as a multiple of the weights (the export holds them, "
+            "the commands need not read them in).",
+            "",
+            "| command | seconds | peak RSS MB | x weights |",
+            "|---|---:|---:|---:|",
+        ]
+        for row in _rows(large):
+            lines.append(f"| {row['command']} | {row['seconds']:,.2f} | {row['peak_rss'] / 1e6:,.0f} | "
+                         f"{row['peak_rss'] / large['weight_bytes']:,.2f} |")
     lines += ["", "Reproduce:", "", "```bash", results["command"], "```", ""]
     (out / f"{NAME}.md").write_text("\n".join(lines))
 
@@ -72,6 +106,7 @@ def render(results, out):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", default="200,825", help="depths, comma separated")
+    parser.add_argument("--no-large", action="store_true", help="leave out the model over 2 GiB")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     options = parser.parse_args()
     problem = provenance.build_targets(*provenance.EXPORT_TARGETS)  # what ran is what the commit names
@@ -82,10 +117,12 @@ def main():
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tool-costs-") as scratch:
         measured = [measure(layers, Path(scratch)) for layers in depths]
+        large = None if options.no_large else measure_large(Path(scratch))
     results = {**state, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": harness.machine(),
                "command": ".venv/bin/python bench/tool_costs_report.py --layers " + ",".join(map(str, depths))
+               + (" --no-large" if options.no_large else "")
                + ("" if options.out.resolve() == (BENCH / "results").resolve() else f" --out {options.out}"),
-               "seconds": time.perf_counter() - started, "depths": measured}
+               "seconds": time.perf_counter() - started, "depths": measured, "large": large}
     options.out.mkdir(parents=True, exist_ok=True)
     (options.out / f"{NAME}.json").write_text(json.dumps(results, indent=1) + "\n")
     render(results, options.out)

@@ -1,7 +1,8 @@
 """bench/tool_costs_report.py (issue 17, the commands at depth) at a tiny
 depth: the decoder is exported tagged in a fresh process, every command runs
 on its file and is measured, and the JSON and report name the commit and hold
-every row. The deep run itself is a benchmark, not a test."""
+every row (the model over 2 GiB left out: 8 GB of disk; its table rendered
+from the tiny run's figures). The deep run itself is a benchmark, not a test."""
 
 import json
 import subprocess
@@ -9,13 +10,14 @@ import sys
 from pathlib import Path
 
 import provenance
+import tool_costs_report
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "tool_costs_report.py"
 COMMANDS = {"validate", "tree", "extract the whole model", "explorer", "carry onto the stripped file"}
 
 
 def test_every_command_measured_on_the_tagged_file_with_its_commit(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), "--layers", "2", "--out", str(tmp_path)],
+    done = subprocess.run([sys.executable, str(SCRIPT), "--layers", "2", "--no-large", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "tool-costs.json").read_text())
@@ -29,4 +31,18 @@ def test_every_command_measured_on_the_tagged_file_with_its_commit(tmp_path):
     report = (tmp_path / "tool-costs.md").read_text()
     assert provenance.describe(results) in report
     assert sum(line.startswith("| 2 |") for line in report.splitlines()) == len(rows) + 1  # and the export's
-    assert results["command"] in report
+    assert results["command"] in report and "--no-large" in results["command"]
+    assert results["large"] is None and "over 2 GiB" not in report
+
+
+def test_the_model_over_two_gib_gets_its_own_table(tmp_path):
+    depth = {"layers": 2, "export_seconds": 1.5, "export_peak_rss": 3 * 10 ** 9, "graph_bytes": 2_000,
+             "weight_bytes": 2 * 10 ** 9, "rows": [{"command": "validate", "seconds": 0.1, "peak_rss": 10 ** 7}]}
+    results = {"commit": "abc1234", "uncommitted_changes": False, "date": "today", "command": "the command",
+               "machine": {"cpu": "a CPU", "cores": 2, "versions": {}}, "depths": [depth],
+               "large": {**depth, "model": "a large model"}}
+    tool_costs_report.render(results, tmp_path)
+    report = (tmp_path / "tool-costs.md").read_text().splitlines()
+    table = report[report.index("## A model over 2 GiB: a large model"):]
+    assert "| export (tagged) | 1.50 | 3,000 | 1.50 |" in table
+    assert "| validate | 0.10 | 10 | 0.01 |" in table
