@@ -4,47 +4,110 @@ Wall-clock and even CPU time of one export vary by tens of percent on a shared
 2-core machine, too much to resolve a 2 % overhead. Instruction counts do not:
 this runs bench/one_export.py three times under callgrind (build the 6-layer
 BERT only; build and export plainly; build and export with HIERTAG=1), two at a
-time, and prints
+time, and reports
 
     export overhead = (tagged - baseline) / (plain - baseline) - 1
 
 where baseline removes interpreter start, imports and model construction.
-Takes about 10 minutes.
+Writes DIR/instruction-count.json and DIR/instruction-count.md, naming the
+commit that ran and whether the tree was clean (build/ is brought up to date
+with the checkout first). Takes about 10 minutes; needs valgrind (Debian's
+package of that name).
 
-usage: .venv/bin/python bench/instruction_count.py"""
+usage: .venv/bin/python bench/instruction_count.py [--out bench/results]"""
 
+import argparse
+import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import harness
+import provenance
+
 HERE = Path(__file__).resolve().parent
+NAME = "instruction-count"
+MODES = ("none", "plain", "tagged")
 
 
 def count_instructions(mode, out_dir):
     command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_dir}/callgrind.{mode}",
                sys.executable, str(HERE / "one_export.py"), mode]
-    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    result = subprocess.run(command, capture_output=True, text=True)
     found = re.search(r"Collected : (\d+)", result.stderr)
-    if not found:
-        sys.exit(f"instruction_count: no count in valgrind's output for {mode}")
+    if result.returncode != 0 or not found:
+        lines = result.stderr.strip().splitlines()
+        raise RuntimeError(f"instruction_count: the {mode} run under valgrind failed: "
+                           f"{lines[-1] if lines else result.returncode}")
     return int(found.group(1))
 
 
+def render(results, out):
+    counts, m = results["counts"], results["machine"]
+    plain, tagged = counts["plain"] - counts["none"], counts["tagged"] - counts["none"]
+    lines = [
+        "# Export overhead in instructions",
+        "",
+        f"Run {results['date']}, {provenance.describe(results)}; {m['cpu']}; "
+        + ", ".join(f"{package} {version}" for package, version in m["versions"].items()) + ".",
+        "",
+        "The 6-layer BERT of `bench/export_overhead.py` (hidden 384, sequence 128), exported by "
+        "`bench/one_export.py` under valgrind's callgrind, one thread: *none* builds the model and exports "
+        "nothing (interpreter, imports, the model), *plain* exports it with the plugin loaded and `HIERTAG=0`, "
+        "*tagged* with `HIERTAG=1`. The export's instructions are a run's less *none*'s. Instruction counts do "
+        "not move with the machine's load, as wall time does.",
+        "",
+        "| run | instructions |",
+        "|---|---:|",
+        *(f"| {mode} | {counts[mode]:,} |" for mode in MODES),
+        f"| plain export | {plain:,} |",
+        f"| tagged export | {tagged:,} |",
+        "",
+        f"**tagged / plain: {tagged / plain:.4f}** (hiertag's overhead {100 * (tagged / plain - 1):+.2f} %).",
+        "",
+        "Reproduce:",
+        "",
+        "```bash",
+        results["command"],
+        "```",
+        "",
+    ]
+    (out / f"{NAME}.md").write_text("\n".join(lines))
+
+
 def main():
-    with tempfile.TemporaryDirectory() as out_dir, ThreadPoolExecutor(max_workers=2) as pool:
-        counts = dict(zip(("none", "plain", "tagged"),
-                          pool.map(lambda mode: count_instructions(mode, out_dir), ("none", "plain", "tagged"))))
-    plain = counts["plain"] - counts["none"]
-    tagged = counts["tagged"] - counts["none"]
-    for mode, count in counts.items():
-        print(f"{mode:>7}: {count:>16,} instructions")
-    print(f"plain export:  {plain:>16,} instructions")
-    print(f"tagged export: {tagged:>16,} instructions")
-    print(f"tagged/plain instruction ratio: {tagged / plain:.4f} (overhead {100 * (tagged / plain - 1):+.2f} %)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    options = parser.parse_args()
+    if not shutil.which("valgrind"):
+        sys.exit("instruction_count: valgrind is not installed (Debian: apt-get install valgrind)")
+    problem = provenance.build_targets(*provenance.EXPORT_TARGETS)  # what ran is what the commit names
+    if problem:
+        sys.exit(f"instruction_count: {problem}")
+    state = provenance.git_state()  # before the run: a commit made during it is not what ran
+    started = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory() as out_dir, ThreadPoolExecutor(max_workers=2) as pool:
+            counts = dict(zip(MODES, pool.map(lambda mode: count_instructions(mode, out_dir), MODES)))
+    except RuntimeError as error:
+        sys.exit(str(error))
+    results = {**state, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": harness.machine(),
+               "command": ".venv/bin/python bench/instruction_count.py"
+               + ("" if options.out.resolve() == (HERE / "results").resolve() else f" --out {options.out}"),
+               "seconds": time.perf_counter() - started, "counts": counts}
+    options.out.mkdir(parents=True, exist_ok=True)
+    (options.out / f"{NAME}.json").write_text(json.dumps(results, indent=1) + "\n")
+    render(results, options.out)
+    plain, tagged = counts["plain"] - counts["none"], counts["tagged"] - counts["none"]
+    print(f"tagged/plain instruction ratio: {tagged / plain:.4f} (overhead {100 * (tagged / plain - 1):+.2f} %); "
+          f"wrote {options.out / (NAME + '.md')}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,20 @@
+"""bench/instruction_count.py's report (the count itself, three exports under
+valgrind, takes ten minutes and is a benchmark, not a test): the export's
+instructions are each run's less the run that exports nothing, and the report
+names the commit."""
+
+import instruction_count
+import provenance
+
+
+def test_the_report_takes_the_baseline_off_both_exports(tmp_path):
+    results = {"commit": "abc1234", "uncommitted_changes": True, "date": "today",
+               "command": ".venv/bin/python bench/instruction_count.py",
+               "machine": {"cpu": "a CPU", "versions": {"torch": "2.13.0"}},
+               "counts": {"none": 1_000, "plain": 3_000, "tagged": 3_050}}
+    instruction_count.render(results, tmp_path)
+    report = (tmp_path / "instruction-count.md").read_text()
+    assert provenance.describe(results) in report and "(with uncommitted changes)" in report
+    assert "| plain export | 2,000 |" in report and "| tagged export | 2,050 |" in report
+    assert "**tagged / plain: 1.0250** (hiertag's overhead +2.50 %)" in report
+    assert results["command"] in report
