@@ -30,9 +30,12 @@ def _varint_size(value):
 def measure(path):
     model = onnx.load(str(path), load_external_data=False)
     nodes, counts = Counter(), Counter()
+    every = 0
 
     def walk(graph):
+        nonlocal every
         for node in graph.node:
+            every += 1
             for entry in node.metadata_props:
                 nodes[entry.key] += entry_bytes(entry)
                 counts[entry.key] += 1
@@ -41,7 +44,7 @@ def measure(path):
                     walk(body)
 
     walk(model.graph)
-    return {"file": str(path), "file_bytes": Path(path).stat().st_size,
+    return {"file": str(path), "file_bytes": Path(path).stat().st_size, "nodes": every,
             "node_entries": {key: {"bytes": nodes[key], "nodes": counts[key]} for key in sorted(nodes)},
             "model_entries": {entry.key: entry_bytes(entry) for entry in model.metadata_props}}
 
@@ -55,7 +58,7 @@ def main(argv=None):
     if options.json:
         print(json.dumps(result))
         return 0
-    print(f"{result['file']}: {result['file_bytes']:,} bytes")
+    print(f"{result['file']}: {result['file_bytes']:,} bytes, {result['nodes']:,} nodes")
     for key, entry in result["node_entries"].items():
         print(f"  node {key}: {entry['bytes']:,} bytes on {entry['nodes']:,} nodes")
     for key, size in result["model_entries"].items():

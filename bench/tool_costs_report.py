@@ -24,6 +24,7 @@ sys.path.insert(0, str(BENCH))
 import harness  # noqa: E402
 import large_model  # noqa: E402
 import provenance  # noqa: E402
+import tag_bytes  # noqa: E402
 import tool_costs  # noqa: E402
 
 NAME = "tool-costs"
@@ -40,7 +41,8 @@ def measure(layers, scratch):
     export = json.loads(done.stdout.strip().splitlines()[-1])
     costs = tool_costs.command_costs(path)
     return {"layers": layers, "export_seconds": export["seconds"], "export_peak_rss": export["peak_rss_bytes"],
-            "graph_bytes": costs["graph_bytes"], "weight_bytes": costs["weight_bytes"], "rows": costs["rows"]}
+            "graph_bytes": costs["graph_bytes"], "weight_bytes": costs["weight_bytes"], "rows": costs["rows"],
+            "entries": tag_bytes.measure(path)}
 
 
 def measure_large(scratch):
@@ -82,6 +84,26 @@ def render(results, out):
             rss = row["peak_rss"]
             lines.append(f"| {depth['layers']} | {graph / 1e6:,.1f} | {row['command']} | {row['seconds']:,.2f} | "
                          + (f"{rss / 1e6:,.0f} | {rss / graph:,.1f} |" if rss else "- | - |"))
+    lines += [
+        "",
+        "## What hiertag's entries add to those files",
+        "",
+        "`bench/tag_bytes.py`'s count over each tagged file: the bytes of each node metadata key (as the "
+        "repeated field holds them) and of the model's entries. `hierarchy_tag` is on every node (CONTRACT); "
+        "the plain file's size is in `deep-decoder.md`.",
+        "",
+        "| layers | file MB | key | MB | nodes | share of the file |",
+        "|---:|---:|---|---:|---:|---:|",
+    ]
+    for depth in results["depths"]:
+        entries, size = depth["entries"], depth["entries"]["file_bytes"]
+        found = [(f"node `{key}`", entry["bytes"], f"{entry['nodes']:,}") for key, entry in
+                 entries["node_entries"].items()]
+        found += [(f"model `{key}`", value, "-") for key, value in entries["model_entries"].items()]
+        found.append(("all of them", sum(value for _, value, _ in found), "-"))
+        for key, value, nodes in found:
+            lines.append(f"| {depth['layers']} | {size / 1e6:,.1f} | {key} | {value / 1e6:,.2f} | {nodes} | "
+                         f"{100 * value / size:.1f} % |")
     large = results.get("large")
     if large:
         lines += [

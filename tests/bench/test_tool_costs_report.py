@@ -30,14 +30,22 @@ def test_every_command_measured_on_the_tagged_file_with_its_commit(tmp_path):
     assert all(row["seconds"] > 0 and row["peak_rss"] > 0 for row in rows.values())
     report = (tmp_path / "tool-costs.md").read_text()
     assert provenance.describe(results) in report
-    assert sum(line.startswith("| 2 |") for line in report.splitlines()) == len(rows) + 1  # and the export's
+    costs = report.split("## What hiertag's entries add")[0]
+    assert sum(line.startswith("| 2 |") for line in costs.splitlines()) == len(rows) + 1  # and the export's
     assert results["command"] in report and "--no-large" in results["command"]
     assert results["large"] is None and "over 2 GiB" not in report
+    # Every node carries its tag, and the entries' bytes are a part of the file's.
+    entries = depth["entries"]
+    assert entries["node_entries"]["hierarchy_tag"]["nodes"] == depth["entries"]["nodes"]
+    assert 0 < sum(e["bytes"] for e in entries["node_entries"].values()) < entries["file_bytes"]
+    assert "| 2 |" in report.split("## What hiertag's entries add")[1]
 
 
 def test_the_model_over_two_gib_gets_its_own_table(tmp_path):
     depth = {"layers": 2, "export_seconds": 1.5, "export_peak_rss": 3 * 10 ** 9, "graph_bytes": 2_000,
-             "weight_bytes": 2 * 10 ** 9, "rows": [{"command": "validate", "seconds": 0.1, "peak_rss": 10 ** 7}]}
+             "weight_bytes": 2 * 10 ** 9, "rows": [{"command": "validate", "seconds": 0.1, "peak_rss": 10 ** 7}],
+             "entries": {"file_bytes": 4_000, "node_entries": {"hierarchy_tag": {"bytes": 1_000, "nodes": 10}},
+                         "model_entries": {"hiertag.modules": 500}}}
     results = {"commit": "abc1234", "uncommitted_changes": False, "date": "today", "command": "the command",
                "machine": {"cpu": "a CPU", "cores": 2, "versions": {}}, "depths": [depth],
                "large": {**depth, "model": "a large model"}}
