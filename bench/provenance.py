@@ -62,10 +62,12 @@ def build_targets(*targets):
 
 
 def describe(state):
-    """'commit abc1234', with ' (with uncommitted changes)' when the tree had them."""
+    """'commit abc1234, clean tree', or 'commit abc1234 (with uncommitted changes)'
+    when the tree had them ('commit abc1234' alone when that is not known)."""
     if not state.get("commit"):
         return "no commit known"
-    return f"commit {state['commit']}" + (" (with uncommitted changes)" if state.get("uncommitted_changes") else "")
+    clean = state.get("uncommitted_changes")
+    return f"commit {state['commit']}" + {True: " (with uncommitted changes)", False: ", clean tree"}.get(clean, "")
 
 
 # The vector extensions ONNX Runtime picks its kernels and graph layouts by: its

@@ -20,6 +20,11 @@ def test_state_is_the_checkouts_commit_and_cleanliness():
                      "uncommitted_changes": any(not path.startswith("bench/results/") for path in changed)}
     assert provenance.describe(state).startswith(f"commit {head}")
     assert provenance.describe({"commit": None}) == "no commit known"
+    # A report says which: clean, changed, or (an older run's) not known.
+    assert provenance.describe({"commit": "abc1234", "uncommitted_changes": False}) == "commit abc1234, clean tree"
+    assert provenance.describe({"commit": "abc1234", "uncommitted_changes": True}) == \
+        "commit abc1234 (with uncommitted changes)"
+    assert provenance.describe({"commit": "abc1234"}) == "commit abc1234"
 
 
 def test_build_targets_says_in_one_line_what_it_could_not_build(tmp_path, monkeypatch):
