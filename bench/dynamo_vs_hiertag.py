@@ -210,9 +210,9 @@ def passing(side):
     return f"{side['passed']}/{side['calls']}" if side["export"] == "ok" else "export fails"
 
 
-def versions():
+def versions(state):
     return {**provenance.versions("torch", "onnxscript", "transformers", "onnx", "onnxruntime"),
-            **provenance.git_state(), "date": time.strftime("%Y-%m-%d")}
+            **state, "date": time.strftime("%Y-%m-%d")}
 
 
 def render(results, environment):
@@ -333,8 +333,13 @@ def main(argv=None):
         print(f"dynamo_vs_hiertag.py: unknown model(s) {', '.join(unknown)} (one of {', '.join(zoo.ALL)})",
               file=sys.stderr)
         return 2
+    problem = provenance.build_targets(*provenance.EXPORT_TARGETS)  # what ran is what the commit names
+    if problem:
+        print(f"dynamo_vs_hiertag.py: {problem}", file=sys.stderr)
+        return 2
+    state = provenance.git_state()  # before the run: a commit made during it is not what ran
     results = run_all(names, options.timeout)
-    environment = versions()
+    environment = versions(state)
     out.mkdir(parents=True, exist_ok=True)
     (out / "dynamo.json").write_text(json.dumps({"environment": environment, "results": results}, indent=1) + "\n")
     (out / "dynamo.md").write_text(render(results, environment))
