@@ -420,7 +420,7 @@ def main(argv=None):
             results["depths"][str(layers)] = measure_depth(layers, pairs, Path(scratch), options.timeout, failures)
             results["depths"][str(layers)]["ran_at"] = ran_at  # --merge keeps older rows
     results["failures"] += failures
-    results["machine"] = harness.machine()
+    results["machine"] = harness.machine(ran_at)  # the commit that ran, not the one at the end
     measured = sorted(results["depths"].values(), key=lambda d: d["layers"])
     results["command"] = (".venv/bin/python bench/deep_decoder.py --layers "
                           + ",".join(f"{d['layers']}x{d['pairs']}" for d in measured)

@@ -66,7 +66,10 @@ def sha256(path):
     return digest.hexdigest()
 
 
-def machine():
+def machine(state=None):
+    """The CPU, memory, OS, package versions, date and commit: `state`, the
+    provenance.git_state() a measurement took when it started (a commit made
+    while it ran is not what ran); read now when not given."""
     def first(path, prefix):
         try:
             with open(path) as file:
@@ -85,7 +88,7 @@ def machine():
             "cores": os.cpu_count(),
             "memory_gib": round(int(memory_kib.split()[0]) / MIB, 1) if memory_kib else None,
             "os": os_name, "kernel": platform.release(), "python": python,
-            "versions": versions, **provenance.git_state(),
+            "versions": versions, **(provenance.git_state() if state is None else state),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 

@@ -64,7 +64,7 @@ def _rows(measured):
 def render(results, out):
     m = results["machine"]
     lines = [
-        "# What the commands cost on a deep decoder",
+        "# What the commands cost at depth and past 2 GiB",
         "",
         f"Run {results['date']}, {provenance.describe(results)}; {m['cpu']}, {m['cores']} cores; "
         + ", ".join(f"{package} {version}" for package, version in m["versions"].items()) + ".",
@@ -140,7 +140,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="tool-costs-") as scratch:
         measured = [measure(layers, Path(scratch)) for layers in depths]
         large = None if options.no_large else measure_large(Path(scratch))
-    results = {**state, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": harness.machine(),
+    results = {**state, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": harness.machine(state),
                "command": ".venv/bin/python bench/tool_costs_report.py --layers " + ",".join(map(str, depths))
                + (" --no-large" if options.no_large else "")
                + ("" if options.out.resolve() == (BENCH / "results").resolve() else f" --out {options.out}"),
