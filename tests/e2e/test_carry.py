@@ -228,6 +228,56 @@ def test_carrying_in_place_tags_the_given_model_as_a_copy_would(cells, workdir):
     assert itself_summary["exact"] == itself_summary["nodes"]
 
 
+def test_nodes_in_loop_bodies_take_their_original_makers_entries_or_the_loops(tmp_path):
+    """Check nodes inside a transformed Loop's body (the one place carry reads
+    the original's nested nodes): one making a value an original node makes
+    takes that node's entries (exact), as the untransformed file has them; one
+    making a value no original node makes (renamed by the tool) takes the
+    enclosing node's call (the enclosing rule)."""
+    import torch
+    import hiertag
+    from hiertag import OPSET
+    model, args = zoo_model("scripted_loop")
+    with quiet(), hiertag.tagging():
+        torch.onnx.export(model, args, str(tmp_path / "tagged.onnx"), dynamo=False, opset_version=OPSET)
+    original = onnx.load(tmp_path / "tagged.onnx")
+    makers = {name: checks.node_props(node) for node in checks.walk_nodes(original.graph)
+              for name in node.output if name}
+    transformed = checks.strip_tags(original)
+    loops = [node for node in transformed.graph.node if node.op_type == "Loop"]
+    assert len(loops) == 2
+    # A tool's rename inside the second Loop's body: the Mul's result, and its readers there.
+    body = next(a.g for a in loops[1].attribute if a.type == onnx.AttributeProto.GRAPH)
+    mul = next(node for node in body.node if node.op_type == "Mul")
+    old = mul.output[0]
+    for node in body.node:
+        node.output[:] = ["renamed" if name == old else name for name in node.output]
+        node.input[:] = ["renamed" if name == old else name for name in node.input]
+    for output in body.output:
+        if output.name == old:
+            output.name = "renamed"
+    result, summary = carry.carry(original, transformed)
+    nested = []
+    for loop in (node for node in result.graph.node if node.op_type == "Loop"):
+        loop_props = checks.node_props(loop)
+        for attribute in loop.attribute:
+            if attribute.type != onnx.AttributeProto.GRAPH:
+                continue
+            for inner in checks.walk_nodes(attribute.g):
+                nested.append(inner)
+                props = checks.node_props(inner)
+                if "renamed" in inner.output:
+                    assert (props[core.TAG_KEY], props.get(core.CALL_KEY)) == \
+                        (loop_props[core.TAG_KEY], loop_props.get(core.CALL_KEY))
+                else:
+                    assert props == makers[inner.output[0]], inner.output[0]
+    assert len(nested) == 6
+    assert summary["rules"]["enclosing"] == 1 and summary["nodes"] == summary["exact"] + 1
+    out = tmp_path / "carried.onnx"
+    onnx.save(result, out)
+    assert run_tool("validate", out).returncode == 0
+
+
 def hiertag_carry(*arguments):
     return subprocess.run([sys.executable, "-m", "hiertag", "carry", *map(str, arguments)],
                           capture_output=True, text=True)
