@@ -53,14 +53,13 @@ def count_instructions(mode, out_dir):
 
 
 def render(results, out):
-    counts, m = results["counts"], results["machine"]
+    counts = results["counts"]
     plain, tagged = counts["plain"] - counts["none"], counts["tagged"] - counts["none"]
     again = counts["plain again"] - counts["none"]
     lines = [
         "# Export overhead in instructions",
         "",
-        f"Run {results['date']}, {provenance.describe(results)}; {m['cpu']}; "
-        + ", ".join(f"{package} {version}" for package, version in m["versions"].items()) + ".",
+        provenance.ran(results),
         "",
         "The 6-layer BERT of `bench/export_overhead.py` (hidden 384, sequence 128), exported by "
         "`bench/one_export.py` under valgrind's callgrind, one thread: *none* builds the model and exports "

@@ -70,6 +70,15 @@ def describe(state):
     return f"commit {state['commit']}" + {True: " (with uncommitted changes)", False: ", clean tree"}.get(clean, "")
 
 
+def ran(results):
+    """'Run DATE, commit abc1234, clean tree; CPU, N cores; torch V, ...': a
+    report's line of where it ran, from its results ({date, commit,
+    uncommitted_changes, machine: harness.machine()})."""
+    m = results["machine"]
+    return (f"Run {results['date']}, {describe(results)}; {m['cpu']}, {m['cores']} cores; "
+            + ", ".join(f"{package} {version}" for package, version in m["versions"].items()) + ".")
+
+
 # The vector extensions ONNX Runtime picks its kernels and graph layouts by: its
 # optimized graphs (NCHWc) and quantized results differ between such machines.
 VECTOR_EXTENSIONS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")

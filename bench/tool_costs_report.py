@@ -62,12 +62,10 @@ def _rows(measured):
 
 
 def render(results, out):
-    m = results["machine"]
     lines = [
         "# What the commands cost at depth and past 2 GiB",
         "",
-        f"Run {results['date']}, {provenance.describe(results)}; {m['cpu']}, {m['cores']} cores; "
-        + ", ".join(f"{package} {version}" for package, version in m["versions"].items()) + ".",
+        provenance.ran(results),
         "",
         "The tagged file of `bench/deep_decoder.py`'s decoder at each depth (its worker, a fresh process), then "
         "each command in a fresh process under GNU time (`bench/tool_costs.py`): wall seconds and peak resident "

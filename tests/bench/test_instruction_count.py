@@ -10,7 +10,7 @@ import provenance
 def test_the_report_takes_the_baseline_off_both_exports(tmp_path):
     results = {"commit": "abc1234", "uncommitted_changes": True, "date": "today",
                "command": ".venv/bin/python bench/instruction_count.py",
-               "machine": {"cpu": "a CPU", "versions": {"torch": "2.13.0"}},
+               "machine": {"cpu": "a CPU", "cores": 2, "versions": {"torch": "2.13.0"}},
                "counts": {"none": 1_000, "plain": 3_000, "tagged": 3_050, "plain again": 3_010}}
     instruction_count.render(results, tmp_path)
     report = (tmp_path / "instruction-count.md").read_text()
