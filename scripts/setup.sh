@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 debian_packages=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libonnx-dev libprotobuf-dev
-                 nlohmann-json3-dev clang libclang-rt-14-dev valgrind)
+                 nlohmann-json3-dev clang libclang-rt-14-dev valgrind time python3-venv git)
 missing=()
 for package in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
