@@ -66,8 +66,8 @@ def render(results, out):
         "nothing (interpreter, imports, the model), *plain* exports it with the plugin loaded and `HIERTAG=0` "
         "(twice), *tagged* with `HIERTAG=1`; every run with `PYTHONHASHSEED=0`. The export's instructions are a "
         "run's less *none*'s. Instruction counts do not move with the machine's load, as wall time does; the two "
-        "plain runs' difference is how far identical exports still lie apart (the order threads run in, the "
-        "garbage collector), below which an overhead is not resolved.",
+        "plain runs' difference is how far identical exports still lie apart, below which an overhead is not "
+        "resolved.",
         "",
         "| run | instructions |",
         "|---|---:|",

@@ -9,7 +9,8 @@ runs each command on it in a fresh process: wall time and peak resident set
 
     .venv/bin/python bench/large_model.py [--json] [--keep DIR]
 
-Needs about 8 GB of free disk and 8 GB of memory; downloads nothing.
+Needs about 8 GB of free disk and 10 GB of memory (the export peaks near 7.7 GB);
+downloads nothing.
 bench/tool_costs_report.py runs it for the committed result
 (bench/results/tool-costs.md)."""
 

@@ -6,7 +6,7 @@ weights external), then bench/tool_costs.py's measurement of `validate`,
 under GNU time. Writes DIR/tool-costs.json and DIR/tool-costs.md, naming the
 commit that ran and whether the tree was clean (build/ is brought up to date
 with the checkout first). The model over 2 GiB needs about 8 GB of free disk
-and 8 GB of memory; --no-large leaves it out.
+and 10 GB of memory; --no-large leaves it out.
 
     .venv/bin/python bench/tool_costs_report.py [--layers 200,825] [--no-large] [--out bench/results]"""
 

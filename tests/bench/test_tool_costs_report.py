@@ -33,7 +33,7 @@ def test_every_command_measured_on_the_tagged_file_with_its_commit(tmp_path):
     costs = report.split("## What hiertag's entries add")[0]
     assert sum(line.startswith("| 2 |") for line in costs.splitlines()) == len(rows) + 1  # and the export's
     assert results["command"] in report and "--no-large" in results["command"]
-    assert results["large"] is None and "over 2 GiB" not in report
+    assert results["large"] is None and "## A model over 2 GiB" not in report
     # Every node carries its tag, and the entries' bytes are a part of the file's.
     entries = depth["entries"]
     assert entries["node_entries"]["hierarchy_tag"]["nodes"] == depth["entries"]["nodes"]
