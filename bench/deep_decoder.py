@@ -424,7 +424,7 @@ def main(argv=None):
     measured = sorted(results["depths"].values(), key=lambda d: d["layers"])
     results["command"] = (".venv/bin/python bench/deep_decoder.py --layers "
                           + ",".join(f"{d['layers']}x{d['pairs']}" for d in measured)
-                          + ("" if options.out.resolve() == (BENCH / "results").resolve() else f" --out {options.out}"))
+                          + provenance.out_option(options.out))
     results["last_run_seconds"] = time.perf_counter() - started
     path.write_text(json.dumps(results, indent=1) + "\n")
     render(results, options.out)

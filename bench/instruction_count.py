@@ -52,10 +52,14 @@ def count_instructions(mode, out_dir):
     return int(found.group(1))
 
 
+def exports(counts):
+    """(plain, tagged, plain again): each export's instructions, its run's less *none*'s."""
+    return tuple(counts[mode] - counts["none"] for mode in ("plain", "tagged", "plain again"))
+
+
 def render(results, out):
     counts = results["counts"]
-    plain, tagged = counts["plain"] - counts["none"], counts["tagged"] - counts["none"]
-    again = counts["plain again"] - counts["none"]
+    plain, tagged, again = exports(counts)
     lines = [
         "# Export overhead in instructions",
         "",
@@ -106,12 +110,12 @@ def main():
         sys.exit(str(error))
     results = {**state, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": harness.machine(state),
                "command": ".venv/bin/python bench/instruction_count.py"
-               + ("" if options.out.resolve() == (HERE / "results").resolve() else f" --out {options.out}"),
+               + provenance.out_option(options.out),
                "seconds": time.perf_counter() - started, "counts": counts}
     options.out.mkdir(parents=True, exist_ok=True)
     (options.out / f"{NAME}.json").write_text(json.dumps(results, indent=1) + "\n")
     render(results, options.out)
-    plain, tagged = counts["plain"] - counts["none"], counts["tagged"] - counts["none"]
+    plain, tagged, _ = exports(counts)
     print(f"tagged/plain instruction ratio: {tagged / plain:.4f} (overhead {100 * (tagged / plain - 1):+.2f} %); "
           f"wrote {options.out / (NAME + '.md')}")
     return 0

@@ -70,6 +70,12 @@ def describe(state):
     return f"commit {state['commit']}" + {True: " (with uncommitted changes)", False: ", clean tree"}.get(clean, "")
 
 
+def out_option(out):
+    """' --out DIR' for a report's recorded command, or '' when DIR is
+    bench/results, where the committed results lie."""
+    return "" if Path(out).resolve() == (ROOT / "bench" / "results").resolve() else f" --out {out}"
+
+
 def ran(results):
     """'Run DATE, commit abc1234, clean tree; CPU, N cores; torch V, ...': a
     report's line of where it ran, from its results ({date, commit,

@@ -141,7 +141,7 @@ def main():
     results = {**state, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": harness.machine(state),
                "command": ".venv/bin/python bench/tool_costs_report.py --layers " + ",".join(map(str, depths))
                + (" --no-large" if options.no_large else "")
-               + ("" if options.out.resolve() == (BENCH / "results").resolve() else f" --out {options.out}"),
+               + provenance.out_option(options.out),
                "seconds": time.perf_counter() - started, "depths": measured, "large": large}
     options.out.mkdir(parents=True, exist_ok=True)
     (options.out / f"{NAME}.json").write_text(json.dumps(results, indent=1) + "\n")

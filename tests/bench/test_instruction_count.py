@@ -1,4 +1,4 @@
-"""bench/instruction_count.py's report (the count itself, three exports under
+"""bench/instruction_count.py's report (the count itself, four runs under
 valgrind, takes ten minutes and is a benchmark, not a test): the export's
 instructions are each run's less the run that exports nothing, the two plain
 runs' difference is reported beside the overhead, and the report names the commit."""

@@ -2,7 +2,7 @@
 depth: the decoder is exported tagged in a fresh process, every command runs
 on its file and is measured, and the JSON and report name the commit and hold
 every row (the model over 2 GiB left out: 8 GB of disk; its table rendered
-from the tiny run's figures). The deep run itself is a benchmark, not a test."""
+from a hand-made result). The deep run itself is a benchmark, not a test."""
 
 import json
 import subprocess
