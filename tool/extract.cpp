@@ -207,7 +207,12 @@ class Extractor {
         if (index_.IsInitializer(input) && seen.insert(input).second) needed_initializers_.push_back(input);
       }
     }
+    // Sized before it is filled: grown by doubling, the graph would pass twice
+    // its size on the way (the largest buffer extract holds).
+    size_t node_bytes = 0;
+    for (int index : selected_) node_bytes += file_.model.nodes[index].raw.size() + kFieldHeaderBytes;
     std::string graph;
+    graph.reserve(node_bytes);
     for (int index : selected_) wire::AppendLengthDelimited(&graph, kGraphNode, file_.model.nodes[index].raw);
     wire::AppendLengthDelimited(&graph, kGraphName, "hiertag_extract");
     ExternalDataMode mode = mode_;
@@ -331,8 +336,15 @@ class Extractor {
     auto version = file_.model.metadata.find(std::string(kFormatVersionKey));
     entries.emplace_back(kFormatVersionKey,
                          version == file_.model.metadata.end() ? std::string(kFormatVersion) : version->second);
+    size_t size = graph.size() + kFieldHeaderBytes;
+    for (const auto& [key, value] : entries) size += key.size() + value.size() + 3 * kFieldHeaderBytes;
     wire::Reader reader(file_.model.bytes());
     wire::Field field;
+    while (!reader.done() && reader.Next(&field)) {
+      if (field.number != kModelGraph && field.number != kModelMetadataProps) size += field.raw.size();
+    }
+    bytes->reserve(size);  // once, as the graph's buffer was
+    reader = wire::Reader(file_.model.bytes());
     bool entries_written = false;
     auto write_entries = [&] {
       for (const auto& [key, value] : entries) {
@@ -377,6 +389,8 @@ class Extractor {
 
   // A protobuf message cannot pass 2 GiB; a margin is left for the graph's own bytes.
   static constexpr uint64_t kInlineLimit = (uint64_t{2} << 30) - (uint64_t{64} << 20);
+  // At most a field's key and length varints (a key of a field number below 2^11, a length below 2^35).
+  static constexpr size_t kFieldHeaderBytes = 7;
 
   const TaggedFile& file_;
   std::string output_path_;
