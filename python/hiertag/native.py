@@ -20,19 +20,34 @@ def value_types_file(model_path):
     inference (the onnx package) gives the model at `model_path`: what the native
     extract's --value-types reads. A wheel's tool has no ONNX library of its own,
     and a checkout's gets the same types this way. Only the types are kept;
-    weights in external files are not read."""
+    weights in external files are not read. Inference runs file to file in
+    ONNX's C++ (infer_shapes_path), so no Python copy of the model is held
+    beside the one it infers (the memory this command peaks at). None when
+    the file is no ONNX model the onnx package reads: the native tool, which
+    reads it too, says what is wrong with it."""
     import onnx
-    model = onnx.load(str(model_path), load_external_data=False)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    except Exception:  # what inference cannot type stays untyped; extract names the value
-        inferred = model
-    del model
-    graph = onnx.helper.make_graph([], "value_types", list(inferred.graph.input), list(inferred.graph.output),
-                                   value_info=list(inferred.graph.value_info))
+    from google.protobuf.message import DecodeError
     with tempfile.TemporaryDirectory(prefix="hiertag-types-") as directory:
+        inferred_path = Path(directory) / "inferred.onnx"
+        try:
+            onnx.shape_inference.infer_shapes_path(str(model_path), str(inferred_path), data_prop=True)
+            inferred = onnx.load(str(inferred_path), load_external_data=False)
+        except Exception:  # what inference cannot type stays untyped; extract names the value
+            try:
+                inferred = onnx.load(str(model_path), load_external_data=False)
+            except (DecodeError, OSError):
+                inferred = None
+        finally:
+            inferred_path.unlink(missing_ok=True)
+        if inferred is None:
+            yield None
+            return
+        graph = onnx.helper.make_graph([], "value_types", list(inferred.graph.input), list(inferred.graph.output),
+                                       value_info=list(inferred.graph.value_info))
+        opsets = list(inferred.opset_import)
+        del inferred
         path = Path(directory) / "value_types.onnx"
-        onnx.save(onnx.helper.make_model(graph, opset_imports=list(inferred.opset_import)), str(path))
+        onnx.save(onnx.helper.make_model(graph, opset_imports=opsets), str(path))
         yield path
 
 
@@ -58,7 +73,8 @@ def run_tool(arguments, **run_options):
     if model is None or not os.path.isfile(model) or {"--value-types", "--help", "-h"} & set(arguments):
         return subprocess.run([tool, *arguments], **run_options)
     with value_types_file(model) as types:
-        return subprocess.run([tool, *arguments, "--value-types", str(types)], **run_options)
+        typed = ["--value-types", str(types)] if types is not None else []
+        return subprocess.run([tool, *arguments, *typed], **run_options)
 
 
 def error_line(stderr):

@@ -258,6 +258,22 @@ def test_every_usage_error_names_its_problem_in_one_line(files, capfd, monkeypat
     assert snapshot(files) == before
 
 
+@pytest.mark.parametrize("contents", [b"", b"not an ONNX model\n", b"\x08\x07\x12\xff\xff"],
+                         ids=["empty", "text", "truncated"])
+@pytest.mark.parametrize("verb,arguments", [("validate", []), ("tree", []), ("extract", ["--module", "/M"])])
+def test_a_file_that_is_no_onnx_model_is_one_line_from_the_native_verbs(tmp_path, capfd, contents, verb, arguments):
+    """Check that validate, tree and extract, as the `hiertag` command runs them
+    (extract first asks the onnx package for the file's value types), refuse a
+    file that is no ONNX model in one line, exit status 2, with nothing written."""
+    model = tmp_path / "bad.onnx"
+    model.write_bytes(contents)
+    out = ["-o", tmp_path / "out.onnx"] if verb == "extract" else []
+    status, stdout, stderr = hiertag_command(capfd, verb, model, *arguments, *out)
+    assert (status, stdout) == (2, ""), stderr
+    assert stderr.count("\n") == 1 and stderr.startswith(f"hiertag {verb}: {model}: "), stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["bad.onnx"]
+
+
 # The verbs that only read files, each as a user runs it; compare without
 # --values counts modules, and runs no model.
 FILE_ONLY = [
