@@ -19,6 +19,7 @@
 //                      weight_values: the rewrites the file records, the module-boundary
 //                      rule `hiertag extract` cuts by, and the calls whose boundary
 //                      a recorded rewrite removed, the weights (tool/module_boundaries.h)
+//   value types        main_graph_value_infos: an inferred model's types without its graph
 //
 // A malformed argument raises ValueError with the core's one-line reason.
 #include <nanobind/nanobind.h>
@@ -45,6 +46,7 @@
 #include "hiertag/core/format/placement_rules.h"
 #include "hiertag/core/format/tag_format.h"
 #include "hiertag/core/format/tagged_entries.h"
+#include "hiertag/core/onnx/onnx_model.h"
 #include "hiertag/tool/module_boundaries.h"
 #include "hiertag/tool/tagged_file.h"
 
@@ -181,6 +183,13 @@ std::string WriteRewriteRecords(const nb::list& records) {
 }
 
 // The main graph's weights: its initializers and the outputs of its weight nodes.
+nb::bytes MainGraphValueInfosOf(const nb::bytes& model) {
+  std::string error;
+  std::optional<std::string> values = MainGraphValueInfos(std::string_view(model.c_str(), model.size()), &error);
+  if (!values) throw nb::value_error(("model: " + error).c_str());
+  return nb::bytes(values->data(), values->size());
+}
+
 std::vector<std::string> WeightValuesOf(nb::bytes bytes) {
   std::string error;
   std::optional<OnnxModel> model = OnnxModel::Parse(std::string(bytes.c_str(), bytes.size()), &error);
@@ -313,6 +322,9 @@ NB_MODULE(_core, m) {
         "For a serialized model (bytes; tagged or not): its main graph's weights, the values no module call "
         "receives or hands out: initializers, and the outputs of Constants and of nodes computing from weights "
         "alone (tool/module_boundaries.h).");
+  m.def("main_graph_value_infos", &MainGraphValueInfosOf, "model"_a,
+        "For a serialized model (bytes): its main graph's inputs, outputs and value_info as a serialized "
+        "GraphProto holding those alone (core/onnx/onnx_model.h MainGraphValueInfos), its nodes never decoded.");
   m.def("rewrite_records", &RewriteRecordsOf, "model"_a,
         "For a serialized tagged model (bytes): its well-formed hiertag.rewrites records, then a 'fused' record "
         "for every node with hiertag.spans that none names (tool/tagged_file.h TaggedFile::rewrites), as dicts: "

@@ -324,4 +324,34 @@ std::optional<OnnxModel> OnnxModel::Load(const std::string& path, std::string* e
   return model;
 }
 
+std::optional<std::string> MainGraphValueInfos(std::string_view model, std::string* error) {
+  const std::string malformed = "not a well-formed ONNX model (truncated or another format)";
+  wire::Reader reader(model);
+  wire::Field field;
+  std::optional<std::string_view> graph;
+  while (!reader.done()) {
+    if (!reader.Next(&field)) {
+      *error = malformed;
+      return std::nullopt;
+    }
+    if (field.number == kModelGraph && field.wire_type == wire::kLengthDelimited) graph = field.payload;
+  }
+  if (!graph) {
+    *error = "not a well-formed ONNX model (no graph)";
+    return std::nullopt;
+  }
+  std::string values;
+  wire::Reader graph_reader(*graph);
+  while (!graph_reader.done()) {
+    if (!graph_reader.Next(&field)) {
+      *error = malformed;
+      return std::nullopt;
+    }
+    if (field.number == kGraphInput || field.number == kGraphOutput || field.number == kGraphValueInfo) {
+      values.append(field.raw);
+    }
+  }
+  return values;
+}
+
 }  // namespace hiertag

@@ -73,6 +73,7 @@ CallTags = _core.CallTags
 place_by_rules = _core.place_by_rules
 calls_of_readers = _core.calls_of_readers
 unplaced = _core.unplaced
+main_graph_value_infos = _core.main_graph_value_infos  # an inferred model's types without its graph
 
 
 def _serialized(model):

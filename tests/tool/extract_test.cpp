@@ -1492,5 +1492,63 @@ TEST_F(ExtractExternalDataTest, OutputThatIsTheModelsDataFileIsRefused) {
   EXPECT_EQ(FileBytes(dir_ / "out.onnx.data"), weights);
 }
 
+// Check that MainGraphValueInfos keeps exactly the main graph's inputs, outputs and
+// value_info, in order, and none of its nodes, initializers or a nested graph's values.
+TEST(MainGraphValueInfosTest, KeepsTheMainGraphsTypedValuesAndNothingElse) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  onnx::GraphProto* graph = model.mutable_graph();
+  auto typed = [](onnx::ValueInfoProto* value, const std::string& name, int64_t dim) {
+    value->set_name(name);
+    onnx::TypeProto_Tensor* tensor = value->mutable_type()->mutable_tensor_type();
+    tensor->set_elem_type(onnx::TensorProto::FLOAT);
+    tensor->mutable_shape()->add_dim()->set_dim_value(dim);
+  };
+  typed(graph->add_input(), "x", 2);
+  onnx::NodeProto* node = graph->add_node();
+  node->set_op_type("If");
+  node->add_input("c");
+  node->add_output("y");
+  onnx::AttributeProto* branch = node->add_attribute();
+  branch->set_name("then_branch");
+  branch->set_type(onnx::AttributeProto::GRAPH);
+  typed(branch->mutable_g()->add_value_info(), "nested", 9);
+  typed(graph->add_value_info(), "a", 3);
+  typed(graph->add_output(), "y", 4);
+  typed(graph->add_value_info(), "b", 5);
+  graph->add_initializer()->set_name("w");
+  std::string error;
+  std::optional<std::string> values = MainGraphValueInfos(model.SerializeAsString(), &error);
+  ASSERT_TRUE(values) << error;
+  onnx::GraphProto kept;
+  ASSERT_TRUE(kept.ParseFromString(*values));
+  EXPECT_EQ(kept.node_size(), 0);
+  EXPECT_EQ(kept.initializer_size(), 0);
+  ASSERT_EQ(kept.input_size(), 1);
+  EXPECT_EQ(kept.input(0).SerializeAsString(), graph->input(0).SerializeAsString());
+  ASSERT_EQ(kept.output_size(), 1);
+  EXPECT_EQ(kept.output(0).SerializeAsString(), graph->output(0).SerializeAsString());
+  ASSERT_EQ(kept.value_info_size(), 2);
+  EXPECT_EQ(kept.value_info(0).name(), "a");
+  EXPECT_EQ(kept.value_info(1).SerializeAsString(), graph->value_info(1).SerializeAsString());
+}
+
+// Check that bytes that are no model with a graph give a reason, not types.
+TEST(MainGraphValueInfosTest, RefusesWhatIsNoModelWithAGraph) {
+  onnx::ModelProto no_graph;
+  no_graph.set_ir_version(8);
+  onnx::ModelProto model;
+  model.mutable_graph()->add_input()->set_name("x");
+  std::string serialized = model.SerializeAsString();
+  for (const auto& [bytes, reason] : std::vector<std::pair<std::string, std::string>>{
+           {no_graph.SerializeAsString(), "(no graph)"},
+           {serialized.substr(0, serialized.size() - 1), "(truncated or another format)"},
+           {"not a model", "(truncated or another format)"}}) {
+    std::string error;
+    EXPECT_FALSE(MainGraphValueInfos(bytes, &error)) << bytes;
+    EXPECT_NE(error.find(reason), std::string::npos) << error;
+  }
+}
+
 }  // namespace
 }  // namespace hiertag::tooltest
