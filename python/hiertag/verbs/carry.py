@@ -80,6 +80,7 @@ import argparse
 import functools
 import json
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -352,9 +353,8 @@ class _Correspondence:
 
     def release_inferred(self):
         """Lets go of shape inference's results once carry recorded its types:
-        each holds a whole copy of its model, while the value check after it
-        runs ONNX Runtime sessions (at 200 layers the copies and the sessions
-        made carry's peak)."""
+        a type for every value of both models, while the value check after it
+        runs ONNX Runtime sessions."""
         self.o_inferred = self.t_inferred = None
 
     def known(self, name):
@@ -627,13 +627,26 @@ class _Correspondence:
         return found
 
 
+def _onnx_inferred(model):
+    """The values ONNX's shape inference types in `model`'s main graph, as a
+    GraphProto holding its inputs, outputs and value_info alone. Inference runs
+    file to file in ONNX's C++ and the core reads the types out of its result:
+    no Python copy of the model is made (at depth one was the largest thing
+    carry held)."""
+    with tempfile.TemporaryDirectory(prefix="hiertag-carry-") as directory:
+        path = Path(directory) / "model.onnx"
+        path.write_bytes(model.SerializeToString())
+        onnx.shape_inference.infer_shapes_path(str(path), str(path), strict_mode=False)
+        return onnx.GraphProto.FromString(core.main_graph_value_infos(path.read_bytes()))
+
+
 def _inferred_values(model, names):
     """{value: ValueInfoProto} from ONNX shape inference, then ONNX Runtime's
     symbolic one, which knows its own contrib ops (a tool's fused nodes);
     either may give up on a model, leaving what the other found."""
     sources = []
     try:
-        sources.append(onnx.shape_inference.infer_shapes(model, strict_mode=False))
+        sources.append(_onnx_inferred(model))
     except Exception:  # a model ONNX cannot infer (over 2 GB, unknown IR): no types from it
         pass
     # The second only adds values the first left untyped: when it typed every
@@ -652,23 +665,23 @@ def _inferred_values(model, names):
         while inference.run_:
             inference._infer_impl()
         inference._update_output_from_vi()
-        sources.append(inference.out_mp_)
+        sources.append(inference.out_mp_.graph)
     except Exception:  # ops it does not know (a layout's blocked kernels), another ONNX Runtime: ONNX's types
         pass
     return _merged_values(sources, names)
 
 
 def _typed_names(source):
-    return {info.name for info in [*source.graph.input, *source.graph.value_info, *source.graph.output]
+    return {info.name for info in [*source.input, *source.value_info, *source.output]
             if info.type.tensor_type.elem_type}
 
 
 def _merged_values(sources, names):
-    """{value: ValueInfoProto}: each value as the first source that types it
-    has it; each name the string `names` has for it (_Graph)."""
+    """{value: ValueInfoProto}: each value as the first source (a GraphProto)
+    that types it has it; each name the string `names` has for it (_Graph)."""
     found = {}
     for source in sources:
-        for info in [*source.graph.input, *source.graph.value_info, *source.graph.output]:
+        for info in [*source.input, *source.value_info, *source.output]:
             if info.type.tensor_type.elem_type and info.name not in found:
                 name = info.name
                 found[names.setdefault(name, name)] = info
