@@ -21,33 +21,25 @@ def value_types_file(model_path):
     extract's --value-types reads. A wheel's tool has no ONNX library of its own,
     and a checkout's gets the same types this way. Only the types are kept;
     weights in external files are not read. Inference runs file to file in
-    ONNX's C++ (infer_shapes_path), so no Python copy of the model is held
-    beside the one it infers (the memory this command peaks at). None when
-    the file is no ONNX model the onnx package reads: the native tool, which
-    reads it too, says what is wrong with it."""
+    ONNX's C++ (infer_shapes_path) and the core reads the types out of its
+    result: no Python copy of the model is made. None when the file is no
+    ONNX model: the native tool, which reads it too, says what is wrong with it."""
     import onnx
-    from google.protobuf.message import DecodeError
+    from hiertag import core
     with tempfile.TemporaryDirectory(prefix="hiertag-types-") as directory:
-        inferred_path = Path(directory) / "inferred.onnx"
+        path = Path(directory) / "value_types.onnx"
         try:
-            onnx.shape_inference.infer_shapes_path(str(model_path), str(inferred_path), data_prop=True)
-            inferred = onnx.load(str(inferred_path), load_external_data=False)
+            onnx.shape_inference.infer_shapes_path(str(model_path), str(path), data_prop=True)
+            typed = path
         except Exception:  # what inference cannot type stays untyped; extract names the value
-            try:
-                inferred = onnx.load(str(model_path), load_external_data=False)
-            except (DecodeError, OSError):
-                inferred = None
-        finally:
-            inferred_path.unlink(missing_ok=True)
-        if inferred is None:
+            typed = Path(model_path)
+        try:
+            graph = onnx.GraphProto.FromString(core.main_graph_value_infos(typed.read_bytes()))
+        except (ValueError, OSError):
             yield None
             return
-        graph = onnx.helper.make_graph([], "value_types", list(inferred.graph.input), list(inferred.graph.output),
-                                       value_info=list(inferred.graph.value_info))
-        opsets = list(inferred.opset_import)
-        del inferred
-        path = Path(directory) / "value_types.onnx"
-        onnx.save(onnx.helper.make_model(graph, opset_imports=opsets), str(path))
+        graph.name = "value_types"
+        onnx.save(onnx.helper.make_model(graph), str(path))
         yield path
 
 
