@@ -334,10 +334,16 @@ std::optional<std::string> MainGraphValueInfos(std::string_view model, std::stri
       *error = malformed;
       return std::nullopt;
     }
-    if (field.number == kModelGraph && field.wire_type == wire::kLengthDelimited) graph = field.payload;
+    if (field.number == kModelGraph && field.wire_type == wire::kLengthDelimited) {
+      if (graph) {
+        *error = "the model has two graphs";  // as OnnxModel::Parse refuses them
+        return std::nullopt;
+      }
+      graph = field.payload;
+    }
   }
   if (!graph) {
-    *error = "not a well-formed ONNX model (no graph)";
+    *error = "not an ONNX model (no graph)";
     return std::nullopt;
   }
   std::string values;

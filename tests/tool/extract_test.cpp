@@ -1533,20 +1533,24 @@ TEST(MainGraphValueInfosTest, KeepsTheMainGraphsTypedValuesAndNothingElse) {
   EXPECT_EQ(kept.value_info(1).SerializeAsString(), graph->value_info(1).SerializeAsString());
 }
 
-// Check that bytes that are no model with a graph give a reason, not types.
-TEST(MainGraphValueInfosTest, RefusesWhatIsNoModelWithAGraph) {
+// Check that bytes that are no model with one graph give OnnxModel::Parse's reason, not types.
+TEST(MainGraphValueInfosTest, RefusesWhatIsNoModelWithOneGraph) {
   onnx::ModelProto no_graph;
   no_graph.set_ir_version(8);
   onnx::ModelProto model;
   model.mutable_graph()->add_input()->set_name("x");
   std::string serialized = model.SerializeAsString();
   for (const auto& [bytes, reason] : std::vector<std::pair<std::string, std::string>>{
-           {no_graph.SerializeAsString(), "(no graph)"},
+           {no_graph.SerializeAsString(), "not an ONNX model (no graph)"},
+           {serialized + serialized, "the model has two graphs"},
            {serialized.substr(0, serialized.size() - 1), "(truncated or another format)"},
            {"not a model", "(truncated or another format)"}}) {
     std::string error;
+    std::string parse_error;
     EXPECT_FALSE(MainGraphValueInfos(bytes, &error)) << bytes;
     EXPECT_NE(error.find(reason), std::string::npos) << error;
+    EXPECT_FALSE(OnnxModel::Parse(bytes, &parse_error));
+    EXPECT_EQ(error, parse_error);
   }
 }
 

@@ -92,7 +92,8 @@ class OnnxModel {
 // (the values' types: what shape inference adds to a model) as a serialized
 // GraphProto holding those fields alone, in their order, read without decoding
 // a node: a caller gets an inferred model's types without a copy of its graph.
-// std::nullopt with a one-line reason when the bytes are not a model with a graph.
+// std::nullopt with a one-line reason, worded as OnnxModel::Parse words it, when
+// the bytes are not a model with one graph.
 std::optional<std::string> MainGraphValueInfos(std::string_view model, std::string* error);
 
 }  // namespace hiertag
