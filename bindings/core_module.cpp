@@ -182,7 +182,7 @@ std::string WriteRewriteRecords(const nb::list& records) {
   return WriteRewrites(entries);
 }
 
-// The main graph's weights: its initializers and the outputs of its weight nodes.
+// The main graph's inputs, outputs and value_info as a serialized GraphProto.
 nb::bytes MainGraphValueInfosOf(const nb::bytes& model) {
   std::string error;
   std::optional<std::string> values = MainGraphValueInfos(std::string_view(model.c_str(), model.size()), &error);
@@ -190,6 +190,7 @@ nb::bytes MainGraphValueInfosOf(const nb::bytes& model) {
   return nb::bytes(values->data(), values->size());
 }
 
+// The main graph's weights: its initializers and the outputs of its weight nodes.
 std::vector<std::string> WeightValuesOf(nb::bytes bytes) {
   std::string error;
   std::optional<OnnxModel> model = OnnxModel::Parse(std::string(bytes.c_str(), bytes.size()), &error);

@@ -207,19 +207,14 @@ class Extractor {
         if (index_.IsInitializer(input) && seen.insert(input).second) needed_initializers_.push_back(input);
       }
     }
-    // Sized before it is filled: grown by doubling, the graph would pass twice
-    // its size on the way (the largest buffer extract holds).
     size_t node_bytes = 0;
     for (int index : selected_) node_bytes += file_.model.nodes[index].raw.size() + kFieldHeaderBytes;
-    std::string graph;
-    graph.reserve(node_bytes);
-    for (int index : selected_) wire::AppendLengthDelimited(&graph, kGraphNode, file_.model.nodes[index].raw);
-    wire::AppendLengthDelimited(&graph, kGraphName, "hiertag_extract");
     ExternalDataMode mode = mode_;
+    uint64_t inlined_bytes = 0;  // the external data the graph takes in
     if (mode == ExternalDataMode::kAuto || mode == ExternalDataMode::kInline) {
       std::optional<uint64_t> external_bytes = ExternalBytes(error);
       if (!external_bytes) return false;
-      bool fits = *external_bytes + graph.size() < kInlineLimit;
+      bool fits = *external_bytes + node_bytes < kInlineLimit;
       // Checked before anything is read: tensors may name one range many times.
       if (mode == ExternalDataMode::kInline && !fits) {
         *error = Described() + ": its initializers' external data (" + std::to_string(*external_bytes) +
@@ -227,12 +222,9 @@ class Extractor {
         return false;
       }
       mode = fits ? ExternalDataMode::kInline : ExternalDataMode::kCopy;
+      if (fits) inlined_bytes = *external_bytes;
     }
-    for (const std::string& name : needed_initializers_) {
-      std::optional<std::string> tensor = TensorForOutput(*initializers_.at(name), mode, error);
-      if (!tensor) return false;
-      wire::AppendLengthDelimited(&graph, kGraphInitializer, *tensor);
-    }
+    std::vector<std::pair<uint32_t, std::string_view>> typed;  // (graph field, ValueInfoProto)
     for (const auto& [field, names] :
          {std::pair{kGraphInput, &boundary_.inputs}, std::pair{kGraphOutput, &boundary_.outputs}}) {
       for (const std::string& name : *names) {
@@ -242,9 +234,28 @@ class Extractor {
                    (types_.inference_error().empty() ? "" : " (" + types_.inference_error() + ")");
           return false;
         }
-        wire::AppendLengthDelimited(&graph, field, *type);
+        typed.emplace_back(field, *type);
       }
     }
+    // Sized before it is filled, to the nodes, the types and about the
+    // initializers (the external data inlined, or a rewritten location):
+    // grown by doubling, the graph would pass twice its size on the way
+    // (the largest buffer extract holds).
+    size_t size = node_bytes + kFieldHeaderBytes + std::size("hiertag_extract") + inlined_bytes;
+    for (const auto& [field, type] : typed) size += type.size() + kFieldHeaderBytes;
+    for (const std::string& name : needed_initializers_) {
+      size += initializers_.at(name)->raw.size() + kFieldHeaderBytes + kRewrittenLocationBytes;
+    }
+    std::string graph;
+    graph.reserve(size);
+    for (int index : selected_) wire::AppendLengthDelimited(&graph, kGraphNode, file_.model.nodes[index].raw);
+    wire::AppendLengthDelimited(&graph, kGraphName, "hiertag_extract");
+    for (const std::string& name : needed_initializers_) {
+      std::optional<std::string> tensor = TensorForOutput(*initializers_.at(name), mode, error);
+      if (!tensor) return false;
+      wire::AppendLengthDelimited(&graph, kGraphInitializer, *tensor);
+    }
+    for (const auto& [field, type] : typed) wire::AppendLengthDelimited(&graph, field, type);
     AssembleModel(graph, bytes);
     return true;
   }
@@ -391,6 +402,9 @@ class Extractor {
   static constexpr uint64_t kInlineLimit = (uint64_t{2} << 30) - (uint64_t{64} << 20);
   // At most a field's key and length varints (a key of a field number below 2^11, a length below 2^35).
   static constexpr size_t kFieldHeaderBytes = 7;
+  // About what a tensor's external_data entries written for OUT.data or the
+  // source's files add to it (a location, an offset and a length).
+  static constexpr size_t kRewrittenLocationBytes = 128;
 
   const TaggedFile& file_;
   std::string output_path_;

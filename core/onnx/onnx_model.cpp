@@ -325,13 +325,12 @@ std::optional<OnnxModel> OnnxModel::Load(const std::string& path, std::string* e
 }
 
 std::optional<std::string> MainGraphValueInfos(std::string_view model, std::string* error) {
-  const std::string malformed = "not a well-formed ONNX model (truncated or another format)";
   wire::Reader reader(model);
   wire::Field field;
   std::optional<std::string_view> graph;
   while (!reader.done()) {
     if (!reader.Next(&field)) {
-      *error = malformed;
+      *error = "not a well-formed ONNX model (truncated or another format)";
       return std::nullopt;
     }
     if (field.number == kModelGraph && field.wire_type == wire::kLengthDelimited) {
@@ -350,12 +349,11 @@ std::optional<std::string> MainGraphValueInfos(std::string_view model, std::stri
   wire::Reader graph_reader(*graph);
   while (!graph_reader.done()) {
     if (!graph_reader.Next(&field)) {
-      *error = malformed;
+      *error = "a graph is not well-formed";
       return std::nullopt;
     }
-    if (field.number == kGraphInput || field.number == kGraphOutput || field.number == kGraphValueInfo) {
-      values.append(field.raw);
-    }
+    bool typed_value = field.number == kGraphInput || field.number == kGraphOutput || field.number == kGraphValueInfo;
+    if (typed_value && field.wire_type == wire::kLengthDelimited) values.append(field.raw);
   }
   return values;
 }

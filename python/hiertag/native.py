@@ -22,9 +22,11 @@ def value_types_file(model_path):
     and a checkout's gets the same types this way. Only the types are kept;
     weights in external files are not read. Inference runs file to file in
     ONNX's C++ (infer_shapes_path) and the core reads the types out of its
-    result: no Python copy of the model is made. None when the file is no
-    ONNX model: the native tool, which reads it too, says what is wrong with it."""
+    result: the model is never parsed into Python objects (only its bytes are
+    read). None when the file is no ONNX model: the native tool, which reads
+    it too, says what is wrong with it."""
     import onnx
+    from google.protobuf.message import DecodeError
     from hiertag import core
     with tempfile.TemporaryDirectory(prefix="hiertag-types-") as directory:
         path = Path(directory) / "value_types.onnx"
@@ -35,7 +37,7 @@ def value_types_file(model_path):
             typed = Path(model_path)
         try:
             graph = onnx.GraphProto.FromString(core.main_graph_value_infos(typed.read_bytes()))
-        except (ValueError, OSError):
+        except (ValueError, DecodeError, OSError):  # DecodeError: the core frames entries, protobuf reads them
             yield None
             return
         graph.name = "value_types"

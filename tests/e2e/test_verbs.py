@@ -258,8 +258,9 @@ def test_every_usage_error_names_its_problem_in_one_line(files, capfd, monkeypat
     assert snapshot(files) == before
 
 
-@pytest.mark.parametrize("contents", [b"", b"not an ONNX model\n", b"\x08\x07\x12\xff\xff"],
-                         ids=["empty", "text", "truncated"])
+@pytest.mark.parametrize("contents", [b"", b"not an ONNX model\n", b"\x08\x07\x12\xff\xff",
+                                      b"\x08\x07\x3a\x04\x5a\x02\xff\xff"],
+                         ids=["empty", "text", "truncated", "garbled graph input"])
 @pytest.mark.parametrize("verb,arguments", [("validate", []), ("tree", []), ("extract", ["--module", "/M"])])
 def test_a_file_that_is_no_onnx_model_is_one_line_from_the_native_verbs(tmp_path, capfd, contents, verb, arguments):
     """Check that validate, tree and extract, as the `hiertag` command runs them

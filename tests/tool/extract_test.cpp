@@ -1544,7 +1544,8 @@ TEST(MainGraphValueInfosTest, RefusesWhatIsNoModelWithOneGraph) {
            {no_graph.SerializeAsString(), "not an ONNX model (no graph)"},
            {serialized + serialized, "the model has two graphs"},
            {serialized.substr(0, serialized.size() - 1), "(truncated or another format)"},
-           {"not a model", "(truncated or another format)"}}) {
+           {"not a model", "(truncated or another format)"},
+           {std::string("\x3a\x02\x5a\xff", 4), "a graph is not well-formed"}}) {
     std::string error;
     std::string parse_error;
     EXPECT_FALSE(MainGraphValueInfos(bytes, &error)) << bytes;

@@ -631,8 +631,8 @@ def _onnx_inferred(model):
     """The values ONNX's shape inference types in `model`'s main graph, as a
     GraphProto holding its inputs, outputs and value_info alone. Inference runs
     file to file in ONNX's C++ and the core reads the types out of its result:
-    no Python copy of the model is made (at depth one was the largest thing
-    carry held)."""
+    no parsed copy of the model is made in Python (only its bytes pass
+    through; a parsed copy was the largest thing carry held after inference)."""
     with tempfile.TemporaryDirectory(prefix="hiertag-carry-") as directory:
         path = Path(directory) / "model.onnx"
         path.write_bytes(model.SerializeToString())

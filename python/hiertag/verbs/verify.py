@@ -71,7 +71,8 @@ def extract_all(source, table, out_dir):
             for call in range(checks.call_count(table, tag)):
                 key = checks.boundary_key(table, tag, call)
                 out = Path(out_dir) / f"module{index}_{call}.onnx"
-                command = ["extract", source, "--module", tag, "-o", out, "--json", "--value-types", types]
+                command = ["extract", source, "--module", tag, "-o", out, "--json",
+                           *(["--value-types", types] if types is not None else [])]
                 if key != tag:
                     command += ["--call", str(call)]
                 result = native.run_tool(command, capture_output=True, text=True)
