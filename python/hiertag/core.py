@@ -17,6 +17,8 @@ the package's _native/ when installed, build/ in a checkout)."""
 import importlib.machinery
 import importlib.util
 import sys
+import tempfile
+from pathlib import Path
 
 from google.protobuf import message
 
@@ -74,6 +76,19 @@ place_by_rules = _core.place_by_rules
 calls_of_readers = _core.calls_of_readers
 unplaced = _core.unplaced
 main_graph_value_infos = _core.main_graph_value_infos  # an inferred model's types without its graph
+
+
+def inferred_value_infos(path, **options):
+    """ONNX's shape inference of the model file at `path`
+    (onnx.shape_inference.infer_shapes_path with `options`), run file to file in
+    ONNX's C++, as a GraphProto holding the inferred main graph's inputs,
+    outputs and value_info alone (main_graph_value_infos): the model is never
+    parsed into Python objects. Raises what inference raises."""
+    import onnx
+    with tempfile.TemporaryDirectory(prefix="hiertag-inferred-") as directory:
+        inferred = Path(directory) / "inferred.onnx"
+        onnx.shape_inference.infer_shapes_path(str(path), str(inferred), **options)
+        return onnx.GraphProto.FromString(main_graph_value_infos(inferred.read_bytes()))
 
 
 def _serialized(model):

@@ -20,27 +20,23 @@ def value_types_file(model_path):
     inference (the onnx package) gives the model at `model_path`: what the native
     extract's --value-types reads. A wheel's tool has no ONNX library of its own,
     and a checkout's gets the same types this way. Only the types are kept;
-    weights in external files are not read. Inference runs file to file in
-    ONNX's C++ (infer_shapes_path) and the core reads the types out of its
-    result: the model is never parsed into Python objects (only its bytes are
-    read). None when the file is no ONNX model: the native tool, which reads
-    it too, says what is wrong with it."""
+    weights in external files are not read, nor is the model parsed into
+    Python objects (core.inferred_value_infos). None when the file is no ONNX
+    model: the native tool, which reads it too, says what is wrong with it."""
     import onnx
     from google.protobuf.message import DecodeError
     from hiertag import core
-    with tempfile.TemporaryDirectory(prefix="hiertag-types-") as directory:
-        path = Path(directory) / "value_types.onnx"
+    try:
+        graph = core.inferred_value_infos(model_path, data_prop=True)
+    except Exception:  # what inference cannot type stays untyped; extract names the value
         try:
-            onnx.shape_inference.infer_shapes_path(str(model_path), str(path), data_prop=True)
-            typed = path
-        except Exception:  # what inference cannot type stays untyped; extract names the value
-            typed = Path(model_path)
-        try:
-            graph = onnx.GraphProto.FromString(core.main_graph_value_infos(typed.read_bytes()))
+            graph = onnx.GraphProto.FromString(core.main_graph_value_infos(Path(model_path).read_bytes()))
         except (ValueError, DecodeError, OSError):  # DecodeError: the core frames entries, protobuf reads them
             yield None
             return
-        graph.name = "value_types"
+    graph.name = "value_types"
+    with tempfile.TemporaryDirectory(prefix="hiertag-types-") as directory:
+        path = Path(directory) / "value_types.onnx"
         onnx.save(onnx.helper.make_model(graph), str(path))
         yield path
 

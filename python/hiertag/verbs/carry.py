@@ -629,15 +629,14 @@ class _Correspondence:
 
 def _onnx_inferred(model):
     """The values ONNX's shape inference types in `model`'s main graph, as a
-    GraphProto holding its inputs, outputs and value_info alone. Inference runs
-    file to file in ONNX's C++ and the core reads the types out of its result:
-    no parsed copy of the model is made in Python (only its bytes pass
-    through; a parsed copy was the largest thing carry held after inference)."""
+    GraphProto holding its inputs, outputs and value_info alone
+    (core.inferred_value_infos on the model written out): no parsed copy of
+    the model is made in Python (a parsed copy was the largest thing carry
+    held after inference)."""
     with tempfile.TemporaryDirectory(prefix="hiertag-carry-") as directory:
         path = Path(directory) / "model.onnx"
         path.write_bytes(model.SerializeToString())
-        onnx.shape_inference.infer_shapes_path(str(path), str(path), strict_mode=False)
-        return onnx.GraphProto.FromString(core.main_graph_value_infos(path.read_bytes()))
+        return core.inferred_value_infos(path, strict_mode=False)
 
 
 def _inferred_values(model, names):
