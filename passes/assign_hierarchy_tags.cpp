@@ -20,28 +20,6 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
 
-std::vector<int> HierarchyTagging::UsedTags() const {
-  std::vector<int> used;
-  for (const TaggedNode& tagged : nodes) {
-    used.push_back(tagged.tag);
-    if (!tagged.records) continue;
-    for (const TagRef& ref : tagged.records->shared_with) used.push_back(ref.tag);
-    for (const TagRef& ref : tagged.records->spans) used.push_back(ref.tag);
-    used.insert(used.end(), tagged.records->folded_from.begin(), tagged.records->folded_from.end());
-  }
-  for (const auto& [tag, _] : calls) used.push_back(tag);
-  std::sort(used.begin(), used.end());
-  used.erase(std::unique(used.begin(), used.end()), used.end());
-  return used;
-}
-
-int HierarchyTagging::CallCount(int tag) const {
-  auto found = calls.find(tag);
-  return found == calls.end() || found->second.instance_calls.empty()
-             ? 1
-             : static_cast<int>(found->second.instance_calls.size());
-}
-
 namespace {
 
 constexpr int kUnsettled = -1;
@@ -86,7 +64,7 @@ class Tagger {
     // After every record, so the owners' call tags are all known.
     IndexOnlyTags();
     for (size_t i : unsettled_) {
-      int owner = DeduplicatedParameterOwner(result_.nodes[i].node);
+      int owner = DeduplicatedParameterOwner(JitNode(result_.nodes[i]));
       if (owner >= 0) Settle(i, owner, TagRule::kParameterOwner);
     }
     SettleByRules();
@@ -106,41 +84,39 @@ class Tagger {
   }
 
  private:
-  // Numbers each call tag's calls in the order they ran. A call of a filtered
-  // module is no call of a tag (its nodes belong to its caller's).
+  // Numbers each call tag's calls in the order they ran (NumberCalls). A
+  // call of a filtered module is no call of a tag (its nodes belong to its
+  // caller's).
   void NumberCalls() {
     if (calls_ == nullptr) return;
     for (const ModuleCall& call : calls_->calls()) call_tags_.MarkRan(call.module);
     call_tags_.MarkRan(0);
-    std::unordered_map<int, int> instance_calls;
+    std::vector<RecordedCall> recorded;
+    ska::flat_hash_map<const torch::jit::Scope*, int> index_of_scope;
     for (const ModuleCall& call : calls_->calls()) {
-      int instance_call = instance_calls[call.module]++;
       ResolvedScope resolved = resolver_.Resolve(call.scope);
-      if (resolved.tag <= CallTags::kRoot || resolved.call_scope != call.scope.get()) continue;
-      TagCalls& tag_calls = result_.calls[resolved.tag];
-      call_ordinal_[call.scope.get()] = static_cast<int>(tag_calls.instance_calls.size());
-      tag_calls.instance_calls.push_back(instance_call);
-      ResolvedScope caller = resolver_.Resolve(call.scope->parent());
-      auto parent_call = caller.call_scope ? call_ordinal_.find(caller.call_scope) : call_ordinal_.end();
-      tag_calls.parent_calls.push_back(parent_call == call_ordinal_.end() ? 0 : parent_call->second);
+      auto caller = call.scope->parent() ? index_of_scope.find(call.scope->parent().get()) : index_of_scope.end();
+      recorded.push_back({resolved.tag, call.module, resolved.call_scope == call.scope.get(),
+                          caller == index_of_scope.end() ? -1 : caller->second});
+      index_of_scope[call.scope.get()] = static_cast<int>(recorded.size()) - 1;
+    }
+    std::vector<int> ordinals = ::hiertag::NumberCalls(recorded, result_);
+    for (size_t k = 0; k < ordinals.size(); ++k) {
+      if (ordinals[k] >= 0) call_ordinal_[calls_->calls()[k].scope.get()] = ordinals[k];
     }
   }
 
   void ResolveRewrites() {
     if (rewrites_ == nullptr) return;
+    CallRefs refs(call_tags_, result_);
     for (const RewriteRecord& record : rewrites_->records) {
-      TagRewrite rewrite{record.kind, record.pass, {}, record.initializer};
-      if (record.kind == RewriteRecord::Kind::kRewired) {
-        rewrite.refs = RewiredCalls(record);
-        if (!rewrite.refs.empty()) result_.rewrites.push_back(std::move(rewrite));
-        continue;
+      std::vector<TagRef> calls;
+      if (record.kind == RewriteKind::kRewired) {
+        calls = RewiredCalls(record, refs);
+      } else {
+        for (const auto& scope : record.scopes) calls.push_back(RefOf(scope));
       }
-      for (const auto& scope : record.scopes) AddRef(RefOf(scope), &rewrite.refs);
-      if (rewrite.kind == RewriteRecord::Kind::kRemoved && rewrite.refs.size() < 2) continue;
-      if (rewrite.kind == RewriteRecord::Kind::kFolded && rewrite.refs.empty()) continue;
-      if (rewrite.kind == RewriteRecord::Kind::kRemoved) rewrite.refs = CallsBetween(rewrite.refs);
-      std::sort(rewrite.refs.begin(), rewrite.refs.end());
-      result_.rewrites.push_back(std::move(rewrite));
+      AddRewrite(record.kind, record.pass, std::move(calls), record.initializer, refs, result_);
     }
   }
 
@@ -152,7 +128,7 @@ class Tagger {
     for (size_t i : unsettled_) {
       const TaggedNode& tagged = result_.nodes[i];
       if (tagged.rule == TagRule::kRecorded || result_.CallCount(tagged.tag) < 2) continue;
-      place[tagged.node] = static_cast<int>(listed.size());
+      place[JitNode(tagged)] = static_cast<int>(listed.size());
       listed.push_back(i);
     }
     if (listed.empty()) return;
@@ -161,7 +137,7 @@ class Tagger {
       const TaggedNode& tagged = result_.nodes[listed[k]];
       nodes[k].tag = tagged.tag;
       nodes[k].call = tagged.call;
-      for (const Value* output : tagged.node->outputs()) {
+      for (const Value* output : JitNode(tagged)->outputs()) {
         for (const torch::jit::Use& use : output->uses()) {
           if (use.user->kind() == c10::prim::Return) continue;
           auto listed_reader = place.find(use.user);
@@ -187,45 +163,29 @@ class Tagger {
   // it (a weights-only module reading another call's constant, BEiT's
   // relative position bias, keeps it).
   void KeepReadingCallsOnly() {
+    CallRefs refs(call_tags_, result_);
     for (TaggedNode& tagged : result_.nodes) {
-      if (tagged.shared_with().empty() || !tagged.node->inputs().empty()) continue;
-      std::unordered_set<int64_t> reading;  // a call some reader ran in (Key), or every call of a tag
-      std::unordered_set<int> reading_tags;
-      auto add = [&](const TagRef& ref) {
-        for (const TagRef& call : Chain(ref)) {
-          reading.insert(Key(call));
-          reading_tags.insert(call.tag);
-        }
-      };
-      for (const Value* output : tagged.node->outputs()) {
+      if (tagged.shared_with().empty() || !JitNode(tagged)->inputs().empty()) continue;
+      std::vector<TagRef> reading;  // the calls its readers ran as, and those they are shared with
+      for (const Value* output : JitNode(tagged)->outputs()) {
         for (const torch::jit::Use& use : output->uses()) {
           Node* reader = use.user;
           if (reader->kind() == c10::prim::Return) reader = reader->owningBlock()->owningNode();
           if (reader == nullptr) {
-            add({CallTags::kRoot, 0});  // a model output: read by the root's call 0
+            reading.push_back({CallTags::kRoot, 0});  // a model output: read by the root's call 0
             continue;
           }
           Settled settled = SettledOf(reader);
           if (settled.tag < 0) continue;
-          add({settled.tag, settled.call});
+          reading.push_back({settled.tag, settled.call});
           auto shared = with_shared_with_.find(reader);
           if (shared == with_shared_with_.end()) continue;
-          for (const TagRef& ref : result_.nodes[shared->second].shared_with()) add(ref);
+          for (const TagRef& ref : result_.nodes[shared->second].shared_with()) reading.push_back(ref);
         }
       }
-      std::vector<TagRef>& shared = tagged.records->shared_with;
-      shared.erase(std::remove_if(shared.begin(), shared.end(),
-                                  [&](const TagRef& ref) {
-                                    if (ref.call == TagRef::kEveryCall) return reading_tags.count(ref.tag) == 0;
-                                    return reading.count(Key(ref)) == 0 &&
-                                           reading.count(Key({ref.tag, TagRef::kEveryCall})) == 0;
-                                  }),
-                   shared.end());
-      if (tagged.records->empty()) tagged.records.reset();
+      refs.KeepReadingCalls(reading, tagged);
     }
   }
-
-  static int64_t Key(const TagRef& ref) { return (static_cast<int64_t>(ref.tag) << 32) | (ref.call + 1); }
 
   // Collects the serialized nodes in pre-order and settles each one its
   // record tags, in one visit (a node's memory is read once). `holder`: the
@@ -316,7 +276,7 @@ class Tagger {
 
   void TagFromRecord(size_t i) {
     TaggedNode& tagged = result_.nodes[i];
-    Record record = RecordOf(tagged.node);
+    Record record = RecordOf(JitNode(tagged));
     if (record.tag == kUnsettled) return;
     Settle(i, record.tag, TagRule::kRecorded);
     tagged.call = record.call;
@@ -348,110 +308,24 @@ class Tagger {
     return true;
   }
 
-  // shared_with and spans from a loan; a fused node moves to the common
-  // ancestor of every module it carries.
+  // A loan's scopes as calls (CallRefs::TakeLoan says what becomes of them).
   void TakeLoan(const BorrowedScopes::Loan& loan, TaggedNode& tagged, const TagRef& own) {
-    auto records = std::make_unique<NodeRecords>();
-    for (const auto& other : loan.shared_with) AddRef(RefOf(other), &records->shared_with);
-    for (const auto& folded : loan.folded_from) AddTag(resolver_.Resolve(folded).tag, &records->folded_from);
-    std::vector<TagRef> spans = {own};
-    for (const auto& fused : loan.spans) AddRef(RefOf(fused), &spans);
-    if (spans.size() > 1 && tagged.node->inputs().empty()) {
-      // A fused node a later pass folded into a constant: no value crosses a
-      // boundary through it any more (constants are weights), so it only says
-      // what the modules' nodes became.
-      for (size_t k = 1; k < spans.size(); ++k) AddTag(spans[k].tag, &records->folded_from);
-    } else if (spans.size() > 1) {
-      int common = spans.front().tag;
-      for (const TagRef& span : spans) common = call_tags_.CommonAncestor(common, span.tag);
-      tagged.tag = common;
-      records->spans = CallsBetween(spans);
-      records->rewrite = loan.rewrite;
-      std::sort(records->spans.begin(), records->spans.end());
-    }
-    // Not shared with itself: its own call, or its own tag when the calls are unknown.
-    std::vector<TagRef>& shared = records->shared_with;
-    shared.erase(std::remove_if(shared.begin(), shared.end(),
-                                [&](const TagRef& ref) {
-                                  return ref.tag == tagged.tag &&
-                                         (ref.call == own.call || ref.call == TagRef::kEveryCall ||
-                                          own.call == TagRef::kEveryCall);
-                                }),
-                 shared.end());
-    std::sort(shared.begin(), shared.end());
-    if (!records->empty()) tagged.records = std::move(records);
+    RefLoan refs;
+    for (const auto& other : loan.shared_with) refs.shared_with.push_back(RefOf(other));
+    for (const auto& folded : loan.folded_from) refs.folded_from.push_back(resolver_.Resolve(folded).tag);
+    for (const auto& fused : loan.spans) refs.spans.push_back(RefOf(fused));
+    refs.rewrite = loan.rewrite;
+    CallRefs(call_tags_, result_).TakeLoan(refs, own, !JitNode(tagged)->inputs().empty(), tagged);
   }
 
-  // The calls holding a rewired reader and the node it read before, but
-  // neither the maker nor a reader of the value it reads now: where they read a
-  // value of their own, they now read one they never received. A graph input
+  // The calls a rewired record cuts (CallRefs::RewiredCalls). A graph input
   // is the root call's; a parameter is nobody's data.
-  std::vector<TagRef> RewiredCalls(const RewriteRecord& record) {
+  std::vector<TagRef> RewiredCalls(const RewriteRecord& record, const CallRefs& refs) {
     bool user_input = record.graph_input >= 0 && (user_input_count_ < 0 || record.graph_input < user_input_count_);
     if (record.graph_input >= 0 && !user_input) return {};
-    std::vector<TagRef> held_before;
-    if (user_input) held_before.push_back({CallTags::kRoot, 0});
-    for (const auto& scope : record.value_scopes) {
-      for (const TagRef& ref : Chain(RefOf(scope))) held_before.push_back(ref);
-    }
-    std::vector<TagRef> replaced = Chain(RefOf(record.replaced));
-    std::vector<TagRef> rewired;
-    for (const TagRef& ref : Chain(RefOf(record.reader))) {
-      if (Holds(replaced, ref) && !Holds(held_before, ref)) rewired.push_back(ref);
-    }
-    std::sort(rewired.begin(), rewired.end());
-    return rewired;
-  }
-
-  // The calls a rewrite joining the calls `ends` cuts through: the ends, and
-  // every call on the way from one end to another, i.e. each call some end
-  // ran in but not every end did (a cancelled permute pair between a norm deep
-  // in the last layer and the encoder's final permute leaves the norm, its
-  // output block and the layer all handing out the value from before the
-  // norm's permute). The calls every end ran in hold the whole rewrite.
-  std::vector<TagRef> CallsBetween(const std::vector<TagRef>& ends) const {
-    std::vector<std::vector<TagRef>> chains;
-    for (const TagRef& end : ends) chains.push_back(Chain(end));
-    std::vector<TagRef> crossed = ends;
-    for (const std::vector<TagRef>& chain : chains) {
-      for (const TagRef& ref : chain) {
-        bool in_every = std::all_of(chains.begin(), chains.end(),
-                                    [&](const std::vector<TagRef>& other) { return Holds(other, ref); });
-        if (!in_every && !Holds(crossed, ref)) crossed.push_back(ref);
-      }
-    }
-    std::sort(crossed.begin(), crossed.end());
-    return crossed;
-  }
-
-  // Whether `refs` names the call `ref` names (an unknown call matches every call).
-  static bool Holds(const std::vector<TagRef>& refs, const TagRef& ref) {
-    return std::any_of(refs.begin(), refs.end(), [&](const TagRef& other) {
-      return other.tag == ref.tag &&
-             (other.call == ref.call || other.call == TagRef::kEveryCall || ref.call == TagRef::kEveryCall);
-    });
-  }
-
-  // A call and the calls it ran in, up to the root (calls unknown above a call
-  // whose own is unknown).
-  std::vector<TagRef> Chain(TagRef ref) const {
-    std::vector<TagRef> chain;
-    if (ref.tag < 0) ref = {CallTags::kRoot, 0};  // a blank scope: the root's own work
-    while (ref.tag >= 0) {
-      if (ref.call == TagRef::kEveryCall && result_.CallCount(ref.tag) == 1) ref.call = 0;
-      chain.push_back(ref);
-      int parent = call_tags_.Parent(ref.tag);
-      int call = TagRef::kEveryCall;
-      auto calls = result_.calls.find(ref.tag);
-      if (ref.call != TagRef::kEveryCall && calls != result_.calls.end() &&
-          ref.call < static_cast<int>(calls->second.parent_calls.size())) {
-        call = calls->second.parent_calls[ref.call];
-      } else if (parent >= 0 && result_.CallCount(parent) == 1) {
-        call = 0;
-      }
-      ref = {parent, call};
-    }
-    return chain;
+    std::vector<TagRef> value_refs;
+    for (const auto& scope : record.value_scopes) value_refs.push_back(RefOf(scope));
+    return refs.RewiredCalls(RefOf(record.reader), RefOf(record.replaced), value_refs, user_input);
   }
 
   // The call a scope records: its call tag, and which of that tag's calls it was.
@@ -459,14 +333,6 @@ class Tagger {
     ResolvedScope resolved = resolver_.Resolve(scope);
     auto ordinal = resolved.call_scope ? call_ordinal_.find(resolved.call_scope) : call_ordinal_.end();
     return {resolved.tag, ordinal == call_ordinal_.end() ? TagRef::kEveryCall : ordinal->second};
-  }
-
-  static void AddRef(const TagRef& ref, std::vector<TagRef>* refs) {
-    if (ref.tag >= 0 && std::find(refs->begin(), refs->end(), ref) == refs->end()) refs->push_back(ref);
-  }
-
-  static void AddTag(int tag, std::vector<int>* tags) {
-    if (tag >= 0 && std::find(tags->begin(), tags->end(), tag) == tags->end()) tags->push_back(tag);
   }
 
   // The call tag of the tagged module owning the parameter: its only call tag;
@@ -567,7 +433,7 @@ class Tagger {
         node.holder = RuleRef(holder_[i]);
         continue;
       }
-      Node* jit_node = result_.nodes[i].node;
+      Node* jit_node = JitNode(result_.nodes[i]);
       for (const Value* output : jit_node->outputs()) {
         for (const torch::jit::Use& use : output->uses()) add(ConsumerRef(use), node);
       }
@@ -583,7 +449,7 @@ class Tagger {
     for (size_t k = 0; k < waiting.size(); ++k) {
       Settle(waiting[k], placements[k].tag, placements[k].rule);
       if (placements[k].rule == TagRule::kRoot) {
-        GRAPH_DEBUG("hiertag: no rule applies to ", *result_.nodes[waiting[k]].node, "; tagging it root");
+        GRAPH_DEBUG("hiertag: no rule applies to ", *JitNode(result_.nodes[waiting[k]]), "; tagging it root");
       }
     }
   }

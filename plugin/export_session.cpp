@@ -157,7 +157,7 @@ void ExportSession::TagFinalGraph(torch::jit::Graph& graph, const std::function<
     report_.rule_counts.emplace_back(TagRuleName(static_cast<TagRule>(rule)), tagging.rule_counts[rule]);
   }
   for (const TaggedNode& tagged : tagging.nodes) {
-    if (tagged.rule != TagRule::kRecorded) ++report_.unrecorded_op_types[tagged.node->kind().toUnqualString()];
+    if (tagged.rule != TagRule::kRecorded) ++report_.unrecorded_op_types[JitNode(tagged)->kind().toUnqualString()];
   }
   report_.unresolved_scope_levels = tagging.unresolved_scope_levels;
   report_.module_calls = calls_.calls().size();

@@ -460,7 +460,7 @@ TEST_F(RecordRewritesTest, FusedConvGoesToCommonAncestorWhenTagging) {
 
   const TaggedNode* fused = nullptr;
   for (const TaggedNode& tagged : tagging.nodes) {
-    if (tagged.node->kind() == kConv) fused = &tagged;
+    if (JitNode(tagged)->kind() == kConv) fused = &tagged;
   }
   ASSERT_NE(fused, nullptr);
   EXPECT_EQ(call_tags_->Tag(fused->tag), "/Net");

@@ -67,6 +67,7 @@
 #include "hiertag/core/format/call_tags.h"
 #include "hiertag/core/format/module_table.h"
 #include "hiertag/core/format/placement_rules.h"
+#include "hiertag/core/tagging/call_tagging.h"
 #include "hiertag/passes/borrowed_scopes.h"
 #include "hiertag/passes/module_calls.h"
 #include "hiertag/passes/record_rewrites.h"
@@ -74,74 +75,11 @@
 
 namespace hiertag {
 
-// A call tag, or one of its calls (written "TAG#K" when the tag has several).
-struct TagRef {
-  static constexpr int kEveryCall = -1;
-  int tag = -1;
-  int call = kEveryCall;  // which call of `tag`; kEveryCall when not known
-
-  bool operator==(const TagRef& other) const { return tag == other.tag && call == other.call; }
-  bool operator<(const TagRef& other) const { return tag != other.tag ? tag < other.tag : call < other.call; }
-};
-
-// What export passes recorded on a node beyond its tag. Few nodes have any, so
-// they are held apart: a TaggedNode stays 32 bytes on graphs of a million nodes.
-struct NodeRecords {
-  std::vector<TagRef> shared_with;  // other calls it also computes for (its own tag's among them)
-  std::vector<TagRef> spans;        // calls whose nodes a pass fused into it
-  std::string rewrite;              // that pass
-  std::vector<int> folded_from;     // call tags whose nodes a pass folded into this constant
-
-  bool empty() const { return shared_with.empty() && spans.empty() && folded_from.empty(); }
-};
-
-struct TaggedNode {
-  torch::jit::Node* node = nullptr;
-  int tag = -1;         // call tag (CallTags)
-  int tag_module = -1;  // the module of that call tag (ModuleTable index)
-  int call = 0;         // which call of its tag the node belongs to
-  TagRule rule = TagRule::kRoot;
-  std::unique_ptr<NodeRecords> records;  // nullptr: none
-
-  const std::vector<TagRef>& shared_with() const { return records ? records->shared_with : kNoRefs; }
-  const std::vector<TagRef>& spans() const { return records ? records->spans : kNoRefs; }
-  const std::string& rewrite() const { return records ? records->rewrite : kNoRewrite; }
-  const std::vector<int>& folded_from() const { return records ? records->folded_from : kNoTags; }
-
- private:
-  static inline const std::vector<TagRef> kNoRefs;
-  static inline const std::string kNoRewrite;
-  static inline const std::vector<int> kNoTags;
-};
-
-// The calls of one call tag, in the order they ran.
-struct TagCalls {
-  std::vector<int> instance_calls;  // each call's number among its module instance's calls
-  std::vector<int> parent_calls;    // the parent tag's call each ran in
-};
-
-// A rewrite of RecordRewrites, its scopes resolved to call tags.
-struct TagRewrite {
-  RewriteRecord::Kind kind = RewriteRecord::Kind::kRemoved;
-  std::string pass;
-  std::vector<TagRef> refs;  // the calls whose nodes it removed or folded, ascending
-  size_t initializer = 0;    // folded: the initializer value's unique()
-};
-
-struct HierarchyTagging {
-  std::vector<TaggedNode> nodes;     // serialization pre-order (see proto_tagging.h)
-  std::map<int, TagCalls> calls;     // call tag -> its recorded calls
-  std::vector<TagRewrite> rewrites;  // removed across tags, and every fold
-  std::set<int> never_ran;           // tags of containers whose forward never ran
-  int rule_counts[kTagRuleCount] = {};
-  int unresolved_scope_levels = 0;
-
-  // Every call tag used by a node (tag, shared_with, spans) or recorded as
-  // called, ascending.
-  std::vector<int> UsedTags() const;
-  // How many calls a tag has (1 when none were recorded).
-  int CallCount(int tag) const;
-};
+// The records a node is tagged by, and the tagging's result, are the core's
+// (core/tagging/call_tagging.h); TaggedNode::node is the torch::jit::Node.
+inline torch::jit::Node* JitNode(const TaggedNode& tagged) {
+  return static_cast<torch::jit::Node*>(const_cast<void*>(tagged.node));
+}
 
 // `member_names`: qualified names of the model's parameters and buffers.
 // `user_input_count`: how many leading graph inputs are user inputs; the rest

@@ -5,49 +5,14 @@
 // Transpose of one module into the next module's Transpose (or Gemm), cancels a
 // permute and its inverse in two modules outright, and the eval peephole fuses a
 // Conv of one module with a BatchNorm of another; constant folding turns whole
-// modules into initializers. A tag alone would then claim a boundary that no
-// longer exists. So every graph pass of the export is observed the way CSE is
-// (RecordCseSharing): the graph before it is noted, and after it each group of
-// removed nodes (connected through values) is classified by what its former
-// users read now:
-//
-//   fused     a node the pass made or changed (inputs or attributes) took over
-//             the group's computation (the new Conv carrying the BatchNorm, the
-//             Transpose whose permutation absorbed the one before it): that
-//             node is lent a scope listing the group's scopes as spans. A made
-//             node counts as made from the group only when it computes from
-//             what the group read (or from another such node): a pass makes
-//             other nodes in the same scope too;
-//   removed   the users read a value from before the group, untouched: the group
-//             computed nothing (a permute and its inverse). When its nodes came
-//             from more than one module call, the values between them are gone:
-//             recorded, so no module claims a boundary through them;
-//   folded    the users read a new initializer: recorded with the initializer
-//             (by its value's unique id: torch names it later); or a new
-//             constant: the constant is lent a scope listing as folded_from
-//             the scopes of the group's nodes that the value it replaces was
-//             computed from (not the whole group's: a group joins every
-//             computation sharing a removed node, as each layer's shape
-//             arithmetic shares the sequence length, and a constant holds one
-//             of them). So a module folded whole is still listed, with what
-//             its own computation became;
-//   merged    the users read an older node elsewhere that computed the same
-//             value: that node is shared with the group's scopes (as CSE).
-// A user that now reads a value from further up (the group's input, or a value
-// the group was computed from: a transpose cancelled against one that stays for
-// another reader) reads the same value as before, but maybe not one its module
-// received: when no removed record covers the group, it is recorded as rewired,
-// with the scope of the node it read before and the scopes that made or read
-// the new value before the pass. At tagging time, the module calls holding the
-// user and that old node but none of those read a value they never received.
-//
-// A pass can also bypass nodes without removing them (they stay for other
-// readers, or for dead code elimination): a node it changed now reads, in
-// place of a value that still exists, a value that one was computed from.
-// With attributes of its own changed, the node took the bypassed nodes'
-// computation over (the attention's Transpose composed with its caller's,
-// which stays for the keys the caller hands out): fused, as above. Else it
-// reads the same value from further up: rewired, as above.
+// modules into initializers. So every graph pass of the export is observed: the
+// graph is noted before it, and after a pass that changed it both graphs are
+// handed to the core's classification (core/rewrites/classify_rewrites.h, the
+// rules, shared with the dynamo path's observer) as PassGraphs whose owners are
+// the nodes' scopes. Its result is applied here: a node lent spans (fused) or
+// folded_from (a constant) gets a borrowed scope carrying them; a merged node is
+// shared with the group's scopes (as after CSE); removed, folded and rewired
+// records keep their scopes.
 //
 // Scopes are resolved to tags only at tagging time (AssignHierarchyTags),
 // which also widens a removed record and a fused node's spans from the calls
@@ -79,12 +44,13 @@
 #include <string>
 #include <vector>
 
+#include "hiertag/core/tagging/call_tagging.h"
 #include "hiertag/passes/borrowed_scopes.h"
 
 namespace hiertag {
 
 struct RewriteRecord {
-  enum class Kind { kRemoved, kFolded, kRewired };
+  using Kind = RewriteKind;
   Kind kind = Kind::kRemoved;
   std::string pass;
   std::vector<torch::jit::ScopePtr> scopes;  // removed, folded: scopes of the nodes it removed

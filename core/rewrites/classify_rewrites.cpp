@@ -1,0 +1,666 @@
+// Rewrite classification: the groups of nodes a pass removed, and the nodes it
+// read past, by what their readers read now.
+#include "hiertag/core/rewrites/classify_rewrites.h"
+
+#include <algorithm>
+#include <deque>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+namespace hiertag {
+namespace {
+
+using Index = uint32_t;
+constexpr Index kNone = UINT32_MAX;
+
+// A read of a value before the pass: which node, at which input.
+struct Read {
+  ValueId value;
+  Index reader;
+  uint32_t slot;
+  bool operator<(const Read& other) const {
+    if (value != other.value) return value < other.value;
+    return reader != other.reader ? reader < other.reader : slot < other.slot;
+  }
+};
+
+// Adds owners to a list once each: searched while the list is short, indexed
+// once it grows (a constant every layer's shape computation folds into lists
+// hundreds).
+class OwnerSet {
+ public:
+  bool Add(std::vector<Owner>& list, Owner owner) {
+    if (list.size() < kSearched) {
+      if (std::find(list.begin(), list.end(), owner) != list.end()) return false;
+    } else {
+      if (index_.size() < list.size()) index_.insert(list.begin(), list.end());
+      if (!index_.insert(owner).second) return false;
+    }
+    list.push_back(owner);
+    return true;
+  }
+
+ private:
+  static constexpr size_t kSearched = 16;
+  std::unordered_set<Owner> index_;
+};
+
+using Indices = std::vector<Index>;
+using Owners = std::vector<Owner>;
+
+}  // namespace
+
+// The working arrays, kept from one pass to the next.
+struct RewriteClassifier::State {
+  std::vector<Index> after_of;          // per node before: its index after, kNone when removed
+  std::vector<uint8_t> inputs_changed;  // per node before: alive, reading other values
+  std::vector<Index> reading_other_values;
+  std::vector<uint8_t> grouped;  // per node before: in a group classified
+  std::vector<uint8_t> members;  // per node before: in the group being classified
+  std::vector<uint32_t> seen;    // per node before: the last walk that reached it
+  uint32_t stamp = 0;
+  std::vector<std::pair<ValueId, Index>> producers_before;  // sorted by value
+  std::vector<std::pair<ValueId, Index>> producers_after;   // sorted by value
+  std::vector<Read> reads_before;                           // sorted
+  std::vector<ValueId> inputs_before;                       // the graph inputs before, sorted
+  std::vector<ValueId> inputs_after;                        // the graph inputs after, sorted
+  std::vector<Index> made;                                  // the nodes the pass made (indices after)
+  std::vector<std::pair<Owner, uint32_t>> made_by_owner;    // (owner, index into made), sorted
+};
+
+namespace {
+
+class Pass {
+ public:
+  Pass(const PassGraph& before, const PassGraph& after, const std::string& pass, const LoanLookup& loans,
+       const RewriteDebugLog& log, RewriteClassifier::State& state)
+      : before_(before), after_(after), pass_(pass), loans_(loans), log_(log), s_(state) {}
+
+  PassRewrites Run() {
+    size_t count = before_.size();
+    s_.after_of.assign(count, kNone);
+    s_.inputs_changed.assign(count, 0);
+    s_.grouped.assign(count, 0);
+    s_.members.assign(count, 0);
+    s_.seen.assign(count, 0);
+    s_.stamp = 0;
+    s_.reading_other_values.clear();
+    s_.made.clear();
+    s_.made_by_owner.clear();
+    for (Index j = 0; j < after_.size(); ++j) {
+      Index i = after_.nodes[j].before;
+      if (i == PassGraph::kMade || i >= count) {
+        s_.made_by_owner.emplace_back(after_.nodes[j].owner, static_cast<uint32_t>(s_.made.size()));
+        s_.made.push_back(j);
+        continue;
+      }
+      s_.after_of[i] = j;
+      std::span<const ValueId> now = after_.InputsOf(j);
+      std::span<const ValueId> then = before_.InputsOf(i);
+      if (!std::equal(now.begin(), now.end(), then.begin(), then.end())) {
+        s_.inputs_changed[i] = 1;
+        s_.reading_other_values.push_back(i);
+      }
+    }
+    std::sort(s_.made_by_owner.begin(), s_.made_by_owner.end());
+    IndexProducers(s_.producers_before, before_);
+    IndexProducers(s_.producers_after, after_);
+    s_.reads_before.clear();
+    for (Index i = 0; i < count; ++i) {
+      std::span<const ValueId> inputs = before_.InputsOf(i);
+      for (uint32_t slot = 0; slot < inputs.size(); ++slot) s_.reads_before.push_back({inputs[slot], i, slot});
+    }
+    std::sort(s_.reads_before.begin(), s_.reads_before.end());
+    s_.inputs_before.assign(before_.graph_inputs.begin(), before_.graph_inputs.end());
+    std::sort(s_.inputs_before.begin(), s_.inputs_before.end());
+    s_.inputs_after.assign(after_.graph_inputs.begin(), after_.graph_inputs.end());
+    std::sort(s_.inputs_after.begin(), s_.inputs_after.end());
+
+    for (Index i = 0; i < count; ++i) {
+      if (!Alive(i) && !s_.grouped[i]) Classify(Group(i));
+    }
+    std::sort(s_.reading_other_values.begin(), s_.reading_other_values.end());
+    for (Index i : s_.reading_other_values) ClassifyReadsPastKeptNodes(i);
+    for (Growing& growing : growing_) {
+      if (!growing.grown) continue;
+      Log("lent node " + std::to_string(growing.node) + " spans of " + std::to_string(growing.loan.spans.size()) +
+          " owners, folded from " + std::to_string(growing.loan.folded_from.size()));
+      result_.loans.push_back({growing.node, std::move(growing.loan)});
+    }
+    return std::move(result_);
+  }
+
+ private:
+  static void IndexProducers(std::vector<std::pair<ValueId, Index>>& producers, const PassGraph& graph) {
+    producers.clear();
+    for (Index i = 0; i < graph.size(); ++i) {
+      for (ValueId output : graph.OutputsOf(i)) producers.emplace_back(output, i);
+    }
+    std::sort(producers.begin(), producers.end());
+  }
+
+  void Log(const std::string& line) const {
+    if (log_) log_(pass_ + ": " + line);
+  }
+
+  bool Alive(Index i) const { return s_.after_of[i] != kNone; }
+  bool Made(Index j) const {
+    return after_.nodes[j].before == PassGraph::kMade || after_.nodes[j].before >= before_.size();
+  }
+  // Node i (before) alive after the pass with attributes the pass changed.
+  bool AttributesChanged(Index i) const {
+    return Alive(i) && before_.nodes[i].attributes != after_.nodes[s_.after_of[i]].attributes;
+  }
+
+  static Index Find(const std::vector<std::pair<ValueId, Index>>& producers, ValueId value) {
+    auto found = std::lower_bound(producers.begin(), producers.end(), std::make_pair(value, Index{0}));
+    return found != producers.end() && found->first == value ? found->second : kNone;
+  }
+  // The node that made `value` before the pass (kNone: a graph input, or a
+  // value a nested graph receives).
+  Index ProducerBefore(ValueId value) const { return Find(s_.producers_before, value); }
+  Index ProducerAfter(ValueId value) const { return Find(s_.producers_after, value); }
+
+  static bool In(const std::vector<ValueId>& sorted, ValueId value) {
+    return std::binary_search(sorted.begin(), sorted.end(), value);
+  }
+  // A graph input after the pass that was one before.
+  bool InputBefore(ValueId value) const { return In(s_.inputs_before, value) && In(s_.inputs_after, value); }
+  // A graph input the pass added (an initializer it made).
+  bool NewInput(ValueId value) const { return In(s_.inputs_after, value) && !In(s_.inputs_before, value); }
+  // Whether `value` (read after the pass) existed before it: a graph input
+  // then, or made by a node that is still there.
+  bool Existed(ValueId value) const {
+    if (InputBefore(value)) return true;
+    Index producer = ProducerAfter(value);
+    return producer != kNone && !Made(producer);
+  }
+
+  // The reads of node i's outputs before the pass.
+  std::vector<Read> UsesOf(Index i) const {
+    std::vector<Read> uses;
+    for (ValueId output : before_.OutputsOf(i)) {
+      auto first = std::lower_bound(s_.reads_before.begin(), s_.reads_before.end(), Read{output, 0, 0});
+      for (auto it = first; it != s_.reads_before.end() && it->value == output; ++it) uses.push_back(*it);
+    }
+    return uses;
+  }
+
+  // A fresh mark for the walks below.
+  uint32_t NewWalk() { return ++s_.stamp; }
+  bool Visit(Index i, uint32_t walk) {
+    if (s_.seen[i] == walk) return false;
+    s_.seen[i] = walk;
+    return true;
+  }
+
+  // The removed nodes connected to `start` through values, in graph order.
+  Indices Group(Index start) {
+    Indices group;
+    Indices work = {start};
+    s_.grouped[start] = 1;
+    while (!work.empty()) {
+      Index i = work.back();
+      work.pop_back();
+      group.push_back(i);
+      auto visit = [&](Index other) {
+        if (other != kNone && !Alive(other) && !s_.grouped[other]) {
+          s_.grouped[other] = 1;
+          work.push_back(other);
+        }
+      };
+      for (const Read& use : UsesOf(i)) visit(use.reader);
+      for (ValueId input : before_.InputsOf(i)) visit(ProducerBefore(input));
+    }
+    std::sort(group.begin(), group.end());
+    return group;
+  }
+
+  Owners OwnersOf(const Indices& nodes) const {
+    Owners owners;
+    OwnerSet listed;
+    for (Index i : nodes) {
+      if (before_.nodes[i].owner != kNoOwner) listed.Add(owners, before_.nodes[i].owner);
+    }
+    return owners;
+  }
+
+  void Classify(const Indices& group) {
+    for (Index i : group) s_.members[i] = 1;
+    struct ClearMembers {
+      std::vector<uint8_t>& members;
+      const Indices& group;
+      ~ClearMembers() {
+        for (Index i : group) members[i] = 0;
+      }
+    } clear{s_.members, group};
+    std::vector<ValueId> upstream_values;
+    for (Index i : group) {
+      upstream_values.insert(upstream_values.end(), before_.InputsOf(i).begin(), before_.InputsOf(i).end());
+    }
+    std::sort(upstream_values.begin(), upstream_values.end());
+    auto upstream = [&upstream_values](ValueId value) {
+      return std::binary_search(upstream_values.begin(), upstream_values.end(), value);
+    };
+    Owners owners = OwnersOf(group);
+    if (owners.empty()) return;
+    Indices absorbers;                              // indices after
+    Indices mergers;                                // indices after
+    std::vector<std::pair<Read, ValueId>> rewired;  // a read before, and what it reads now
+    bool bypassed = false;
+    std::unordered_map<Index, Owners> computed_by;
+    auto folded_owners = [&](Index i) -> const Owners& {
+      auto found = computed_by.find(i);
+      if (found == computed_by.end()) found = computed_by.emplace(i, ComputedBy(i)).first;
+      return found->second;
+    };
+    for (Index i : group) {
+      for (const Read& use : UsesOf(i)) {
+        if (s_.members[use.reader] || !Alive(use.reader)) continue;
+        if (AttributesChanged(use.reader)) {
+          absorbers.push_back(s_.after_of[use.reader]);
+          continue;
+        }
+        std::span<const ValueId> reads_now = after_.InputsOf(s_.after_of[use.reader]);
+        if (use.slot >= reads_now.size()) continue;
+        ValueId now = reads_now[use.slot];
+        Index producer = ProducerAfter(now);
+        if (NewInput(now)) {
+          const Owners& folded = folded_owners(i);
+          if (!folded.empty()) {
+            OwnerRewrite record;
+            record.kind = OwnerRewrite::Kind::kFolded;
+            record.owners = folded;
+            record.initializer = now;
+            result_.records.push_back(std::move(record));
+          }
+        } else if (producer != kNone && Absorbing(producer)) {
+          if (after_.InputsOf(producer).empty()) {
+            FoldInto(producer, folded_owners(i));
+          } else {
+            absorbers.push_back(producer);
+          }
+        } else if (producer != kNone && IsConstant(producer)) {
+          // An older constant holds what the group computed (torch 2.8's shape
+          // inference makes constants for static shapes before constant folding
+          // reuses them): folded into it, as into a new one. A constant is
+          // nobody's data, so no boundary is cut.
+          FoldInto(producer, folded_owners(i));
+        } else if (upstream(now) || ComputedFrom(group, now)) {
+          Log("node " + std::to_string(use.reader) + " reads a value from before the group");
+          bypassed = true;
+          rewired.emplace_back(use, now);
+        } else if (producer != kNone && !Made(producer)) {
+          mergers.push_back(producer);
+        }
+      }
+    }
+    // Every node the pass made from the group's nodes took them over too, also
+    // one only another made node reads (conv1+bn1 fused before conv2+bn2).
+    std::vector<std::pair<Index, Indices>> anchors;
+    std::unordered_set<Index> linked;  // made nodes computing from what the group read
+    for (uint32_t made_index : MadeUnderOwnersOf(group)) {
+      Index made = s_.made[made_index];
+      std::span<const ValueId> inputs = after_.InputsOf(made);
+      if (inputs.empty()) continue;
+      // An owner holds much besides the group (the caller's Concat of shape
+      // values made from a removed list): only a node computing from what the
+      // group read, or from another such made node, was made from it.
+      bool from_group = std::any_of(inputs.begin(), inputs.end(), [&](ValueId input) {
+        Index producer = ProducerAfter(input);
+        return (producer != kNone && linked.count(producer)) || (upstream(input) && Existed(input));
+      });
+      if (!from_group) continue;
+      linked.insert(made);
+      // What it was made from: a pass copies the replaced node's record, and
+      // the replacement is mostly of the same kind (a Conv for a Conv).
+      Indices made_from, same_owner;
+      for (Index i : group) {
+        if (before_.nodes[i].owner != after_.nodes[made].owner) continue;
+        same_owner.push_back(i);
+        if (before_.nodes[i].kind == after_.nodes[made].kind) made_from.push_back(i);
+      }
+      if (made_from.empty()) made_from = std::move(same_owner);
+      if (made_from.empty()) continue;
+      anchors.emplace_back(made, std::move(made_from));
+      if (std::find(absorbers.begin(), absorbers.end(), made) == absorbers.end()) absorbers.push_back(made);
+    }
+    for (Index absorber : absorbers) Absorb(absorber, OwnersOf(Absorbed(absorber, group, anchors)));
+    for (Index merger : mergers) {
+      for (Owner owner : owners) result_.shares.push_back({merger, owner});
+    }
+    if (bypassed && owners.size() > 1 && CrossesWithTensor(group)) {
+      Log("removed " + std::to_string(group.size()) + " nodes of " + std::to_string(owners.size()) + " owners");
+      OwnerRewrite record;
+      record.kind = OwnerRewrite::Kind::kRemoved;
+      record.owners = owners;
+      result_.records.push_back(std::move(record));
+    } else {
+      for (const auto& [use, now] : rewired) RecordRewired(use, now);
+    }
+  }
+
+  // The nodes the pass made under the owner of one of the group's nodes
+  // (indices into made), in graph order: only they can have been made from
+  // the group (a made node has the record of what it replaces).
+  std::vector<uint32_t> MadeUnderOwnersOf(const Indices& group) const {
+    std::vector<uint32_t> indices;
+    std::unordered_set<Owner> owners;
+    for (Index i : group) {
+      Owner owner = before_.nodes[i].owner;
+      if (!owners.insert(owner).second) continue;
+      auto made = std::lower_bound(s_.made_by_owner.begin(), s_.made_by_owner.end(), std::make_pair(owner, 0u));
+      for (; made != s_.made_by_owner.end() && made->first == owner; ++made) indices.push_back(made->second);
+    }
+    std::sort(indices.begin(), indices.end());
+    return indices;
+  }
+
+  // The owners of the group's nodes that node i (a member) was computed from,
+  // its own among them: what a constant or initializer read in place of i's
+  // output holds.
+  Owners ComputedBy(Index i) {
+    Indices nodes;
+    uint32_t walk = NewWalk();
+    Indices work = {i};
+    while (!work.empty()) {
+      Index k = work.back();
+      work.pop_back();
+      if (!Visit(k, walk)) continue;
+      nodes.push_back(k);
+      for (ValueId input : before_.InputsOf(k)) {
+        Index producer = ProducerBefore(input);
+        if (producer != kNone && s_.members[producer]) work.push_back(producer);
+      }
+    }
+    std::sort(nodes.begin(), nodes.end());
+    return OwnersOf(nodes);
+  }
+
+  // Whether the group's nodes were computed from `value` (through nodes that
+  // are gone or alive alike). Nodes before `value`'s producer in graph order
+  // cannot have read it: the walk stops there.
+  bool ComputedFrom(const Indices& group, ValueId value) {
+    Index maker = ProducerBefore(value);
+    Index earliest = maker == kNone ? 0 : maker;
+    uint32_t walk = NewWalk();
+    Indices work(group.begin(), group.end());
+    while (!work.empty()) {
+      Index i = work.back();
+      work.pop_back();
+      if (i < earliest || !Visit(i, walk)) continue;
+      for (ValueId input : before_.InputsOf(i)) {
+        if (input == value) return true;
+        Index producer = ProducerBefore(input);
+        if (producer != kNone) work.push_back(producer);
+      }
+    }
+    return false;
+  }
+
+  // A node the pass rewired to read, in place of a value that still exists, a
+  // value that one was computed from: the nodes in between are bypassed, not
+  // removed. With attributes of its own changed, the node took their
+  // computation over: it spans their owners. Else it reads the same value from
+  // further up: rewired.
+  void ClassifyReadsPastKeptNodes(Index i) {
+    Index j = s_.after_of[i];
+    std::span<const ValueId> then = before_.InputsOf(i);
+    std::span<const ValueId> now = after_.InputsOf(j);
+    if (then.size() != now.size()) {
+      Log("node " + std::to_string(i) + " gained or lost inputs: no index pairs them, not classified");
+      return;
+    }
+    bool own_changed = AttributesChanged(i);
+    for (uint32_t slot = 0; slot < then.size(); ++slot) {
+      if (then[slot] == now[slot] || !Existed(now[slot])) continue;
+      Index maker = ProducerBefore(then[slot]);
+      if (maker == kNone || !Alive(maker)) continue;  // a removed maker: its group says what happened
+      Indices bypassed = Between(now[slot], maker);
+      if (bypassed.empty()) continue;
+      if (own_changed) {
+        Absorb(j, OwnersOf(bypassed));
+      } else {
+        RecordRewired({then[slot], i, slot}, now[slot]);
+      }
+    }
+  }
+
+  // The nodes, before the pass, on a path from `from` to `to` (`to` included),
+  // in graph order; empty when `to` was not computed from `from`.
+  Indices Between(ValueId from, Index to) {
+    Index earliest = 0;
+    if (!InputBefore(from)) earliest = after_.nodes[ProducerAfter(from)].before;
+    Indices ancestors;
+    bool reached = false;
+    uint32_t walk = NewWalk();
+    Indices work = {to};
+    while (!work.empty()) {
+      Index i = work.back();
+      work.pop_back();
+      if (i < earliest || !Visit(i, walk)) continue;
+      ancestors.push_back(i);
+      for (ValueId input : before_.InputsOf(i)) {
+        if (input == from) {
+          reached = true;
+          continue;
+        }
+        Index producer = ProducerBefore(input);
+        if (producer != kNone) work.push_back(producer);
+      }
+    }
+    if (!reached) return {};
+    std::sort(ancestors.begin(), ancestors.end());
+    uint32_t on_path = NewWalk();
+    Indices path;
+    for (Index i : ancestors) {
+      std::span<const ValueId> inputs = before_.InputsOf(i);
+      bool reads_path = std::any_of(inputs.begin(), inputs.end(), [&](ValueId input) {
+        if (input == from) return true;
+        Index producer = ProducerBefore(input);
+        return producer != kNone && s_.seen[producer] == on_path;
+      });
+      if (!reads_path) continue;
+      s_.seen[i] = on_path;
+      path.push_back(i);
+    }
+    return path;
+  }
+
+  // Whether `value` (read after the pass) is a number or a 0-d tensor.
+  bool ScalarAfter(ValueId value) const {
+    Index producer = ProducerAfter(value);
+    if (producer != kNone) {
+      std::span<const ValueId> outputs = after_.OutputsOf(producer);
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        if (outputs[k] == value) return after_.output_scalar[after_.output_begin[producer] + k] != 0;
+      }
+    }
+    for (size_t k = 0; k < after_.graph_inputs.size(); ++k) {
+      if (after_.graph_inputs[k] == value) return k < after_.graph_input_scalar.size() && after_.graph_input_scalar[k];
+    }
+    return false;
+  }
+
+  // The reader `use` reads `now` in place of what it read before: a value of
+  // rank > 0 that is data (not a constant) is recorded with who made and read
+  // it before.
+  void RecordRewired(const Read& use, ValueId now) {
+    Index producer = ProducerAfter(now);
+    if (ScalarAfter(now) || (producer != kNone && after_.nodes[producer].constant_op)) return;
+    Index replaced = ProducerBefore(before_.InputsOf(use.reader)[use.slot]);
+    if (replaced == kNone) return;
+    OwnerRewrite record;
+    record.kind = OwnerRewrite::Kind::kRewired;
+    record.reader = before_.nodes[use.reader].owner;
+    record.replaced = before_.nodes[replaced].owner;
+    auto input = std::find(after_.graph_inputs.begin(), after_.graph_inputs.end(), now);
+    if (input != after_.graph_inputs.end()) {
+      record.graph_input = static_cast<int>(input - after_.graph_inputs.begin());
+    } else if (producer != kNone && !Made(producer)) {
+      record.value_owners.push_back(before_.nodes[after_.nodes[producer].before].owner);
+    }
+    auto first = std::lower_bound(s_.reads_before.begin(), s_.reads_before.end(), Read{now, 0, 0});
+    for (auto it = first; it != s_.reads_before.end() && it->value == now; ++it) {
+      record.value_owners.push_back(before_.nodes[it->reader].owner);
+    }
+    if (record.reader == kNoOwner || record.replaced == kNoOwner) return;
+    Log("node " + std::to_string(use.reader) + " rewired to read a value from further up");
+    result_.records.push_back(std::move(record));
+  }
+
+  // Whether a value of rank > 0 passed between two owners inside the group. A
+  // removed group as a whole computes its input again; a number handed from
+  // one call to the next is still the same number, while a tensor between them
+  // (a permute and its inverse) had another layout than what is read now.
+  bool CrossesWithTensor(const Indices& group) const {
+    for (Index i : group) {
+      if (before_.ScalarOutputs(i)) continue;
+      for (const Read& use : UsesOf(i)) {
+        if (s_.members[use.reader] && before_.nodes[use.reader].owner != before_.nodes[i].owner) return true;
+      }
+    }
+    return false;
+  }
+
+  // The removed nodes of `group` that `absorber` (an index after) took over.
+  // A node the pass made was made from the removed nodes whose owner (and
+  // kind) it copied and took over those downstream of them; a node the pass
+  // changed took over its removed neighbours, upstream and downstream. Either
+  // walk stops at the nodes another made node was made from, so two fusions
+  // side by side stay apart. The whole group when nothing anchors the walk.
+  Indices Absorbed(Index absorber, const Indices& group, const std::vector<std::pair<Index, Indices>>& anchors) {
+    auto is_member = [&](Index i) { return i != kNone && s_.members[i]; };
+    std::unordered_set<Index> others;
+    for (const auto& [made, from] : anchors) {
+      if (made != absorber) others.insert(from.begin(), from.end());
+    }
+    std::vector<std::pair<Index, bool>> work;  // node, walking downstream
+    if (Made(absorber)) {
+      auto made_from =
+          std::find_if(anchors.begin(), anchors.end(), [&](const auto& anchor) { return anchor.first == absorber; });
+      if (made_from == anchors.end()) return group;
+      for (Index i : made_from->second) work.emplace_back(i, true);
+    } else {
+      Index i = after_.nodes[absorber].before;
+      for (ValueId input : before_.InputsOf(i)) {
+        Index producer = ProducerBefore(input);
+        if (is_member(producer)) work.emplace_back(producer, false);
+      }
+      for (const Read& use : UsesOf(i)) {
+        if (is_member(use.reader)) work.emplace_back(use.reader, true);
+      }
+    }
+    if (work.empty()) return group;
+    Indices absorbed;
+    uint32_t walk = NewWalk();
+    while (!work.empty()) {
+      auto [i, downstream] = work.back();
+      work.pop_back();
+      if (others.count(i) || !Visit(i, walk)) continue;
+      absorbed.push_back(i);
+      if (downstream) {
+        for (const Read& use : UsesOf(i)) {
+          if (is_member(use.reader)) work.emplace_back(use.reader, true);
+        }
+      } else {
+        for (ValueId input : before_.InputsOf(i)) {
+          Index producer = ProducerBefore(input);
+          if (is_member(producer)) work.emplace_back(producer, false);
+        }
+      }
+    }
+    std::sort(absorbed.begin(), absorbed.end());
+    return absorbed;
+  }
+
+  // A node after the pass computing from nothing: a constant.
+  bool IsConstant(Index j) const { return after_.InputsOf(j).empty() && !after_.nodes[j].holds_graphs; }
+
+  // Whether the pass made node j (after), or changed it beyond rewiring it to
+  // older values: other attributes, or a value the pass made among its inputs.
+  bool Absorbing(Index j) const {
+    if (Made(j)) return true;
+    Index i = after_.nodes[j].before;
+    if (AttributesChanged(i)) return true;
+    if (!s_.inputs_changed[i]) return false;
+    std::span<const ValueId> inputs = after_.InputsOf(j);
+    return std::any_of(inputs.begin(), inputs.end(), [&](ValueId input) {
+      Index producer = ProducerAfter(input);
+      return NewInput(input) || (producer != kNone && Made(producer));
+    });
+  }
+
+  // A node's loan as this pass grows it: its loan so far (or a fresh one of
+  // its owner), each owner listed once; lent when the whole pass is
+  // classified. Nothing reads it before: the nodes grown are those Absorbing()
+  // or IsConstant() holds for, and a merger is neither.
+  struct Growing {
+    Index node;
+    OwnerLoan loan;
+    OwnerSet folded;
+    OwnerSet spans;
+    bool grown = false;
+  };
+
+  Growing& GrowingOf(Index j) {
+    auto [found, fresh] = growing_index_.emplace(j, growing_.size());
+    if (!fresh) return growing_[found->second];
+    Owner owner = after_.nodes[j].owner;
+    const OwnerLoan* existing = loans_ ? loans_(owner) : nullptr;
+    OwnerLoan loan = existing ? *existing : OwnerLoan{owner, {}, {}, {}};
+    growing_.push_back(Growing{j, std::move(loan), {}, {}, false});
+    return growing_.back();
+  }
+
+  void FoldInto(Index constant, const Owners& owners) {
+    if (owners.empty()) return;
+    Growing& growing = GrowingOf(constant);
+    if (growing.loan.recorded == kNoOwner) growing.loan.recorded = owners.front();
+    for (Owner owner : owners) {
+      if (growing.folded.Add(growing.loan.folded_from, owner)) growing.grown = true;
+    }
+  }
+
+  void Absorb(Index absorber, const Owners& owners) {
+    if (owners.empty()) return;
+    Growing& growing = GrowingOf(absorber);
+    OwnerLoan& loan = growing.loan;
+    if (loan.recorded == kNoOwner) loan.recorded = owners.front();
+    for (Owner owner : owners) {
+      if (owner != loan.recorded && growing.spans.Add(loan.spans, owner)) growing.grown = true;
+    }
+    if (loan.spans.empty()) return;
+    if (absorbed_.insert(absorber).second) ++result_.fused;
+    if (loan.rewrite.empty()) loan.rewrite = pass_;
+  }
+
+  const PassGraph& before_;
+  const PassGraph& after_;
+  const std::string& pass_;
+  const LoanLookup& loans_;
+  const RewriteDebugLog& log_;
+  RewriteClassifier::State& s_;
+  PassRewrites result_;
+  std::deque<Growing> growing_;  // in the order first grown; no moves as it grows
+  std::unordered_map<Index, size_t> growing_index_;
+  std::unordered_set<Index> absorbed_;
+};
+
+}  // namespace
+
+RewriteClassifier::RewriteClassifier() : state_(std::make_unique<State>()) {}
+RewriteClassifier::~RewriteClassifier() = default;
+
+PassRewrites RewriteClassifier::Classify(const PassGraph& before, const PassGraph& after, const std::string& pass,
+                                         const LoanLookup& loans, const RewriteDebugLog& log) {
+  if (!state_) state_ = std::make_unique<State>();
+  return Pass(before, after, pass, loans, log, *state_).Run();
+}
+
+void RewriteClassifier::Release() { state_.reset(); }
+
+}  // namespace hiertag

@@ -1,0 +1,199 @@
+// Tests of the rewrite classification over PassGraphs, as either exporter's
+// observer describes its graphs (the TorchScript path's own tests,
+// tests/passes/record_rewrites_test.cpp, run it on torch's graphs).
+#include "hiertag/core/rewrites/classify_rewrites.h"
+
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace hiertag {
+namespace {
+
+enum Kind : uint32_t { kTranspose = 1, kMul, kConv, kBatchNorm, kRelu, kConstant, kAdd };
+
+struct NodeSpec {
+  uint32_t kind;
+  Owner owner;
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  uint64_t attributes = 1;
+  uint32_t before = PassGraph::kMade;
+};
+
+PassGraph Graph(std::initializer_list<NodeSpec> nodes, std::vector<ValueId> graph_outputs,
+                std::vector<ValueId> graph_inputs) {
+  PassGraph graph;
+  for (const NodeSpec& spec : nodes) {
+    PassGraph::Node node;
+    node.kind = spec.kind;
+    node.owner = spec.owner;
+    node.attributes = spec.inputs.empty() ? 0 : spec.attributes;
+    node.before = spec.before;
+    node.constant_op = spec.kind == kConstant;
+    std::vector<uint8_t> scalar(spec.outputs.size(), 0);
+    graph.Add(node, spec.inputs, spec.outputs, scalar);
+  }
+  PassGraph::Node ret;
+  ret.is_return = true;
+  ret.before = static_cast<uint32_t>(nodes.size());  // the return is the return (indices line up in these tests)
+  graph.Add(ret, graph_outputs, {}, {});
+  graph.graph_inputs = std::move(graph_inputs);
+  graph.graph_input_scalar.assign(graph.graph_inputs.size(), 0);
+  return graph;
+}
+
+// The return of `after` pairs with the return of `before`.
+void PairReturns(const PassGraph& before, PassGraph& after) {
+  after.nodes.back().before = static_cast<uint32_t>(before.size() - 1);
+}
+
+PassRewrites Classify(const PassGraph& before, PassGraph after, const LoanLookup& loans = {}) {
+  PairReturns(before, after);
+  return RewriteClassifier().Classify(before, after, "pass", loans);
+}
+
+constexpr Owner kToLast = 0, kToFirst = 1, kConvOwner = 2, kNormOwner = 3;
+
+TEST(ClassifyRewritesTest, PermutePairCancelledAcrossOwnersIsRecordedRemoved) {
+  // Check that a permute and its inverse in two owners, both gone with the reader reading their input, is removed.
+  PassGraph before = Graph(
+      {{kTranspose, kToLast, {1}, {2}}, {kTranspose, kToFirst, {2}, {3}}, {kMul, kToFirst, {3, 9}, {4}}}, {4}, {1, 9});
+  PassGraph after = Graph({{kMul, kToFirst, {1, 9}, {4}, 1, 2}}, {4}, {1, 9});
+  PassRewrites rewrites = Classify(before, after);
+  ASSERT_EQ(rewrites.records.size(), 1u);
+  EXPECT_EQ(rewrites.records[0].kind, OwnerRewrite::Kind::kRemoved);
+  EXPECT_EQ(rewrites.records[0].owners, (std::vector<Owner>{kToLast, kToFirst}));
+  EXPECT_TRUE(rewrites.loans.empty());
+}
+
+TEST(ClassifyRewritesTest, PermutePairCancelledInsideOneOwnerIsNotRecordedRemoved) {
+  // Check that the same pair inside one owner is no removed record: the reader is rewired to a value its own
+  // owner read before (which tagging finds cuts no boundary).
+  PassGraph before = Graph(
+      {{kTranspose, kToFirst, {1}, {2}}, {kTranspose, kToFirst, {2}, {3}}, {kMul, kToFirst, {3, 9}, {4}}}, {4}, {1, 9});
+  PassGraph after = Graph({{kMul, kToFirst, {1, 9}, {4}, 1, 2}}, {4}, {1, 9});
+  PassRewrites rewrites = Classify(before, after);
+  ASSERT_EQ(rewrites.records.size(), 1u);
+  EXPECT_EQ(rewrites.records[0].kind, OwnerRewrite::Kind::kRewired);
+  EXPECT_EQ(rewrites.records[0].graph_input, 0);
+  EXPECT_EQ(rewrites.records[0].value_owners, (std::vector<Owner>{kToFirst}));
+  EXPECT_TRUE(rewrites.loans.empty());
+}
+
+TEST(ClassifyRewritesTest, MadeNodeTakingOverAnotherOwnersNodesCarriesSpans) {
+  // Check that a Conv the pass made under the Conv's owner, computing from what the group read, spans the
+  // BatchNorm's owner.
+  PassGraph before =
+      Graph({{kConv, kConvOwner, {1, 7}, {2}}, {kBatchNorm, kNormOwner, {2, 8}, {3}}, {kRelu, kNormOwner, {3}, {4}}},
+            {4}, {1, 7, 8});
+  PassGraph after = Graph({{kConv, kConvOwner, {1, 10}, {11}}, {kRelu, kNormOwner, {11}, {4}, 1, 2}}, {4}, {1, 10});
+  PassRewrites rewrites = Classify(before, after);
+  ASSERT_EQ(rewrites.loans.size(), 1u);
+  EXPECT_EQ(rewrites.loans[0].node, 0u);
+  EXPECT_EQ(rewrites.loans[0].loan.recorded, kConvOwner);
+  EXPECT_EQ(rewrites.loans[0].loan.spans, (std::vector<Owner>{kNormOwner}));
+  EXPECT_EQ(rewrites.loans[0].loan.rewrite, "pass");
+  EXPECT_EQ(rewrites.fused, 1);
+}
+
+TEST(ClassifyRewritesTest, MadeNodeTakingOverItsOwnNodesCarriesNoSpans) {
+  // Check that the same fusion inside one owner lends nothing.
+  PassGraph before =
+      Graph({{kConv, kConvOwner, {1, 7}, {2}}, {kBatchNorm, kConvOwner, {2, 8}, {3}}, {kRelu, kNormOwner, {3}, {4}}},
+            {4}, {1, 7, 8});
+  PassGraph after = Graph({{kConv, kConvOwner, {1, 10}, {11}}, {kRelu, kNormOwner, {11}, {4}, 1, 2}}, {4}, {1, 10});
+  PassRewrites rewrites = Classify(before, after);
+  EXPECT_TRUE(rewrites.loans.empty());
+  EXPECT_EQ(rewrites.fused, 0);
+}
+
+TEST(ClassifyRewritesTest, ReaderOfANewInitializerRecordsTheOwnersFolded) {
+  // Check that nodes whose reader now reads a new graph input (an initializer) give a folded record naming it.
+  PassGraph before =
+      Graph({{kConstant, kToLast, {}, {2}}, {kTranspose, kToLast, {2}, {3}}, {kMul, kToFirst, {3, 1}, {4}}}, {4}, {1});
+  PassGraph after = Graph({{kMul, kToFirst, {20, 1}, {4}, 1, 2}}, {4}, {1, 20});
+  PassRewrites rewrites = Classify(before, after);
+  ASSERT_EQ(rewrites.records.size(), 1u);
+  EXPECT_EQ(rewrites.records[0].kind, OwnerRewrite::Kind::kFolded);
+  EXPECT_EQ(rewrites.records[0].owners, (std::vector<Owner>{kToLast}));
+  EXPECT_EQ(rewrites.records[0].initializer, 20u);
+}
+
+TEST(ClassifyRewritesTest, GroupFoldedIntoANewConstantLendsItFoldedFrom) {
+  // Check that a new constant read in place of a group's value is lent the group's owners as folded_from.
+  PassGraph before =
+      Graph({{kConstant, kToLast, {}, {2}}, {kTranspose, kToLast, {2}, {3}}, {kMul, kToFirst, {3, 1}, {4}}}, {4}, {1});
+  PassGraph after = Graph({{kConstant, kNoOwner, {}, {20}}, {kMul, kToFirst, {20, 1}, {4}, 1, 2}}, {4}, {1});
+  PassRewrites rewrites = Classify(before, after);
+  ASSERT_EQ(rewrites.loans.size(), 1u);
+  EXPECT_EQ(rewrites.loans[0].node, 0u);
+  EXPECT_EQ(rewrites.loans[0].loan.recorded, kToLast);
+  EXPECT_EQ(rewrites.loans[0].loan.folded_from, (std::vector<Owner>{kToLast}));
+  EXPECT_TRUE(rewrites.records.empty());
+}
+
+TEST(ClassifyRewritesTest, NodeMergedIntoAnEqualNodeOfAnotherOwnerIsShared) {
+  // Check that a node removed for an equal older node of another owner (CSE) shares that node with its owner.
+  PassGraph before =
+      Graph({{kRelu, kToLast, {1}, {2}}, {kRelu, kToFirst, {1}, {3}}, {kAdd, kToFirst, {2, 3}, {4}}}, {4}, {1});
+  PassGraph after = Graph({{kRelu, kToLast, {1}, {2}, 1, 0}, {kAdd, kToFirst, {2, 2}, {4}, 1, 2}}, {4}, {1});
+  PassRewrites rewrites = Classify(before, after);
+  ASSERT_EQ(rewrites.shares.size(), 1u);
+  EXPECT_EQ(rewrites.shares[0].node, 0u);
+  EXPECT_EQ(rewrites.shares[0].with, kToFirst);
+  EXPECT_TRUE(rewrites.records.empty());
+}
+
+TEST(ClassifyRewritesTest, NodeMergedIntoAnEqualNodeOfItsOwnOwnerIsSharedWithItself) {
+  // Check that inside one owner the share names that owner (the lender drops a share with a node's own record).
+  PassGraph before =
+      Graph({{kRelu, kToLast, {1}, {2}}, {kRelu, kToLast, {1}, {3}}, {kAdd, kToLast, {2, 3}, {4}}}, {4}, {1});
+  PassGraph after = Graph({{kRelu, kToLast, {1}, {2}, 1, 0}, {kAdd, kToLast, {2, 2}, {4}, 1, 2}}, {4}, {1});
+  PassRewrites rewrites = Classify(before, after);
+  ASSERT_EQ(rewrites.shares.size(), 1u);
+  EXPECT_EQ(rewrites.shares[0].with, kToLast);
+}
+
+TEST(ClassifyRewritesTest, ReaderRewiredPastAKeptTransposeIsRecordedRewired) {
+  // Check that a reader rewired to read past a Transpose pair, one of which stays for another reader, is
+  // recorded rewired with the owners of the value's maker and readers before.
+  PassGraph before = Graph({{kRelu, kToLast, {1}, {2}},
+                            {kTranspose, kToLast, {2}, {3}},
+                            {kTranspose, kToFirst, {3}, {4}},
+                            {kMul, kToFirst, {4, 9}, {5}},
+                            {kAdd, kToLast, {3, 3}, {6}}},
+                           {5, 6}, {1, 9});
+  PassGraph after = Graph({{kRelu, kToLast, {1}, {2}, 1, 0},
+                           {kTranspose, kToLast, {2}, {3}, 1, 1},
+                           {kMul, kToFirst, {2, 9}, {5}, 1, 3},
+                           {kAdd, kToLast, {3, 3}, {6}, 1, 4}},
+                          {5, 6}, {1, 9});
+  PassRewrites rewrites = Classify(before, after);
+  ASSERT_EQ(rewrites.records.size(), 1u);
+  const OwnerRewrite& record = rewrites.records[0];
+  EXPECT_EQ(record.kind, OwnerRewrite::Kind::kRewired);
+  EXPECT_EQ(record.reader, kToFirst);
+  EXPECT_EQ(record.replaced, kToFirst);
+  EXPECT_EQ(record.value_owners, (std::vector<Owner>{kToLast, kToLast}));  // its maker, and the Transpose reading it
+}
+
+TEST(ClassifyRewritesTest, ExistingLoanGrowsWithoutListingAnOwnerTwice) {
+  // Check that a node already lent spans keeps them and gains only owners it does not list.
+  PassGraph before = Graph(
+      {{kConv, 5, {1, 7}, {2}}, {kBatchNorm, kNormOwner, {2, 8}, {3}}, {kRelu, kNormOwner, {3}, {4}}}, {4}, {1, 7, 8});
+  PassGraph after = Graph({{kConv, 5, {1, 10}, {11}}, {kRelu, kNormOwner, {11}, {4}, 1, 2}}, {4}, {1, 10});
+  OwnerLoan existing{kConvOwner, {kNormOwner}, {}, "earlier"};
+  PassRewrites rewrites = Classify(before, after, [&](Owner owner) { return owner == 5 ? &existing : nullptr; });
+  // The made Conv has the loan's owner (it copied the removed Conv's record): it keeps the loan's record, its
+  // spans and its pass, and gains the loan's own owner (the writer resolves it to the recorded call).
+  ASSERT_EQ(rewrites.loans.size(), 1u);
+  EXPECT_EQ(rewrites.loans[0].loan.recorded, kConvOwner);
+  EXPECT_EQ(rewrites.loans[0].loan.spans, (std::vector<Owner>{kNormOwner, 5}));
+  EXPECT_EQ(rewrites.loans[0].loan.rewrite, "earlier");
+}
+
+}  // namespace
+}  // namespace hiertag
