@@ -269,9 +269,10 @@ void RewriteRecorder::Observe(torch::jit::Graph& graph, const std::string& pass,
     if (cached != loans.end()) return &cached->second;
     const BorrowedScopes::Loan* loan = borrowed_.Find(arrays.scopes.at(owner));
     if (loan == nullptr) return nullptr;
-    OwnerLoan converted{arrays.OwnerOf(loan->recorded), {}, {}, loan->rewrite};
+    OwnerLoan converted{arrays.OwnerOf(loan->recorded), {}, {}, loan->rewrite, {}};
     for (const ScopePtr& scope : loan->spans) converted.spans.push_back(arrays.OwnerOf(scope));
     for (const ScopePtr& scope : loan->folded_from) converted.folded_from.push_back(arrays.OwnerOf(scope));
+    for (const ScopePtr& scope : loan->shared_with) converted.shared_with.push_back(arrays.OwnerOf(scope));
     return &loans.emplace(owner, std::move(converted)).first->second;
   };
   RewriteDebugLog debug_log;

@@ -219,14 +219,30 @@ class Pass {
     return group;
   }
 
+  // The owners of `nodes`, each once; an owner the observer lent stands for
+  // the owners its loan carries (the node it records, and those fused, folded
+  // or merged into it): their computations are the node's.
   Owners OwnersOf(const Indices& nodes) const {
     Owners owners;
     OwnerSet listed;
-    for (Index i : nodes) {
-      if (before_.nodes[i].owner != kNoOwner) listed.Add(owners, before_.nodes[i].owner);
-    }
+    for (Index i : nodes) AddOwner(before_.nodes[i].owner, owners, listed, 0);
     return owners;
   }
+
+  void AddOwner(Owner owner, Owners& owners, OwnerSet& listed, int depth) const {
+    if (owner == kNoOwner) return;
+    const OwnerLoan* loan = loans_ && depth < kLoanDepth ? loans_(owner) : nullptr;
+    if (loan == nullptr) {
+      listed.Add(owners, owner);
+      return;
+    }
+    AddOwner(loan->recorded, owners, listed, depth + 1);
+    for (Owner other : loan->spans) AddOwner(other, owners, listed, depth + 1);
+    for (Owner other : loan->folded_from) AddOwner(other, owners, listed, depth + 1);
+    for (Owner other : loan->shared_with) AddOwner(other, owners, listed, depth + 1);
+  }
+  // Loans list owners, never loans that list them back; the bound only stops a cycle a writer might make.
+  static constexpr int kLoanDepth = 64;
 
   void Classify(const Indices& group) {
     for (Index i : group) s_.members[i] = 1;
@@ -611,7 +627,7 @@ class Pass {
     if (!fresh) return growing_[found->second];
     Owner owner = after_.nodes[j].owner;
     const OwnerLoan* existing = loans_ ? loans_(owner) : nullptr;
-    OwnerLoan loan = existing ? *existing : OwnerLoan{owner, {}, {}, {}};
+    OwnerLoan loan = existing ? *existing : OwnerLoan{owner, {}, {}, {}, {}};
     growing_.push_back(Growing{j, std::move(loan), {}, {}, false});
     return growing_.back();
   }

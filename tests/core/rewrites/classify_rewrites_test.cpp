@@ -181,18 +181,30 @@ TEST(ClassifyRewritesTest, ReaderRewiredPastAKeptTransposeIsRecordedRewired) {
 }
 
 TEST(ClassifyRewritesTest, ExistingLoanGrowsWithoutListingAnOwnerTwice) {
-  // Check that a node already lent spans keeps them and gains only owners it does not list.
+  // Check that a node already lent spans keeps its loan and gains only the owners it does not carry: the loan's
+  // own owner stands for what it carries.
+  constexpr Owner kLent = 5, kOther = 4;
   PassGraph before = Graph(
-      {{kConv, 5, {1, 7}, {2}}, {kBatchNorm, kNormOwner, {2, 8}, {3}}, {kRelu, kNormOwner, {3}, {4}}}, {4}, {1, 7, 8});
-  PassGraph after = Graph({{kConv, 5, {1, 10}, {11}}, {kRelu, kNormOwner, {11}, {4}, 1, 2}}, {4}, {1, 10});
-  OwnerLoan existing{kConvOwner, {kNormOwner}, {}, "earlier"};
-  PassRewrites rewrites = Classify(before, after, [&](Owner owner) { return owner == 5 ? &existing : nullptr; });
-  // The made Conv has the loan's owner (it copied the removed Conv's record): it keeps the loan's record, its
-  // spans and its pass, and gains the loan's own owner (the writer resolves it to the recorded call).
+      {{kConv, kLent, {1, 7}, {2}}, {kBatchNorm, kOther, {2, 8}, {3}}, {kRelu, kNormOwner, {3}, {4}}}, {4}, {1, 7, 8});
+  PassGraph after = Graph({{kConv, kLent, {1, 10}, {11}}, {kRelu, kNormOwner, {11}, {4}, 1, 2}}, {4}, {1, 10});
+  OwnerLoan existing{kConvOwner, {kNormOwner}, {}, "earlier", {}};
+  PassRewrites rewrites = Classify(before, after, [&](Owner owner) { return owner == kLent ? &existing : nullptr; });
   ASSERT_EQ(rewrites.loans.size(), 1u);
   EXPECT_EQ(rewrites.loans[0].loan.recorded, kConvOwner);
-  EXPECT_EQ(rewrites.loans[0].loan.spans, (std::vector<Owner>{kNormOwner, 5}));
+  EXPECT_EQ(rewrites.loans[0].loan.spans, (std::vector<Owner>{kNormOwner, kOther}));
   EXPECT_EQ(rewrites.loans[0].loan.rewrite, "earlier");
+}
+
+TEST(ClassifyRewritesTest, LoanCarryingEveryOwnerAbsorbedGrowsNothing) {
+  // Check that absorbing nodes whose owners the loan already carries lends nothing new.
+  constexpr Owner kLent = 5;
+  PassGraph before =
+      Graph({{kConv, kLent, {1, 7}, {2}}, {kBatchNorm, kNormOwner, {2, 8}, {3}}, {kRelu, kNormOwner, {3}, {4}}}, {4},
+            {1, 7, 8});
+  PassGraph after = Graph({{kConv, kLent, {1, 10}, {11}}, {kRelu, kNormOwner, {11}, {4}, 1, 2}}, {4}, {1, 10});
+  OwnerLoan existing{kConvOwner, {kNormOwner}, {}, "earlier", {}};
+  PassRewrites rewrites = Classify(before, after, [&](Owner owner) { return owner == kLent ? &existing : nullptr; });
+  EXPECT_TRUE(rewrites.loans.empty());
 }
 
 }  // namespace

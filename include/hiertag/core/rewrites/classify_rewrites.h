@@ -74,6 +74,7 @@ struct OwnerLoan {
   std::vector<Owner> spans;        // fused: owners whose nodes it took over
   std::vector<Owner> folded_from;  // a constant: owners whose nodes it holds the value of
   std::string rewrite;             // fused: the pass that fused them (the first that did)
+  std::vector<Owner> shared_with;  // merged: owners whose equal nodes it stands for too
 };
 
 // A rewrite across owners that no node's loan can say.
