@@ -51,11 +51,16 @@
 #include "hiertag/core/format/module_table.h"
 #include "hiertag/passes/mark_inlined_calls.h"
 #include "hiertag/plugin/export_session.h"
+#include "python_modules.h"
 
 namespace py = pybind11;
 
 namespace hiertag {
 namespace {
+
+using python::ReadOptions;
+using python::ReadOptionsOrThrow;
+using python::TorchVersion;
 
 constexpr const char* kDynamoExporter = "torch.onnx._internal.exporter._compat";
 constexpr const char* kInstalledMarker = "_hiertag_plugin_installed";
@@ -77,22 +82,11 @@ constexpr const char* kObservedPasses[] = {
     "_jit_pass_onnx_constant_fold",   "_jit_pass_onnx_graph_shape_type_inference",
 };
 
-// A module's original `forward` entry in its instance __dict__ (or none), so
-// unwrapping leaves the instance exactly as it was.
-struct WrappedForward {
-  py::object module;
-  py::object own_forward;  // null: the instance had no forward attribute of its own
-  int index = -1;          // the module's index in the session
-};
-
 // The session and what the Python side holds for it.
 struct PythonSession {
   std::unique_ptr<ExportSession> session;
-  uint64_t generation = 0;  // which export of the process this is (the wrappers carry it)
-  std::vector<WrappedForward> wrapped;
-  std::unordered_map<PyObject*, int> index_of_module;  // made at the first call of an earlier export's wrapper
-  std::vector<std::string> scope_names;                // module index -> the scope name its calls record
-  py::object planned_bytes;                            // torch's serialized model the plan borrows from
+  std::vector<std::string> scope_names;  // module index -> the scope name its calls record
+  py::object planned_bytes;              // torch's serialized model the plan borrows from
 };
 
 // One export runs at a time per process (torch's exporter keeps global state
@@ -103,17 +97,6 @@ std::optional<PythonSession>& Current() {
 }
 
 ExportSession* Session() { return Current() ? Current()->session.get() : nullptr; }
-
-std::optional<ExportOptions> ReadOptions(std::string* error) {
-  return ReadExportOptions([](const char* name) { return std::getenv(name); }, error);
-}
-
-ExportOptions ReadOptionsOrThrow() {
-  std::string error;
-  std::optional<ExportOptions> options = ReadOptions(&error);
-  if (!options) throw py::value_error(error);
-  return *options;
-}
 
 // The tensors of a call's arguments or result: containers flattened, and a
 // function passed as an argument brings the tensors it closes over
@@ -143,43 +126,13 @@ void FlattenTensors(const py::handle& value, std::vector<at::Tensor>* out, int d
   }
 }
 
-// A Python string made once and kept for the process: an attribute name the
-// set-up asks of every module (pybind11's attr("name") makes the string anew
-// at each call).
-py::handle Interned(const char* text) {
-  PyObject* interned = PyUnicode_InternFromString(text);
-  if (interned == nullptr) throw py::error_already_set();
-  return interned;
-}
-
-// The index this export gave `module`, or -1 when it did not wrap it (it is
-// no module of the model exported now).
-int IndexNow(PythonSession& current, const py::handle& module) {
-  if (current.index_of_module.empty()) {
-    for (const WrappedForward& record : current.wrapped) current.index_of_module[record.module.ptr()] = record.index;
-  }
-  auto found = current.index_of_module.find(module.ptr());
-  return found == current.index_of_module.end() ? -1 : found->second;
-}
-
-// What a module's forward does during a tagged export: every call, through
-// __call__ or straight to .forward(), passes ModuleCalls. `generation` is the
-// export that made the wrapper, `module` the module's index in it, `self` the
-// module, `original` the forward it had.
-py::object CallForward(uint64_t generation, int module, const py::handle& self, const py::object& original,
-                       py::args args, py::kwargs kwargs) {
+// What a module's forward does during a tagged TorchScript export: every
+// call, through __call__ or straight to .forward(), passes ModuleCalls.
+py::object CallForward(int module, const py::handle& self, const py::object& original, const py::args& args,
+                       const py::kwargs& kwargs) {
   ExportSession* session = Session();
   if (session == nullptr) return original(*args, **kwargs);
   PythonSession& current = *Current();
-  if (generation != current.generation) {
-    // A wrapper an earlier export left with the model (it kept
-    // `child.forward`): its index means nothing now. It runs the forward it
-    // holds, as the kept bound method would, recorded as a call of its
-    // module as this export numbers it, or unrecorded when this export's
-    // model does not hold the module.
-    module = IndexNow(current, self);
-    if (module < 0) return original(*args, **kwargs);
-  }
   std::vector<at::Tensor> inputs;
   FlattenTensors(args, &inputs);
   FlattenTensors(kwargs, &inputs);
@@ -198,273 +151,10 @@ py::object CallForward(uint64_t generation, int module, const py::handle& self, 
   return result;
 }
 
-// The function every wrapped forward calls: CallForward, made a Python
-// function once (Install).
-py::object& ForwardFunction() {
-  static auto* function = new py::object();
-  return *function;
-}
-
-// The wrapper's class (Install): a functools.partial that is copied,
-// deep-copied and pickled as the forward it wraps, so that a copy of a module
-// made during the export (copy.deepcopy in a forward) is no wrapped module:
-// its calls are not taken for the original's, and no wrapper outlives the export.
-py::object& ForwardClass() {
-  static auto* type = new py::object();
-  return *type;
-}
-
-constexpr const char* kForwardClassSource = R"(
-class HiertagForward(functools.partial):
-    "A module's forward while hiertag records its calls (a tagged export)."
-    __slots__ = ()
-
-    def __copy__(self):
-        return self.__wrapped__
-
-    def __deepcopy__(self, memo):
-        return copy.deepcopy(self.__wrapped__, memo)
-
-    def __reduce_ex__(self, protocol):
-        return self.__wrapped__.__reduce_ex__(protocol)
-)";
-
-// Stands in for a module's forward: ForwardClass()(CallForward, generation,
-// index, module, forward) in the instance __dict__, with __wrapped__ set (inspect.signature
-// follows it to the original, as for functools.wraps). A partial, not an
-// instance of a pybind11 class: pybind11 registers each instance of its
-// classes in a table and unregisters it when freed: with the wrapper's
-// creation and deallocation, about a fifth of ResNet-50's set-up and release (perf).
-void WrapForward(PythonSession& current, const py::handle& module, int index, const std::string& scope_name) {
-  static const py::handle kDict = Interned("__dict__");
-  static const py::handle kForward = Interned("forward");
-  static const py::handle kWrapped = Interned("__wrapped__");
-  py::dict own = py::getattr(module, kDict);
-  PyObject* own_forward = PyDict_GetItemWithError(own.ptr(), kForward.ptr());  // borrowed
-  if (own_forward == nullptr && PyErr_Occurred()) throw py::error_already_set();
-  WrappedForward record{py::reinterpret_borrow<py::object>(module), py::reinterpret_borrow<py::object>(own_forward),
-                        index};
-  py::object forward = py::getattr(module, kForward);
-  // A wrapper an earlier export left in its place (the model set a kept
-  // `forward` back) is not wrapped again: the two would call each other.
-  while (py::isinstance(forward, ForwardClass())) forward = py::getattr(forward, kWrapped);
-  py::object wrapper = ForwardClass()(ForwardFunction(), current.generation, index, module, forward);
-  if (PyObject_SetAttr(wrapper.ptr(), kWrapped.ptr(), forward.ptr()) != 0 ||
-      PyDict_SetItem(own.ptr(), kForward.ptr(), wrapper.ptr()) != 0) {
-    throw py::error_already_set();
-  }
-  if (current.scope_names.size() <= static_cast<size_t>(index)) current.scope_names.resize(index + 1);
-  current.scope_names[index] = scope_name;
-  current.wrapped.push_back(std::move(record));
-}
-
-// The qualified names of the model's parameters and buffers: what
-// model.named_parameters() and model.named_buffers() yield. Those walk
-// named_modules() again, in Python; with torch's own methods (nn.Module's,
-// not overridden, every module's _parameters and _buffers a dict) the names
-// are read here from the modules the session's walk visits, in its order,
-// each tensor once (the first name it has, as torch's memo keeps it) and
-// None entries skipped, as torch does. Otherwise the methods are called.
-class MemberNames {
- public:
-  explicit MemberNames(const py::handle& model) : model_(model) {
-    py::object module_class = py::module_::import("torch").attr("nn").attr("Module");
-    py::handle model_class = reinterpret_cast<PyObject*>(Py_TYPE(model.ptr()));
-    from_dicts_ = !py::isinstance(model, py::module_::import("torch").attr("jit").attr("ScriptModule"));
-    for (const char* method : {"named_parameters", "named_buffers", "_named_members"}) {
-      from_dicts_ = from_dicts_ && py::getattr(model_class, method, py::none()).is(module_class.attr(method));
-    }
-  }
-
-  // Adds the members `module`, at `path` in the model, holds itself. Called
-  // for each module named_modules() yields, in its order.
-  void AddOwnMembers(const py::handle& module, const std::string& path) {
-    static const py::handle kParameters = Interned("_parameters");
-    static const py::handle kBuffers = Interned("_buffers");
-    if (!from_dicts_) return;
-    for (const py::handle& dict : {kParameters, kBuffers}) {
-      py::object members = py::getattr(module, dict);
-      if (!PyDict_CheckExact(members.ptr())) {
-        from_dicts_ = false;
-        return;
-      }
-      std::unordered_set<PyObject*>& seen = dict.is(kParameters) ? seen_parameters_ : seen_buffers_;
-      Py_ssize_t position = 0;
-      PyObject* key = nullptr;
-      PyObject* value = nullptr;
-      while (PyDict_Next(members.ptr(), &position, &key, &value)) {
-        if (value == Py_None || !seen.insert(value).second) continue;
-        Py_ssize_t size = 0;
-        const char* text = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &size) : nullptr;
-        if (text == nullptr) {  // not a str, or not encodable: what torch's methods do with it
-          from_dicts_ = false;
-          PyErr_Clear();
-          return;
-        }
-        name_.assign(path);
-        if (!path.empty()) name_.push_back('.');
-        name_.append(text, static_cast<size_t>(size));
-        names_.insert(name_);
-      }
-    }
-  }
-
-  std::unordered_set<std::string> Take() {
-    if (!from_dicts_) {
-      names_.clear();
-      for (const char* members : {"named_parameters", "named_buffers"}) {
-        for (py::handle item : model_.attr(members)()) names_.insert(item.cast<py::tuple>()[0].cast<std::string>());
-      }
-    }
-    return std::move(names_);
-  }
-
- private:
-  py::handle model_;
-  bool from_dicts_ = true;
-  std::unordered_set<PyObject*> seen_parameters_;
-  std::unordered_set<PyObject*> seen_buffers_;
-  std::unordered_set<std::string> names_;
-  std::string name_;  // a name being built
-};
-
-// nn.Module.named_modules as torch defined it, read when the plugin loads (a
-// later patch of it is another method).
-py::object& TorchNamedModules() {
-  static auto* method = new py::object();
-  return *method;
-}
-
-// What model.named_modules() yields, (path, module) in its order. Where
-// torch's own method would run in every module met (its class's
-// named_modules is torch's, not overridden, nor set on the instance, nor
-// intercepted by a __getattribute__; each module's _modules a dict; identity
-// hashing, which its memo set relies on) the modules' _modules dicts are
-// walked here as it walks them: each module once, at the first path that
-// reaches it, before its children; None entries skipped. Otherwise the
-// method is called. (The generator's frames were a quarter of ResNet-50's set-up.)
-class NamedModules {
- public:
-  explicit NamedModules(const py::handle& model) {
-    if (!TorchNamedModules() || !Walk(model, "")) {
-      modules_.clear();
-      for (py::handle item : model.attr("named_modules")()) {
-        auto pair = item.cast<py::tuple>();
-        modules_.emplace_back(pair[0].cast<std::string>(), py::reinterpret_borrow<py::object>(pair[1]));
-      }
-    }
-  }
-
-  std::vector<std::pair<std::string, py::object>>& modules() { return modules_; }
-
- private:
-  // Whether a module's class walks its modules as torch's method does.
-  bool TorchWalks(PyTypeObject* type) {
-    static const py::handle kNamedModules = Interned("named_modules");
-    static const py::handle kGetAttribute = Interned("__getattribute__");
-    static const auto* kObjectGetAttribute =
-        new py::object(py::getattr(reinterpret_cast<PyObject*>(&PyBaseObject_Type), kGetAttribute));
-    auto [known, added] = torch_walks_.try_emplace(type, false);
-    if (added) {
-      py::handle type_object = reinterpret_cast<PyObject*>(type);
-      known->second = py::getattr(type_object, kNamedModules, py::none()).is(TorchNamedModules()) &&
-                      py::getattr(type_object, kGetAttribute).is(*kObjectGetAttribute) &&
-                      type->tp_hash == PyBaseObject_Type.tp_hash &&
-                      type->tp_richcompare == PyBaseObject_Type.tp_richcompare;
-    }
-    return known->second;
-  }
-
-  // Whether the instance sets a named_modules of its own.
-  static bool OwnNamedModules(const py::handle& module) {
-    static const py::handle kDict = Interned("__dict__");
-    static const py::handle kNamedModules = Interned("named_modules");
-    py::object own = py::getattr(module, kDict, py::none());
-    if (!PyDict_Check(own.ptr())) return true;
-    int found = PyDict_Contains(own.ptr(), kNamedModules.ptr());
-    if (found < 0) throw py::error_already_set();
-    return found == 1;
-  }
-
-  bool Walk(const py::handle& module, const std::string& path) {
-    static const py::handle kModules = Interned("_modules");
-    if (!TorchWalks(Py_TYPE(module.ptr())) || OwnNamedModules(module)) return false;
-    if (!seen_.insert(module.ptr()).second) return true;
-    modules_.emplace_back(path, py::reinterpret_borrow<py::object>(module));
-    py::object children = py::getattr(module, kModules);
-    if (!PyDict_CheckExact(children.ptr())) return false;
-    Py_ssize_t position = 0;
-    PyObject* key = nullptr;
-    PyObject* child = nullptr;
-    while (PyDict_Next(children.ptr(), &position, &key, &child)) {
-      if (child == Py_None) continue;
-      Py_ssize_t size = 0;
-      const char* name = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &size) : nullptr;
-      if (name == nullptr) {  // not a str, or not encodable: as torch's method would take it
-        PyErr_Clear();
-        return false;
-      }
-      std::string child_path = path;
-      if (!path.empty()) child_path.push_back('.');
-      child_path.append(name, static_cast<size_t>(size));
-      if (!Walk(child, child_path)) return false;
-    }
-    return true;
-  }
-
-  std::unordered_map<PyTypeObject*, bool> torch_walks_;
-  std::unordered_set<PyObject*> seen_;
-  std::vector<std::pair<std::string, py::object>> modules_;
-};
-
-// Gives the wrapped modules their own forward back (or none).
-void RestoreForwards(PythonSession& session) {
-  static const py::handle kDict = Interned("__dict__");
-  static const py::handle kForward = Interned("forward");
-  for (WrappedForward& record : session.wrapped) {
-    py::object own = py::getattr(record.module, kDict);
-    if (record.own_forward) {
-      if (PyDict_SetItem(own.ptr(), kForward.ptr(), record.own_forward.ptr()) != 0) throw py::error_already_set();
-    } else if (PyDict_DelItem(own.ptr(), kForward.ptr()) != 0) {
-      if (!PyErr_ExceptionMatches(PyExc_KeyError)) throw py::error_already_set();
-      PyErr_Clear();  // the model removed it itself
-    }
-  }
-  session.wrapped.clear();
-  session.index_of_module.clear();
-  session.scope_names.clear();
-}
-
 void EndSession() {
   if (!Current()) return;
-  RestoreForwards(*Current());
+  python::WrappedForwards::End();
   Current().reset();
-}
-
-// The HIERTAG_TORCH_MODULES names that are no torch.nn / torch.ao class, on
-// stderr: every such class is a subclass of torch.nn.Module, and `import torch`
-// imports them all (torch.ao.nn too).
-void WarnOfUnknownTorchModules(const TorchModuleSegments& segments) {
-  if (segments.classes.empty()) return;
-  py::module_ torch = py::module_::import("torch");
-  py::object typename_of = torch.attr("typename");
-  std::set<std::string, std::less<>> torch_classes;
-  std::vector<py::object> work = {torch.attr("nn").attr("Module")};
-  std::unordered_set<PyObject*> seen;
-  while (!work.empty()) {
-    py::object type = std::move(work.back());
-    work.pop_back();
-    if (!seen.insert(type.ptr()).second) continue;
-    if (IsTorchModuleClass(typename_of(type).cast<std::string>())) {
-      torch_classes.insert(type.attr("__name__").cast<std::string>());
-    }
-    for (py::handle subclass : type.attr("__subclasses__")()) {
-      work.push_back(py::reinterpret_borrow<py::object>(subclass));
-    }
-  }
-  std::string warning =
-      UnknownTorchModulesWarning(segments, [&](std::string_view name) { return torch_classes.count(name) > 0; });
-  if (!warning.empty()) py::module_::import("sys").attr("stderr").attr("write")(warning);
 }
 
 // Builds the session from named_modules(). With `trace_module_map` (a traced
@@ -473,65 +163,31 @@ void WarnOfUnknownTorchModules(const TorchModuleSegments& segments) {
 // every module's forward but the root's (the tracer calls the root itself, and
 // the exporter reads its signature) to record its calls.
 void BeginSession(const py::handle& model, py::object trace_module_map, ExportOptions options) {
-  WarnOfUnknownTorchModules(options.torch_modules);
-  static uint64_t exports = 0;
+  python::WarnOfUnknownTorchModules(options.torch_modules);
   Current().emplace();
   PythonSession& current = *Current();
-  current.generation = ++exports;
-  ModuleTable modules;
-  py::module_ torch = py::module_::import("torch");
-  py::object script_module = torch.attr("jit").attr("ScriptModule");
-  py::object typename_of = torch.attr("typename");
-  // A class's names, asked once per class (a model has few classes, many
-  // instances); a scripted module's, of each instance.
-  struct ClassNames {
-    bool scripted = false;
-    std::string qualified;
-    std::string short_name;
-  };
-  std::unordered_map<PyTypeObject*, ClassNames> class_names;
-  MemberNames members(model);
+  python::WrappedForwards& forwards = python::WrappedForwards::Begin(&CallForward);
   InstanceScopeSymbols scope_symbols;
-  NamedModules named_modules(model);
-  for (auto& [path, module] : named_modules.modules()) {
-    PyTypeObject* type = Py_TYPE(module.ptr());
-    auto [names, added] = class_names.try_emplace(type);
-    if (added) {
-      names->second.scripted = py::isinstance(module, script_module);
-      if (!names->second.scripted) {
-        names->second.qualified = typename_of(py::handle(reinterpret_cast<PyObject*>(type))).cast<std::string>();
-        names->second.short_name = py::handle(reinterpret_cast<PyObject*>(type)).attr("__name__").cast<std::string>();
-      }
-    }
-    std::string qualified = names->second.qualified;
-    std::string short_name = names->second.short_name;
-    if (names->second.scripted) {
-      qualified =
-          UnmangleTorchScriptTypeName(module.attr("_c").attr("_type")().attr("qualified_name")().cast<std::string>());
-      short_name = module.attr("original_name").cast<std::string>();
-    }
-    members.AddOwnMembers(module, path);
-    int index = modules.Add(path, qualified, short_name, options.torch_modules.KeepsSegment(qualified, short_name));
+  python::ModelModules modules = python::ReadModelModules(model, options, [&](int index, const py::object& module) {
+    if (trace_module_map.is_none()) return;
     // The module's scope name in the map, if it is there: one subscript (the
     // map's `in` would call its __contains__ method from Python).
-    py::object name;
-    if (!trace_module_map.is_none()) {
-      name = py::reinterpret_steal<py::object>(PyObject_GetItem(trace_module_map.ptr(), module.ptr()));
-      if (!name) {
-        if (!PyErr_ExceptionMatches(PyExc_KeyError)) throw py::error_already_set();
-        PyErr_Clear();
-      }
+    py::object name = py::reinterpret_steal<py::object>(PyObject_GetItem(trace_module_map.ptr(), module.ptr()));
+    if (!name) {
+      if (!PyErr_ExceptionMatches(PyExc_KeyError)) throw py::error_already_set();
+      PyErr_Clear();
+      return;
     }
-    if (name) {
-      std::string instance_name = MarkInstanceScopeName(index, name.cast<std::string>());
-      trace_module_map[module] = instance_name;
-      scope_symbols.Add(index, instance_name);
-      if (index > 0) WrapForward(current, module, index, std::string(ScopeNameAsRecorded(instance_name)));
-    }
-  }
-  modules.Finalize();
-  current.session =
-      std::make_unique<ExportSession>(std::move(modules), members.Take(), std::move(options), std::move(scope_symbols));
+    std::string instance_name = MarkInstanceScopeName(index, name.cast<std::string>());
+    trace_module_map[module] = instance_name;
+    scope_symbols.Add(index, instance_name);
+    if (index == 0) return;
+    forwards.Wrap(module, index);
+    if (current.scope_names.size() <= static_cast<size_t>(index)) current.scope_names.resize(index + 1);
+    current.scope_names[index] = std::string(ScopeNameAsRecorded(instance_name));
+  });
+  current.session = std::make_unique<ExportSession>(std::move(modules.table), std::move(modules.member_names),
+                                                    std::move(options), std::move(scope_symbols));
   current.session->MaybeFailAt("module-map");
 }
 
@@ -546,8 +202,6 @@ std::string_view BytesView(const py::handle& bytes) {
   if (PyBytes_AsStringAndSize(bytes.ptr(), &data, &size) != 0) throw py::error_already_set();
   return std::string_view(data, static_cast<size_t>(size));
 }
-
-std::string TorchVersion() { return py::str(py::module_::import("torch").attr("__version__")).cast<std::string>(); }
 
 // ---- The hooks: (the function each replaces, the call's arguments). ----
 
@@ -702,7 +356,7 @@ py::object ResetTraceModuleMap(const py::object& original, py::args args, py::kw
     // Ending the session is hiertag's work too (the report counts it): the
     // forwards given back and the records let go of.
     auto start = std::chrono::steady_clock::now();
-    RestoreForwards(*Current());
+    python::WrappedForwards::End();
     Session()->AddOwnWork(ExportSession::Work::kRelease, std::chrono::steady_clock::now() - start);
     Session()->Release();
     if (Session()->options().report) {
@@ -817,14 +471,7 @@ void Install() {
     present.push_back(site);
   }
   sites = std::move(present);
-  ForwardFunction() = py::cpp_function(&CallForward, py::name("_hiertag_forward"));
-  py::dict forward_scope;
-  forward_scope["__name__"] = "hiertag";
-  forward_scope["functools"] = py::module_::import("functools");
-  forward_scope["copy"] = py::module_::import("copy");
-  py::exec(kForwardClassSource, forward_scope);
-  ForwardClass() = forward_scope["HiertagForward"];
-  TorchNamedModules() = py::module_::import("torch").attr("nn").attr("Module").attr("named_modules");
+  python::WrappedForwards::Install();
   for (size_t i = 0; i < sites.size(); ++i) {
     const HookSite& site = sites[i];
     py::object original = owners[i].attr(site.name);
