@@ -22,7 +22,10 @@
 #include "hiertag/core/export/export_options.h"
 #include "hiertag/core/format/module_table.h"
 
-namespace hiertag::python {
+// Hidden, as pybind11's own types are (their fields would otherwise be
+// more visible than their types).
+namespace hiertag {
+namespace python __attribute__((visibility("hidden"))) {
 
 namespace py = pybind11;
 
@@ -95,4 +98,5 @@ class WrappedForwards {
   std::unordered_map<PyObject*, int> index_of_module_;  // made at the first call of an earlier export's wrapper
 };
 
-}  // namespace hiertag::python
+}  // namespace python
+}  // namespace hiertag
