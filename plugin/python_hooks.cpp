@@ -46,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include "dynamo_hooks.h"
 #include "hiertag/core/export/export_options.h"
 #include "hiertag/core/export/scope_names.h"
 #include "hiertag/core/format/module_table.h"
@@ -63,6 +64,9 @@ using python::ReadOptionsOrThrow;
 using python::TorchVersion;
 
 constexpr const char* kDynamoExporter = "torch.onnx._internal.exporter._compat";
+constexpr const char* kDynamoCore = "torch.onnx._internal.exporter._core";
+constexpr const char* kDynamoProgram = "torch.onnx._internal.exporter._onnx_program";
+constexpr const char* kOnnxIrPasses = "onnx_ir.passes";
 constexpr const char* kInstalledMarker = "_hiertag_plugin_installed";
 constexpr const char* kInstallFailureMarker = "_hiertag_plugin_install_failure";
 #ifndef HIERTAG_TORCH_VERSION
@@ -337,20 +341,6 @@ py::object ExportFile(const py::object& original, py::args args, py::kwargs kwar
   return py::none();
 }
 
-// torch's default (dynamo) exporter records no scopes hiertag could tag from:
-// with HIERTAG=1 the call stops before anything is written.
-py::object DynamoExport(const py::object& original, py::args args, py::kwargs kwargs) {
-  if (ReadOptionsOrThrow().tag) {
-    throw py::value_error(
-        "hiertag: HIERTAG=1 tags torch's TorchScript-based exporter, and this call runs the dynamo exporter "
-        "(torch " +
-        TorchVersion() +
-        "'s default); nothing written: pass dynamo=False to torch.onnx.export, "
-        "or turn a dynamo export's own metadata into tags with `hiertag import-dynamo`");
-  }
-  return original(*args, **kwargs);
-}
-
 py::object ResetTraceModuleMap(const py::object& original, py::args args, py::kwargs kwargs) {
   if (Session()) {
     // Ending the session is hiertag's work too (the report counts it): the
@@ -377,6 +367,9 @@ enum class Owner {
   kExporter,            // the TorchScript exporter's module (above)
   kExporterProtoUtils,  // the module the exporter writes files through
   kDynamoExporter,      // kDynamoExporter
+  kDynamoCore,          // kDynamoCore
+  kDynamoProgram,       // kDynamoProgram
+  kOnnxIrPasses,        // kOnnxIrPasses
 };
 
 py::object TorchScriptExporter() {
@@ -394,6 +387,12 @@ py::object FindOwner(Owner owner) {
       return TorchScriptExporter().attr("onnx_proto_utils");
     case Owner::kDynamoExporter:
       return py::module_::import(kDynamoExporter);
+    case Owner::kDynamoCore:
+      return py::module_::import(kDynamoCore);
+    case Owner::kDynamoProgram:
+      return py::module_::import(kDynamoProgram);
+    case Owner::kOnnxIrPasses:
+      return py::module_::import(kOnnxIrPasses);
   }
   throw std::logic_error("unknown owner");
 }
@@ -410,6 +409,10 @@ struct HookSite {
   // it): then there is nothing to hook. A module that imports but lacks the
   // function still fails.
   bool owner_may_be_absent = false;
+  // One of the dynamo exporter's sites (dynamo_hooks.h): they are hooked all
+  // together or not at all; a torch lacking one keeps its dynamo exporter
+  // untouched, and HIERTAG=1 refuses it (DynamoIncapable).
+  bool dynamo = false;
 };
 
 template <size_t... kPass>
@@ -422,7 +425,12 @@ std::vector<HookSite> HookSites() {
       {Owner::kExporter, nullptr, "_setup_trace_module_map", SetupTraceModuleMap},
       {Owner::kExporter, nullptr, "_reset_trace_module_map", ResetTraceModuleMap},
       {Owner::kExporterProtoUtils, nullptr, "_export_file", ExportFile},
-      {Owner::kDynamoExporter, nullptr, "export_compat", DynamoExport, /*owner_may_be_absent=*/true},
+      {Owner::kDynamoExporter, nullptr, "export_compat", python::DynamoExportCompat, /*owner_may_be_absent=*/true},
+      {Owner::kDynamoCore, nullptr, "export", python::DynamoExport, true, true},
+      {Owner::kDynamoCore, nullptr, "_prepare_exported_program_for_export", python::PrepareExportedProgram, true, true},
+      {Owner::kDynamoCore, nullptr, "_exported_program_to_onnx_program", python::TranslateExportedProgram, true, true},
+      {Owner::kDynamoProgram, "ONNXProgram", "optimize", python::OptimizeOnnxProgram, true, true},
+      {Owner::kOnnxIrPasses, "PassBase", "__call__", python::RunOnnxPass, true, true},
       {Owner::kTorchC, "ScriptFunction", "__call__", CallScriptFunction},
       {Owner::kTorchC, "Graph", "_export_onnx", ExportOnnx},
       {Owner::kTorchC, nullptr, "_jit_pass_onnx_function_substitution", SubstituteFunctions},
@@ -453,6 +461,7 @@ void Install() {
   // Find every function first: a torch that lacks one is left exactly as it was.
   std::vector<py::object> owners;
   std::vector<HookSite> present;
+  bool dynamo_complete = true;
   for (const HookSite& site : sites) {
     py::object module;
     py::object owner;
@@ -460,17 +469,33 @@ void Install() {
       module = FindOwner(site.owner);
       owner = site.owner_class ? module.attr(site.owner_class) : module;
     } catch (py::error_already_set& error) {
-      if (site.owner_may_be_absent && error.matches(PyExc_ImportError)) continue;
+      if (site.owner_may_be_absent && (error.matches(PyExc_ImportError) || site.dynamo)) {
+        dynamo_complete = dynamo_complete && !site.dynamo;
+        continue;
+      }
       owner = py::object();
     }
     if (!owner || !py::hasattr(owner, site.name)) {
+      if (site.dynamo) {
+        dynamo_complete = false;
+        continue;
+      }
       throw std::runtime_error("torch " + TorchVersion() + " has no " + SiteName(site, module) +
                                " (hiertag was built for torch " HIERTAG_TORCH_VERSION ")");
     }
     owners.push_back(owner);
     present.push_back(site);
   }
-  sites = std::move(present);
+  // The dynamo exporter's sites together or not at all.
+  sites.clear();
+  std::vector<py::object> kept_owners;
+  for (size_t i = 0; i < present.size(); ++i) {
+    if (present[i].dynamo && !dynamo_complete) continue;
+    sites.push_back(present[i]);
+    kept_owners.push_back(owners[i]);
+  }
+  owners = std::move(kept_owners);
+  if (dynamo_complete) python::NoteDynamoHooksInstalled();
   python::WrappedForwards::Install();
   for (size_t i = 0; i < sites.size(); ++i) {
     const HookSite& site = sites[i];

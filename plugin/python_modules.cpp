@@ -191,6 +191,13 @@ py::object& ForwardFunction() {
   static auto* function = new py::object();
   return *function;
 }
+// The same call behind a Python function (Install): a wrapper whose function
+// has Python code, for a caller that reads it (torch.export's non-strict
+// capture names its shape environment after the root forward's code).
+py::object& ForwardTrampoline() {
+  static auto* function = new py::object();
+  return *function;
+}
 
 constexpr const char* kForwardClassSource = R"(
 class HiertagForward(functools.partial):
@@ -205,6 +212,11 @@ class HiertagForward(functools.partial):
 
     def __reduce_ex__(self, protocol):
         return self.__wrapped__.__reduce_ex__(protocol)
+
+
+def hiertag_forward(call, *args, **kwargs):
+    "A module's forward while hiertag records its calls, as Python code."
+    return call(*args, **kwargs)
 )";
 
 std::unique_ptr<WrappedForwards>& ActiveWrapping() {
@@ -324,6 +336,7 @@ void WrappedForwards::Install() {
   scope["copy"] = py::module_::import("copy");
   py::exec(kForwardClassSource, scope);
   ForwardClass() = scope["HiertagForward"];
+  ForwardTrampoline() = scope["hiertag_forward"];
   TorchNamedModules() = py::module_::import("torch").attr("nn").attr("Module").attr("named_modules");
 }
 
@@ -354,7 +367,7 @@ int WrappedForwards::IndexNow(const py::handle& module) {
 // instance of its classes in a table and unregisters it when freed: with the
 // wrapper's creation and deallocation, about a fifth of ResNet-50's set-up and
 // release (perf).
-void WrappedForwards::Wrap(const py::handle& module, int index) {
+void WrappedForwards::Wrap(const py::handle& module, int index, bool python_code) {
   static const py::handle kDict = Interned("__dict__");
   static const py::handle kForward = Interned("forward");
   static const py::handle kWrapped = Interned("__wrapped__");
@@ -366,7 +379,9 @@ void WrappedForwards::Wrap(const py::handle& module, int index) {
   // A wrapper an earlier export left in its place (the model set a kept
   // `forward` back) is not wrapped again: the two would call each other.
   while (py::isinstance(forward, ForwardClass())) forward = py::getattr(forward, kWrapped);
-  py::object wrapper = ForwardClass()(ForwardFunction(), generation_, index, module, forward);
+  py::object wrapper = python_code
+                           ? ForwardClass()(ForwardTrampoline(), ForwardFunction(), generation_, index, module, forward)
+                           : ForwardClass()(ForwardFunction(), generation_, index, module, forward);
   if (PyObject_SetAttr(wrapper.ptr(), kWrapped.ptr(), forward.ptr()) != 0 ||
       PyDict_SetItem(own.ptr(), kForward.ptr(), wrapper.ptr()) != 0) {
     throw py::error_already_set();

@@ -32,4 +32,13 @@ void PassGraph::Clear() {
   graph_input_scalar.clear();
 }
 
+bool Unchanged(const PassGraph& before, const PassGraph& after) {
+  if (before.size() != after.size() || before.graph_inputs != after.graph_inputs) return false;
+  for (uint32_t i = 0; i < after.size(); ++i) {
+    if (after.nodes[i].before != i || after.nodes[i].kind != before.nodes[i].kind) return false;
+  }
+  return before.inputs == after.inputs && before.input_begin == after.input_begin && before.outputs == after.outputs &&
+         before.output_begin == after.output_begin;
+}
+
 }  // namespace hiertag

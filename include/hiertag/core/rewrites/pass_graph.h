@@ -75,4 +75,10 @@ struct PassGraph {
   void Clear();
 };
 
+// Whether a pass left the graph as it was: every node after it is the node
+// at its index before it, reading and making the same values, and the graph
+// inputs are the same (an attribute changed in place is left to the
+// classification of a pass that also rewired something).
+bool Unchanged(const PassGraph& before, const PassGraph& after);
+
 }  // namespace hiertag
