@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up (if needed), build, and run every test: a fast lane first, whose
 # failures are the cheap ones to find, then the slow one.
-#   fast: the lint (ruff) and the C++'s format (clang-format); the build; the C++ tests (ctest: core, tool, passes, plugin loading);
+#   fast: the lint (ruff) and the C++'s format (clang-format): scripts/lint.sh; the build; the C++ tests (ctest: core, tool, passes, plugin loading);
 #         the core and the tool built alone without torch; the plugin's lane of
 #         pytest on the venv's torch (tests/conftest.py PLUGIN_LANE)
 #   slow: the C++ tests under ASan+UBSan (scripts/sanitize.sh); the tool fuzzed
@@ -21,9 +21,9 @@ parallel=(-n 2)
 
 lane "fast: set-up and build"
 scripts/setup.sh
-.venv/bin/ruff check --quiet . && echo "lint (ruff, pyflakes' rules): clean"
-git ls-files -z '*.cpp' '*.h' | xargs -0 .venv/bin/clang-format --dry-run --Werror &&
-  echo "format (clang-format, .clang-format): clean"
+# A plain command, so that set -e stops the script on a finding (one followed by
+# `&& echo` would be exempt from it).
+scripts/lint.sh
 scripts/build.sh
 (cd build && ctest --output-on-failure) | tail -3
 # The core and the tool alone: configured with no torch and no Python in sight.
