@@ -38,8 +38,9 @@ struct DynamoExportState {
   std::unique_ptr<DynamoSession> session;
   OnnxIrReader reader;
   std::unordered_map<std::string, Owner> fx_owner;
-  py::object graph;               // the onnx_ir graph observed
-  std::vector<std::string> lost;  // FX nodes inside a module call whose record torch dropped
+  py::object graph;                         // the onnx_ir graph observed
+  std::vector<std::string> lost;            // FX nodes inside a module call whose record torch dropped
+  std::vector<std::string> running_passes;  // the observed passes under way, outermost first
 };
 
 bool& DynamoHooksInstalled() {
@@ -325,6 +326,11 @@ py::object DynamoExport(const py::object& original, py::args args, py::kwargs kw
     // torch.export reads the root forward's code object (the fake tensors' shape environment is named after it).
     forwards.Wrap(modules.instances[index], static_cast<int>(index), /*python_code=*/index == 0);
   }
+  // Debug lines of the classification, through Python's logging (logger "hiertag", level DEBUG).
+  py::object logger = py::module_::import("logging").attr("getLogger")("hiertag");
+  if (logger.attr("isEnabledFor")(py::module_::import("logging").attr("DEBUG")).cast<bool>()) {
+    state->session->set_debug_log([logger](const std::string& line) { logger.attr("debug")("%s", line); });
+  }
   Capturing() = state;
   py::object preserve = py::module_::import("torch.fx.traceback").attr("preserve_node_meta")();
   preserve.attr("__enter__")();
@@ -411,8 +417,21 @@ py::object RunOnnxPass(const py::object& original, py::args args, py::kwargs kwa
       py::isinstance(given, result_type) ? py::object(given.attr("model")) : py::reinterpret_borrow<py::object>(given);
   py::object graph = model.attr("graph");
   if (!graph.is(state->graph)) return original(*args, **kwargs);  // not the model being tagged
-  py::object result = original(*args, **kwargs);
-  ObserveModel(*state, result.attr("model"), PassName(pass));
+  // A pass another pass runs (the rewriter removes unused nodes after its
+  // rules): what the outer pass did so far is the outer pass's.
+  std::vector<std::string>& running = state->running_passes;
+  if (!running.empty()) ObserveModel(*state, model, running.back());
+  running.push_back(PassName(pass));
+  py::object result;
+  try {
+    result = original(*args, **kwargs);
+  } catch (...) {
+    running.pop_back();
+    throw;
+  }
+  std::string name = std::move(running.back());
+  running.pop_back();
+  ObserveModel(*state, result.attr("model"), name);
   return result;
 }
 

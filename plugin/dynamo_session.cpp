@@ -56,7 +56,10 @@ void DynamoSession::Observe(const std::string& pass, DynamoGraph after) {
       if (owner < 0 || static_cast<size_t>(owner) < calls) return nullptr;
       return &loans_.at(owner - calls);
     };
-    Apply(classifier_.Classify(graph_.graph, after.graph, pass, loans), pass, after.graph);
+    if (debug_log_)
+      debug_log_(pass + ": changed the graph (" + std::to_string(graph_.graph.size()) + " -> " +
+                 std::to_string(after.graph.size()) + " nodes and returns)");
+    Apply(classifier_.Classify(graph_.graph, after.graph, pass, loans, debug_log_), pass, after.graph);
   }
   graph_ = std::move(after);
 }

@@ -118,6 +118,7 @@ class Pass {
     std::sort(s_.inputs_before.begin(), s_.inputs_before.end());
     s_.inputs_after.assign(after_.graph_inputs.begin(), after_.graph_inputs.end());
     std::sort(s_.inputs_after.begin(), s_.inputs_after.end());
+    MarkReplacedAsRemoved();
 
     for (Index i = 0; i < count; ++i) {
       if (!Alive(i) && !s_.grouped[i]) Classify(Group(i));
@@ -140,6 +141,81 @@ class Pass {
       for (ValueId output : graph.OutputsOf(i)) producers.emplace_back(output, i);
     }
     std::sort(producers.begin(), producers.end());
+  }
+
+  // Nodes still in the graph that nothing alive reads any more, though
+  // something read them before, and whose former readers now read what a node
+  // the pass made makes: the pass replaced them with that node and left them
+  // for a later removal of unused nodes (onnxscript's rewriter does). They
+  // count as removed by this pass, so what replaced them is classified here;
+  // their later removal, with nothing reading them, records nothing. Nodes a
+  // pass only bypassed (their readers read a value from further up) stay:
+  // those reads are classified as reads past kept nodes.
+  void MarkReplacedAsRemoved() {
+    std::vector<std::pair<ValueId, Index>> readers_after;  // (value, reader after)
+    for (Index j = 0; j < after_.size(); ++j) {
+      for (ValueId input : after_.InputsOf(j)) readers_after.emplace_back(input, j);
+    }
+    std::sort(readers_after.begin(), readers_after.end());
+    std::vector<uint8_t> unread(before_.size(), 0);
+    // Before indices are in graph order: every reader of a node comes after it.
+    for (Index i = before_.size(); i-- > 0;) {
+      if (!Alive(i) || before_.nodes[i].is_return) continue;
+      bool read_then = false, read_now = false;
+      for (ValueId output : before_.OutputsOf(i)) {
+        auto first = std::lower_bound(s_.reads_before.begin(), s_.reads_before.end(), Read{output, 0, 0});
+        read_then |= first != s_.reads_before.end() && first->value == output;
+        auto reader = std::lower_bound(readers_after.begin(), readers_after.end(), std::make_pair(output, Index{0}));
+        for (; reader != readers_after.end() && reader->first == output && !read_now; ++reader) {
+          Index j = reader->second;
+          read_now = Made(j) || after_.nodes[j].is_return || !unread[after_.nodes[j].before];
+        }
+      }
+      unread[i] = read_then && !read_now;
+    }
+    // Each set of unread nodes connected through values, and whether a former
+    // reader outside it now reads a made node's value in its place.
+    std::vector<uint8_t> visited(before_.size(), 0);
+    for (Index start = 0; start < before_.size(); ++start) {
+      if (!unread[start] || visited[start]) continue;
+      Indices component, work = {start};
+      visited[start] = 1;
+      bool replaced = false;
+      while (!work.empty()) {
+        Index i = work.back();
+        work.pop_back();
+        component.push_back(i);
+        for (ValueId input : before_.InputsOf(i)) {
+          Index producer = ProducerBefore(input);
+          if (producer != kNone && unread[producer] && !visited[producer]) {
+            visited[producer] = 1;
+            work.push_back(producer);
+          }
+        }
+        for (const Read& use : UsesOf(i)) {
+          if (unread[use.reader]) {
+            if (!visited[use.reader]) {
+              visited[use.reader] = 1;
+              work.push_back(use.reader);
+            }
+            continue;
+          }
+          if (!Alive(use.reader)) continue;
+          std::span<const ValueId> reads_now = after_.InputsOf(s_.after_of[use.reader]);
+          if (use.slot >= reads_now.size()) continue;
+          Index producer = ProducerAfter(reads_now[use.slot]);
+          replaced |= producer != kNone && Made(producer);
+        }
+      }
+      if (!replaced) continue;
+      for (Index i : component) {
+        s_.after_of[i] = kNone;
+        s_.inputs_changed[i] = 0;
+      }
+    }
+    s_.reading_other_values.erase(std::remove_if(s_.reading_other_values.begin(), s_.reading_other_values.end(),
+                                                 [&](Index i) { return !Alive(i); }),
+                                  s_.reading_other_values.end());
   }
 
   void Log(const std::string& line) const {
@@ -244,6 +320,28 @@ class Pass {
   // Loans list owners, never loans that list them back; the bound only stops a cycle a writer might make.
   static constexpr int kLoanDepth = 64;
 
+  // The owners whose computations node i carries as one: its record and what
+  // a pass fused into it (not the calls it is merely shared with or folded
+  // from: those computed it, or a constant, each on their own).
+  Owners FusedOwnersOf(Index i) const {
+    Owners owners;
+    OwnerSet listed;
+    std::vector<std::pair<Owner, int>> work = {{before_.nodes[i].owner, 0}};
+    while (!work.empty()) {
+      auto [owner, depth] = work.back();
+      work.pop_back();
+      if (owner == kNoOwner) continue;
+      const OwnerLoan* loan = loans_ && depth < kLoanDepth ? loans_(owner) : nullptr;
+      if (loan == nullptr) {
+        listed.Add(owners, owner);
+        continue;
+      }
+      work.emplace_back(loan->recorded, depth + 1);
+      for (Owner other : loan->spans) work.emplace_back(other, depth + 1);
+    }
+    return owners;
+  }
+
   void Classify(const Indices& group) {
     for (Index i : group) s_.members[i] = 1;
     struct ClearMembers {
@@ -311,6 +409,7 @@ class Pass {
           rewired.emplace_back(use, now);
         } else if (producer != kNone && !Made(producer)) {
           mergers.push_back(producer);
+          ShareMergedAncestors(i, after_.nodes[producer].before);
         }
       }
     }
@@ -356,6 +455,37 @@ class Pass {
       result_.records.push_back(std::move(record));
     } else {
       for (const auto& [use, now] : rewired) RecordRewired(use, now);
+    }
+  }
+
+  // A removed node whose reader now reads an older equal node (`kept`, an
+  // index before): the nodes each computed from pair up input by input, as
+  // far as they are removed on one side and kept, of the same kind and
+  // attributes, on the other (common subexpression elimination merged the
+  // whole computation). Each kept node of a pair is shared with the removed
+  // node's owners: the calls that read the merged result computed it too.
+  void ShareMergedAncestors(Index removed, Index kept) {
+    std::vector<std::pair<Index, Index>> work = {{removed, kept}};
+    std::unordered_set<Index> paired;
+    while (!work.empty()) {
+      auto [gone, stays] = work.back();
+      work.pop_back();
+      std::span<const ValueId> gone_reads = before_.InputsOf(gone);
+      std::span<const ValueId> stays_reads = before_.InputsOf(stays);
+      if (gone_reads.size() != stays_reads.size()) continue;
+      for (size_t slot = 0; slot < gone_reads.size(); ++slot) {
+        if (gone_reads[slot] == stays_reads[slot]) continue;
+        Index from_gone = ProducerBefore(gone_reads[slot]);
+        Index from_stays = ProducerBefore(stays_reads[slot]);
+        if (from_gone == kNone || from_stays == kNone || !s_.members[from_gone] || !Alive(from_stays) ||
+            before_.nodes[from_gone].kind != before_.nodes[from_stays].kind ||
+            before_.nodes[from_gone].attributes != before_.nodes[from_stays].attributes ||
+            !paired.insert(from_gone).second) {
+          continue;
+        }
+        for (Owner owner : OwnersOf({from_gone})) result_.shares.push_back({s_.after_of[from_stays], owner});
+        work.emplace_back(from_gone, from_stays);
+      }
     }
   }
 
@@ -439,6 +569,14 @@ class Pass {
       if (bypassed.empty()) continue;
       if (own_changed) {
         Absorb(j, OwnersOf(bypassed));
+      } else if (CarriesSeveralOwners(bypassed)) {
+        // A node carrying several calls' computations (fused before) read
+        // past: the values between those calls are gone, as for a removed group.
+        Log("node " + std::to_string(i) + " reads past a node fused across owners");
+        OwnerRewrite record;
+        record.kind = OwnerRewrite::Kind::kRemoved;
+        record.owners = OwnersOf(bypassed);
+        result_.records.push_back(std::move(record));
       } else {
         RecordRewired({then[slot], i, slot}, now[slot]);
       }
@@ -532,9 +670,19 @@ class Pass {
   // removed group as a whole computes its input again; a number handed from
   // one call to the next is still the same number, while a tensor between them
   // (a permute and its inverse) had another layout than what is read now.
+  // Whether one of `nodes` makes a tensor and carries several owners'
+  // computations (a node a pass fused across calls).
+  bool CarriesSeveralOwners(const Indices& nodes) const {
+    return std::any_of(nodes.begin(), nodes.end(),
+                       [&](Index i) { return !before_.ScalarOutputs(i) && FusedOwnersOf(i).size() > 1; });
+  }
+
+  // A node carrying several owners' computations (a fused node's loan) is a
+  // crossing of its own.
   bool CrossesWithTensor(const Indices& group) const {
     for (Index i : group) {
       if (before_.ScalarOutputs(i)) continue;
+      if (FusedOwnersOf(i).size() > 1) return true;
       for (const Read& use : UsesOf(i)) {
         if (s_.members[use.reader] && before_.nodes[use.reader].owner != before_.nodes[i].owner) return true;
       }
@@ -589,8 +737,45 @@ class Pass {
         }
       }
     }
+    if (Made(absorber)) AddComputedFromInputs(absorber, others, absorbed);
     std::sort(absorbed.begin(), absorbed.end());
     return absorbed;
+  }
+
+  // Adds to `absorbed` the removed nodes upstream of them that compute from
+  // what `made` reads: a made node that reads a value from before the group
+  // took over every removed node between that value and the nodes it was made
+  // from (two Reshapes of two calls collapsed into one that took the later's
+  // record reads what the earlier read).
+  void AddComputedFromInputs(Index made, const std::unordered_set<Index>& others, Indices& absorbed) {
+    Indices candidates;
+    uint32_t walk = NewWalk();
+    Indices work(absorbed.begin(), absorbed.end());
+    for (Index i : absorbed) s_.seen[i] = walk;
+    while (!work.empty()) {
+      Index i = work.back();
+      work.pop_back();
+      for (ValueId input : before_.InputsOf(i)) {
+        Index producer = ProducerBefore(input);
+        if (producer == kNone || !s_.members[producer] || others.count(producer) || !Visit(producer, walk)) continue;
+        candidates.push_back(producer);
+        work.push_back(producer);
+      }
+    }
+    if (candidates.empty()) return;
+    std::sort(candidates.begin(), candidates.end());  // graph order: a node after what it reads
+    std::span<const ValueId> reads = after_.InputsOf(made);
+    std::unordered_set<Index> taken;
+    for (Index i : candidates) {
+      std::span<const ValueId> inputs = before_.InputsOf(i);
+      bool computes_from_reads = std::any_of(inputs.begin(), inputs.end(), [&](ValueId input) {
+        if (std::find(reads.begin(), reads.end(), input) != reads.end()) return true;
+        Index producer = ProducerBefore(input);
+        return producer != kNone && taken.count(producer) > 0;
+      });
+      if (computes_from_reads) taken.insert(i);
+    }
+    absorbed.insert(absorbed.end(), taken.begin(), taken.end());
   }
 
   // A node after the pass computing from nothing: a constant.

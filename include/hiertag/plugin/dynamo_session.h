@@ -78,6 +78,8 @@ class DynamoSession {
   // there, each node the pass made owning what the hooks read of it. Records
   // what it rewrote across calls (RewriteClassifier) and notes `after`.
   void Observe(const std::string& pass, DynamoGraph after);
+  // Where the classification's debug lines go (none by default).
+  void set_debug_log(RewriteDebugLog log) { debug_log_ = std::move(log); }
 
   // kObserving/kTagged -> kTagged. Tags the graph last noted.
   PassGraphTagging Tag(CallTags& call_tags);
@@ -101,6 +103,7 @@ class DynamoSession {
   std::vector<OwnerLoan> loans_;
   std::vector<PassRecord> records_;
   RewriteClassifier classifier_;
+  RewriteDebugLog debug_log_;
   int observed_passes_ = 0;
   int changed_passes_ = 0;
   int fused_ = 0;

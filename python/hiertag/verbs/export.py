@@ -66,6 +66,13 @@ def _graph_inputs(path):
     return [i.name for i in model.graph.input if i.name not in initializers], len(model.graph.output)
 
 
+def _opset(path):
+    """The default domain's opset the file imports."""
+    import onnx
+    model = onnx.load(str(path), load_external_data=False)
+    return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), None)
+
+
 def _torch_modules(value):
     """None (the environment's HIERTAG_TORCH_MODULES), False, True or the
     variable's text. The text is not checked here: the plugin reads it at the
@@ -95,17 +102,24 @@ def _tool(*arguments):
         fail(str(error).removeprefix("hiertag: "))
 
 
-def _export_once(model, args, path, opset, torch_modules, input_names, output_names):
-    """Returns the plugin's lines about HIERTAG_TORCH_MODULES (torch's own output is silenced)."""
+def _export_once(model, args, path, opset, torch_modules, input_names, output_names, dynamo=False):
+    """Returns the plugin's lines about HIERTAG_TORCH_MODULES (torch's own output is silenced).
+    `dynamo`: torch's dynamo exporter (its default opset when `opset` is None)."""
     import torch
     with models.quiet() as printed, hiertag.tagging(torch_modules=torch_modules):
-        torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
-                          input_names=input_names, output_names=output_names)
+        if dynamo:
+            positional, keywords = (args[:-1], args[-1]) if args and isinstance(args[-1], dict) else (args, None)
+            torch.onnx.export(model, tuple(positional), str(path), kwargs=keywords, dynamo=True,
+                              **({"opset_version": opset} if opset is not None else {}),
+                              input_names=input_names, output_names=output_names)
+        else:
+            torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
+                              input_names=input_names, output_names=output_names)
     return [line for text in printed for line in text.splitlines() if line.startswith(_TORCH_MODULES_LINE)]
 
 
 def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset=hiertag.OPSET,
-                 torch_modules=None):
+                 torch_modules=None, dynamo=False):
     """Builds the model (build), exports it with the plugin to `output` and
     returns the summary {"model", "output", "nodes", "modules", "inputs",
     "opset", "tree"} (tree: `hiertag tree --json --depth 2`). The file is
@@ -123,8 +137,11 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
     import torch
     from torch.onnx import _constants
     low, high = _constants.ONNX_BASE_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
-    if not isinstance(opset, int) or not low <= opset <= high:
-        fail(f"bad --opset {opset}: the TorchScript exporter takes {low} to {high}")
+    if dynamo:
+        high = getattr(_constants, "ONNX_MAX_OPSET", high)
+    if opset is not None and (not isinstance(opset, int) or not low <= opset <= high):
+        exporter = "dynamo" if dynamo else "TorchScript"
+        fail(f"bad --opset {opset}: the {exporter} exporter takes {low} to {high}")
     try:
         with models.quiet() as printed:
             torch.ops.load_library(hiertag.library_path())
@@ -160,11 +177,11 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
     staged = staging / output.name
     try:
         try:
-            notes = _export_once(model, args, staged, opset, modules, input_names, output_names)
+            notes = _export_once(model, args, staged, opset, modules, input_names, output_names, dynamo)
             graph_inputs, output_count = _graph_inputs(staged)
             if output_names and output_count != len(output_names):
                 # The outputs did not flatten as their names: torch's names then.
-                notes = _export_once(model, args, staged, opset, modules, input_names, None)
+                notes = _export_once(model, args, staged, opset, modules, input_names, None, dynamo)
                 graph_inputs, output_count = _graph_inputs(staged)
         except ExportError:
             raise
@@ -201,7 +218,7 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
     if tree.returncode != 0:
         fail(f"hiertag tree failed on {output}: {native.error_line(tree.stderr)}")
     return {"model": str(model_spec), "output": str(output), "nodes": validation["nodes"],
-            "modules": validation["modules"], "inputs": graph_inputs, "opset": opset,
+            "modules": validation["modules"], "inputs": graph_inputs, "opset": _opset(output),
             "tree": json.loads(tree.stdout)}
 
 
@@ -230,8 +247,11 @@ def _parser():
     parser.add_argument("--input", action="append", default=[], metavar="NAME=SPEC",
                         help="an example input replacing or adding one: int64[1,32]:0..1000, float32[1,3,224,224], "
                              "ones[1,32] (repeatable)")
-    parser.add_argument("--opset", type=int, default=hiertag.OPSET, metavar="N",
-                        help=f"ONNX opset (default {hiertag.OPSET})")
+    parser.add_argument("--opset", type=int, default=None, metavar="N",
+                        help=f"ONNX opset (default {hiertag.OPSET}; with --dynamo, torch's default)")
+    parser.add_argument("--dynamo", action="store_true",
+                        help="export with torch's dynamo (torch.export-based) exporter, torch's default since 2.9, "
+                             "instead of the TorchScript-based one")
     parser.add_argument("--torch-modules", default=None, metavar="0|1|A,B",
                         help="torch.nn modules in the tags: 0 none, 1 all, or a comma list of class names "
                              "(default: HIERTAG_TORCH_MODULES, else 0)")
@@ -240,8 +260,10 @@ def _parser():
 
 
 def run(options):
+    opset = options.opset if options.opset is not None or options.dynamo else hiertag.OPSET
     summary = export_model(options.model, options.output, config=options.config, task=options.task,
-                           inputs=options.input, opset=options.opset, torch_modules=options.torch_modules)
+                           inputs=options.input, opset=opset, torch_modules=options.torch_modules,
+                           dynamo=options.dynamo)
     if options.json:
         print(json.dumps(summary))
         return 0

@@ -1,6 +1,7 @@
 """Verify every module of a model exported with hiertag.
 
-Exports the model with the plugin (HIERTAG=1), then for every call of every
+Exports the model with the plugin (HIERTAG=1; torch's TorchScript-based
+exporter, or with --dynamo its dynamo exporter), then for every call of every
 module of the module table (a module called several times is checked call by
 call, `extract --call K`):
   boundary  each value its nodes read from outside is a specific tensor the
@@ -19,7 +20,7 @@ hiertag.rewrites): extract must refuse it naming that pass, and it passes as
 a constant, or computing nothing) has nothing to extract: "no nodes", with
 what the table says it became.
 
-usage: hiertag verify MODEL [--config JSON] [--input NAME=SPEC ...] [--json]
+usage: hiertag verify MODEL [--config JSON] [--input NAME=SPEC ...] [--dynamo] [--json]
 MODEL is zoo:NAME (a bundled model of hiertag.zoo: bert, gpt2, t5, ...), or
 anything `hiertag export` takes (hiertag export --help): a transformers class
 built from --config with random weights (BertModel, transformers:BertModel), a
@@ -164,6 +165,8 @@ def main(argv=None):
     parser.add_argument("model", help="zoo:NAME, transformers:CLASS or FILE.py:FUNCTION")
     parser.add_argument("--config", help="JSON of the transformers config's arguments")
     parser.add_argument("--input", action="append", default=[], help="NAME=SPEC (repeatable)")
+    parser.add_argument("--dynamo", action="store_true",
+                        help="export with torch's dynamo (torch.export-based) exporter, torch's default since 2.9")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     return verbs.run_verb("hiertag verify", parser, run, sys.argv[1:] if argv is None else argv)
 
@@ -177,7 +180,14 @@ def run(options):
     with tempfile.TemporaryDirectory() as out_dir:
         source = Path(out_dir) / "model.onnx"
         with hiertag.tagging():
-            torch.onnx.export(torch_model, args, str(source), dynamo=False, opset_version=OPSET)
+            if options.dynamo:
+                positional, keywords = ((args[:-1], args[-1]) if args and isinstance(args[-1], dict)
+                                        else (args, None))
+                from hiertag import models
+                with models.quiet():  # the dynamo exporter prints its progress
+                    torch.onnx.export(torch_model, tuple(positional), str(source), kwargs=keywords, dynamo=True)
+            else:
+                torch.onnx.export(torch_model, args, str(source), dynamo=False, opset_version=OPSET)
         # The check runs the model again: a fresh one, as models cache state
         # across calls (Levit keeps its attention biases after the first).
         fresh_model, fresh_args = build(options)

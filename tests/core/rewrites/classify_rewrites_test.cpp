@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -110,6 +111,35 @@ TEST(ClassifyRewritesTest, MadeNodeTakingOverItsOwnNodesCarriesNoSpans) {
   EXPECT_EQ(rewrites.fused, 0);
 }
 
+TEST(ClassifyRewritesTest, MadeNodeReadingWhatAnEarlierOwnersNodeReadTakesItOverToo) {
+  // Check that two Reshapes of two owners collapsed into one made under the later's owner, reading what the
+  // earlier read, spans the earlier's owner (it took over both).
+  PassGraph before = Graph(
+      {{kTranspose, kToLast, {1}, {2}}, {kTranspose, kToFirst, {2}, {3}}, {kMul, kToFirst, {3, 9}, {4}}}, {4}, {1, 9});
+  PassGraph after = Graph({{kTranspose, kToFirst, {1}, {5}}, {kMul, kToFirst, {5, 9}, {4}, 1, 2}}, {4}, {1, 9});
+  PassRewrites rewrites = Classify(before, after);
+  ASSERT_EQ(rewrites.loans.size(), 1u);
+  EXPECT_EQ(rewrites.loans[0].loan.recorded, kToFirst);
+  EXPECT_EQ(rewrites.loans[0].loan.spans, (std::vector<Owner>{kToLast}));
+}
+
+TEST(ClassifyRewritesTest, MadeNodeReadingOnlyItsOwnNodesInputTakesOverNothingUpstream) {
+  // Check that a node made from the later Transpose, reading the later's own input, does not take over the
+  // earlier owner's node (which another reader keeps reading).
+  PassGraph before = Graph({{kTranspose, kToLast, {1}, {2}},
+                            {kTranspose, kToFirst, {2}, {3}},
+                            {kMul, kToFirst, {3, 9}, {4}},
+                            {kAdd, kToLast, {2, 2}, {6}}},
+                           {4, 6}, {1, 9});
+  PassGraph after = Graph({{kTranspose, kToLast, {1}, {2}, 1, 0},
+                           {kTranspose, kToFirst, {2}, {5}},
+                           {kMul, kToFirst, {5, 9}, {4}, 1, 2},
+                           {kAdd, kToLast, {2, 2}, {6}, 1, 3}},
+                          {4, 6}, {1, 9});
+  PassRewrites rewrites = Classify(before, after);
+  EXPECT_TRUE(rewrites.loans.empty());
+}
+
 TEST(ClassifyRewritesTest, ReaderOfANewInitializerRecordsTheOwnersFolded) {
   // Check that nodes whose reader now reads a new graph input (an initializer) give a folded record naming it.
   PassGraph before =
@@ -145,6 +175,28 @@ TEST(ClassifyRewritesTest, NodeMergedIntoAnEqualNodeOfAnotherOwnerIsShared) {
   EXPECT_EQ(rewrites.shares[0].node, 0u);
   EXPECT_EQ(rewrites.shares[0].with, kToFirst);
   EXPECT_TRUE(rewrites.records.empty());
+}
+
+TEST(ClassifyRewritesTest, ChainMergedIntoAnEqualChainSharesEveryKeptNodeOfIt) {
+  // Check that when a chain of another owner is merged into an equal older chain (CSE), every node of the kept
+  // chain the removed one paired with is shared with its owner, not only the node its reader reads now.
+  PassGraph before = Graph({{kRelu, kToLast, {1}, {2}},
+                            {kMul, kToLast, {2, 9}, {3}},
+                            {kRelu, kToFirst, {1}, {4}},
+                            {kMul, kToFirst, {4, 9}, {5}},
+                            {kAdd, kToFirst, {3, 5}, {6}}},
+                           {6}, {1, 9});
+  PassGraph after =
+      Graph({{kRelu, kToLast, {1}, {2}, 1, 0}, {kMul, kToLast, {2, 9}, {3}, 1, 1}, {kAdd, kToFirst, {3, 3}, {6}, 1, 4}},
+            {6}, {1, 9});
+  PassRewrites rewrites = Classify(before, after);
+  std::vector<uint32_t> shared;
+  for (const PassRewrites::Shared& share : rewrites.shares) {
+    EXPECT_EQ(share.with, kToFirst);
+    shared.push_back(share.node);
+  }
+  std::sort(shared.begin(), shared.end());
+  EXPECT_EQ(shared, (std::vector<uint32_t>{0, 1}));
 }
 
 TEST(ClassifyRewritesTest, NodeMergedIntoAnEqualNodeOfItsOwnOwnerIsSharedWithItself) {
