@@ -218,14 +218,44 @@ void TagModel(DynamoExportState& state, const py::handle& model) {
   }
 }
 
-// Gives each region torch made a higher-order op of after the trace
-// (wrap_with_set_grad_enabled for torch.no_grad(), wrap_with_autocast) the one
-// call its nodes were made in, so the decompositions that inline it copy that
-// call onto what they make; a region of several calls is left without one
-// (its inlined nodes then count as dropped records).
+// Regions torch made higher-order ops of after the trace
+// (wrap_with_set_grad_enabled for torch.no_grad(), wrap_with_autocast): the
+// decompositions inline a region by running its graph as one call, every node
+// it makes copying the region node's record. A region whose nodes were made
+// in one call gets that call on its node; a region of several calls has its
+// graph run node by node for the decompositions (Region), each under the call
+// its node was made in, nothing else of torch's record changed. Returns the
+// graphs so run, given their own forward back after the decompositions
+// (hiertag_region_restore).
 constexpr const char* kRegionCallsSource = R"(
+import contextlib
+
+
 def hiertag_region_calls(program, key):
     import torch
+    from torch.fx import traceback as fx_traceback
+
+    class Region(torch.fx.Interpreter):
+        "A region's graph, run node by node, each under the call its node was made in."
+
+        @contextlib.contextmanager
+        def _set_current_node(self, node):
+            call = (node.meta.get("custom") or {}).get(key)
+            meta = fx_traceback.get_current_meta()
+            if call is None or not fx_traceback.has_preserved_node_meta():
+                yield
+                return
+            had, saved = "custom" in meta, meta.get("custom")
+            meta["custom"] = {**(saved or {}), key: call}
+            try:
+                yield
+            finally:
+                if had:
+                    meta["custom"] = saved
+                else:
+                    meta.pop("custom", None)
+
+    run_node_by_node = []
 
     def give(module):
         calls = set()
@@ -233,15 +263,20 @@ def hiertag_region_calls(program, key):
             if node.op != "call_function":
                 continue
             custom = node.meta.get("custom") or {}
-            inner = set()
+            inner, regions = set(), []
             for arg in node.all_input_nodes:
                 if arg.op == "get_attr":
                     target = getattr(module, arg.target, None)
                     if isinstance(target, torch.fx.GraphModule):
                         inner |= give(target)
+                        regions.append(target)
             if key not in custom and len(inner) == 1:
                 node.meta["custom"] = {**custom, key: next(iter(inner))}
                 custom = node.meta["custom"]
+            elif key not in custom and len(inner) > 1:
+                for region in regions:
+                    region.forward = lambda *args, _region=region: Region(_region).run(*args)
+                    run_node_by_node.append(region)
             if key in custom:
                 calls.add(custom[key])
             else:
@@ -249,7 +284,18 @@ def hiertag_region_calls(program, key):
         return calls
 
     give(program.graph_module)
+    return run_node_by_node
+
+
+def hiertag_region_restore(regions):
+    for region in regions:
+        region.__dict__.pop("forward", None)
 )";
+
+py::object& RegionRestore() {
+  static auto* function = new py::object();
+  return *function;
+}
 
 py::object& RegionCalls() {
   static auto* function = new py::object();
@@ -258,6 +304,7 @@ py::object& RegionCalls() {
     scope["__name__"] = "hiertag";
     py::exec(kRegionCallsSource, scope);
     *function = scope["hiertag_region_calls"];
+    RegionRestore() = scope["hiertag_region_restore"];
   }
   return *function;
 }
@@ -266,6 +313,26 @@ py::object Argument(const py::args& args, const py::kwargs& kwargs, size_t posit
   if (args.size() > position) return py::reinterpret_borrow<py::object>(args[position]);
   if (kwargs.contains(name)) return kwargs[name];
   return py::none();
+}
+
+// hiertag's refusal in an exception's chain (its causes and contexts): one
+// hiertag raised, or torch.compile refusing to trace hiertag's forward
+// wrapper (a torch.cond or torch.while_loop body, which torch traces with
+// torch.compile in every capture).
+std::optional<std::string> OwnRefusal(const py::handle& error) {
+  py::object next = py::reinterpret_borrow<py::object>(error);
+  for (int depth = 0; depth < 16 && next && !next.is_none(); ++depth) {
+    std::string text = py::str(next);
+    if (py::isinstance<py::value_error>(next) && text.rfind("hiertag:", 0) == 0) return text;
+    if (text.find("_hiertag_forward") != std::string::npos) {
+      return "hiertag: torch traces part of this model with torch.compile (the body of a torch.cond or "
+             "torch.while_loop), which cannot run hiertag's record of the module calls in it; nothing written: "
+             "export it with dynamo=False, or without HIERTAG=1";
+    }
+    py::object cause = next.attr("__cause__");
+    next = cause.is_none() ? py::object(next.attr("__context__")) : cause;
+  }
+  return std::nullopt;
 }
 
 void EndCapture() {
@@ -341,6 +408,10 @@ py::object DynamoExport(const py::object& original, py::args args, py::kwargs kw
   } catch (py::error_already_set& error) {
     preserve.attr("__exit__")(error.type(), error.value(), error.trace());
     EndCapture();
+    // hiertag's own refusal, raised inside torch's steps, is the one line the
+    // user gets (torch wraps it in its conversion error).
+    std::optional<std::string> refusal = OwnRefusal(error.value());
+    if (refusal) throw py::value_error(*refusal);
     throw;
   } catch (...) {
     preserve.attr("__exit__")(py::none(), py::none(), py::none());
@@ -374,12 +445,19 @@ py::object DynamoExport(const py::object& original, py::args args, py::kwargs kw
 
 py::object PrepareExportedProgram(const py::object& original, py::args args, py::kwargs kwargs) {
   std::shared_ptr<DynamoExportState> state = Capturing();
-  if (state) {
-    auto start = Clock::now();
-    RegionCalls()(Argument(args, kwargs, 0, "exported_program"), kCallAnnotation);
-    state->session->AddOwnWork(DynamoSession::Work::kCapture, Clock::now() - start);
+  if (!state) return original(*args, **kwargs);
+  auto start = Clock::now();
+  py::object regions = RegionCalls()(Argument(args, kwargs, 0, "exported_program"), kCallAnnotation);
+  state->session->AddOwnWork(DynamoSession::Work::kCapture, Clock::now() - start);
+  py::object prepared;
+  try {
+    prepared = original(*args, **kwargs);
+  } catch (...) {
+    RegionRestore()(regions);
+    throw;
   }
-  return original(*args, **kwargs);
+  RegionRestore()(regions);
+  return prepared;
 }
 
 py::object TranslateExportedProgram(const py::object& original, py::args args, py::kwargs kwargs) {

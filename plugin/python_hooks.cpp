@@ -67,6 +67,7 @@ constexpr const char* kDynamoExporter = "torch.onnx._internal.exporter._compat";
 constexpr const char* kDynamoCore = "torch.onnx._internal.exporter._core";
 constexpr const char* kDynamoProgram = "torch.onnx._internal.exporter._onnx_program";
 constexpr const char* kOnnxIrPasses = "onnx_ir.passes";
+constexpr const char* kTorchOnnx = "torch.onnx";
 constexpr const char* kInstalledMarker = "_hiertag_plugin_installed";
 constexpr const char* kInstallFailureMarker = "_hiertag_plugin_install_failure";
 #ifndef HIERTAG_TORCH_VERSION
@@ -370,6 +371,7 @@ enum class Owner {
   kDynamoCore,          // kDynamoCore
   kDynamoProgram,       // kDynamoProgram
   kOnnxIrPasses,        // kOnnxIrPasses
+  kTorchOnnx,           // kTorchOnnx
 };
 
 py::object TorchScriptExporter() {
@@ -393,6 +395,8 @@ py::object FindOwner(Owner owner) {
       return py::module_::import(kDynamoProgram);
     case Owner::kOnnxIrPasses:
       return py::module_::import(kOnnxIrPasses);
+    case Owner::kTorchOnnx:
+      return py::module_::import(kTorchOnnx);
   }
   throw std::logic_error("unknown owner");
 }
@@ -413,6 +417,8 @@ struct HookSite {
   // together or not at all; a torch lacking one keeps its dynamo exporter
   // untouched, and HIERTAG=1 refuses it (DynamoIncapable).
   bool dynamo = false;
+  // A function only some torch releases have (their older dynamo exporter's entry).
+  bool function_may_be_absent = false;
 };
 
 template <size_t... kPass>
@@ -431,6 +437,8 @@ std::vector<HookSite> HookSites() {
       {Owner::kDynamoCore, nullptr, "_exported_program_to_onnx_program", python::TranslateExportedProgram, true, true},
       {Owner::kDynamoProgram, "ONNXProgram", "optimize", python::OptimizeOnnxProgram, true, true},
       {Owner::kOnnxIrPasses, "PassBase", "__call__", python::RunOnnxPass, true, true},
+      // torch 2.4's torch.onnx.export(..., dynamo=True): its older exporter, refused with HIERTAG=1.
+      {Owner::kTorchOnnx, nullptr, "dynamo_export", python::DynamoExportCompat, false, false, true},
       {Owner::kTorchC, "ScriptFunction", "__call__", CallScriptFunction},
       {Owner::kTorchC, "Graph", "_export_onnx", ExportOnnx},
       {Owner::kTorchC, nullptr, "_jit_pass_onnx_function_substitution", SubstituteFunctions},
@@ -476,6 +484,7 @@ void Install() {
       owner = py::object();
     }
     if (!owner || !py::hasattr(owner, site.name)) {
+      if (owner && site.function_may_be_absent) continue;
       if (site.dynamo) {
         dynamo_complete = false;
         continue;
