@@ -26,8 +26,9 @@ carried file is held against the same call's boundary in the original:
 Whether a transformed value is an original one is decided on values, and the
 pair's precision is measured, not assumed per tool: the values the
 transformed model still has under their original names and shapes are
-compared with the original's, each difference relative to the value's
-largest magnitude. When the median is within float32 rounding
+compared with the original's, element by element (checks.disagreement:
+each difference relative to the element's magnitude plus the typical one of
+what differs). When the median is within float32 rounding
 (checks.FLOAT32_TOLERANCE), the tool kept values, and a value is an original
 one when it agrees with it within that bound ("by value"). The median, not a
 high quantile: a few values a tool keeps under their names in another layout

@@ -164,10 +164,14 @@ def test_symbolic_dimensions_are_set_to_one_with_a_note(tmp_path, capsys):
     assert result["values"]["notes"] == ["input 'x': dimension 0 (batch) set to 1"]
 
 
-def test_value_error_is_relative_to_the_largest_magnitude():
+def test_value_error_is_relative_to_each_element_and_the_typical_size_of_what_differs():
     a = np.array([[4.0, -2.0], [0.5, 1.0]], dtype=np.float32)
-    b = np.array([[4.0, -2.5], [0.5, 1.0]], dtype=np.float16)
-    assert compare.value_error(a, b) == (0.5, 0.125)
+    b = np.array([[4.0, -2.5], [0.5, 1.1]], dtype=np.float16)
+    # The elements that differ: -2 by 0.5 and 1 by 0.1 (1.1 in float16), their mean |A| 1.5;
+    # per element |A - B| / (|A| + 1.5), the largest -2's. Equal elements (4, 0.5) set nothing.
+    largest, relative = compare.value_error(a, b)
+    assert largest == 0.5 and relative == pytest.approx(0.5 / (2.0 + 1.5))
+    assert relative == checks.disagreement(b, a)
     assert compare.value_error(a, a[:1]) is None
     nan = np.array([np.nan, 1.0])
     assert compare.value_error(nan, nan) == (0.0, 0.0)

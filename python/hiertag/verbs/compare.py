@@ -22,9 +22,12 @@ B is compared where A's boundaries were, whatever its nodes became; a value B
 no longer has (fused away, renamed) is reported missing for that module. Per
 module call:
   max abs   the largest |A - B| over its boundary outputs
-  max rel   max |A - B| of a value divided by the largest |A| of that value,
-            the largest over its boundary outputs (scale-free: 1e-2 is an
-            error of 1 % of the value's range)
+  max rel   per element of a value, |A - B| divided by |A| plus the mean
+            |A| of the elements that differ (checks.disagreement, the
+            verifier's measure), the largest over its boundary outputs
+            (scale-free: 1e-2 is an error of 1 % of each element's size, or
+            of the value's typical size for elements near zero; values equal
+            on both sides, masks, count as equal and set no scale)
   in rel    the same over the values it reads from outside: what it received
             already differing
   worst     the value of the max rel
@@ -186,22 +189,20 @@ def values_of(path, model, feeds, names):
 
 
 def value_error(a, b):
-    """(max abs, max rel) of B's value against A's; None when their shapes differ."""
+    """(max abs, max rel) of B's value against A's; None when their shapes
+    differ. max rel is checks.disagreement of B from A (every comparison of
+    values is that one)."""
     if a.shape != b.shape:
         return None
     if a.size == 0:
         return 0.0, 0.0
-    a, b = a.astype(np.float64).reshape(-1), b.astype(np.float64).reshape(-1)
+    wide_a, wide_b = a.astype(np.float64).reshape(-1), b.astype(np.float64).reshape(-1)
     with np.errstate(invalid="ignore"):
-        difference = np.abs(a - b)
+        difference = np.abs(wide_a - wide_b)
     # NaN or an infinity in the same place on both sides is no difference; in one only, an infinite one.
-    difference[(np.isnan(a) & np.isnan(b)) | (np.isinf(a) & (a == b))] = 0.0
+    difference[(np.isnan(wide_a) & np.isnan(wide_b)) | (np.isinf(wide_a) & (wide_a == wide_b))] = 0.0
     difference[np.isnan(difference)] = np.inf
-    largest = float(difference.max())
-    finite = np.abs(a[np.isfinite(a)])
-    scale = float(finite.max()) if finite.size else 0.0
-    relative = largest / scale if scale > 0 else (0.0 if largest == 0 else float("inf"))
-    return largest, relative
+    return float(difference.max()), checks.disagreement(b, a)
 
 
 def compare_values(path_a, model_a, table_a, path_b, model_b, specs, tolerance, top):
