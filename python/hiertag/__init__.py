@@ -10,6 +10,7 @@ checks and acts on the tagged files (`hiertag --help`)."""
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 __version__ = "0.3.0"
@@ -52,6 +53,18 @@ def tool_path():
 _FLAGS = ("HIERTAG", "HIERTAG_TORCH_MODULES", "HIERTAG_REPORT")
 
 
+def _why_not_installed():
+    """None when the plugin's hooks are installed in this process (it marks
+    torch._C when it installs them), else why no export would be tagged."""
+    torch = sys.modules.get("torch")  # no torch imported: no plugin either
+    if torch is not None and getattr(torch._C, "_hiertag_plugin_installed", False):
+        return None
+    failure = getattr(torch._C, "_hiertag_plugin_install_failure", None) if torch is not None else None
+    if failure:
+        return f"the plugin is not installed ({failure})"
+    return "the plugin is not loaded: call torch.ops.load_library(hiertag.library_path()) first"
+
+
 @contextlib.contextmanager
 def tagging(torch_modules=None, report=None):
     """Tags the exports inside the block: sets HIERTAG=1 (and, when given,
@@ -62,7 +75,12 @@ def tagging(torch_modules=None, report=None):
     module does), or class names ("LayerNorm", or an iterable of them); None
     leaves HIERTAG_TORCH_MODULES as the environment has it. report: True or
     False for HIERTAG_REPORT; None leaves it. The plugin must be loaded
-    (torch.ops.load_library(hiertag.library_path()))."""
+    (torch.ops.load_library(hiertag.library_path())): without it the block
+    would write untagged files, so RuntimeError is raised on entering it,
+    the environment untouched."""
+    why = _why_not_installed()
+    if why is not None:
+        raise RuntimeError(f"hiertag.tagging(): {why}; no export would be tagged")
     saved = {name: os.environ.get(name) for name in _FLAGS}
     settings = {"HIERTAG": "1"}
     if torch_modules is not None:

@@ -61,6 +61,12 @@ try:
 except RuntimeError as error:
     print("tagged export refused:", error)
 assert not os.path.exists({out!r}), "a file was written"
+import hiertag
+try:
+    with hiertag.tagging():
+        pass
+except RuntimeError as error:
+    print("tagging refused:", error)
 os.environ["HIERTAG"] = "0"
 torch.onnx.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),), {out!r}, dynamo=False)
 assert os.path.exists({out!r}), "a plain export must still run"
@@ -76,6 +82,8 @@ def test_torch_lacking_a_hooked_function_fails_at_load_and_refuses_tagged_export
     assert f"hiertag: plugin not installed: {reason}\n" in done.stderr
     assert f"load failed: hiertag: plugin not installed: {reason}" in done.stdout
     assert f"tagged export refused: hiertag: not installed ({reason}); HIERTAG=1 cannot tag this export" in done.stdout
+    assert f"tagging refused: hiertag.tagging(): the plugin is not installed ({reason}); no export would be tagged\n" \
+        in done.stdout
 
 
 def test_plugin_without_its_python_side_fails_at_load(tmp_path):

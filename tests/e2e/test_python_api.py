@@ -2,6 +2,8 @@
 
 import io
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -60,3 +62,25 @@ def test_tagging_restores_the_environment_after_an_error(monkeypatch):
         with hiertag.tagging(torch_modules=True):
             raise RuntimeError("export failed")
     assert "HIERTAG" not in os.environ
+
+
+WITHOUT_PLUGIN = """
+import os, torch, hiertag
+try:
+    with hiertag.tagging():
+        torch.onnx.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),), {out!r}, dynamo=False)
+except RuntimeError as error:
+    print(error)
+assert not os.path.exists({out!r}), "an untagged file was written"
+assert "HIERTAG" not in os.environ
+"""
+
+
+def test_tagging_without_the_plugin_loaded_refuses_in_one_line(tmp_path):
+    # A process that never loaded the plugin (this one did: tests/conftest.py).
+    script = WITHOUT_PLUGIN.format(out=str(tmp_path / "m.onnx"))
+    environment = {key: value for key, value in os.environ.items() if key != "HIERTAG"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == ("hiertag.tagging(): the plugin is not loaded: call torch.ops.load_library("
+                           "hiertag.library_path()) first; no export would be tagged\n")
