@@ -20,6 +20,7 @@ import hiertag
 from hiertag import OPSET, checks
 from hiertag.models import quiet
 from tests.e2e.exportable import zoo_model
+from tests.e2e.without_module import hiertag_without
 
 
 def export(name, path, **options):
@@ -170,3 +171,19 @@ def test_bad_input_is_one_line_and_writes_nothing(exports, tmp_path):
         assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("hiertag profile: "), done.stderr
         assert message in done.stderr, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.onnx"]
+
+
+def test_plot_without_matplotlib_prints_the_profile_and_says_so_in_one_line(exports, tmp_path):
+    plot = tmp_path / "bert.png"
+    done = hiertag_without("matplotlib", "profile", exports["bert"], "--runs", "2", "--warmup", "1", "--top", "3",
+                           "--plot", plot)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (f"hiertag profile: --plot needs matplotlib (pip install matplotlib): the profile is "
+                           f"printed, '{plot}' not written\n")
+    assert list(tmp_path.iterdir()) == []
+    # The whole profile, as without --plot: the header, one line per module, the slowest three.
+    table = checks.module_table(onnx.load(exports["bert"]))
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"{exports['bert']}: 2 runs (1 warm-up), ONNX Runtime ")
+    assert lines[1].startswith("attributed to modules: ") and lines[4].split()[0] == "BertModel"
+    assert lines[4 + len(table)] == "slowest modules (self time):" and len(lines) == 5 + len(table) + 3

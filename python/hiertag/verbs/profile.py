@@ -31,9 +31,10 @@ Inputs are built from the model's graph inputs: integers are ones (a valid
 token id and an all-ones mask), floats standard normal (seeded), booleans
 true; a dimension the model leaves symbolic is 1, and the output says which.
 --input NAME=SPEC sets one (hiertag export's SPEC: int64[1,128]:0..1000,
-float32[1,3,224,224], ones[1,128]). Exit status 0, or 2 with one line on
-stderr (missing, non-ONNX or untagged file, unknown input, a model ONNX
-Runtime refuses)."""
+float32[1,3,224,224], ones[1,128]). Exit status 0; 1 when --plot could not
+draw the chart for want of matplotlib (the profile is printed all the same,
+and one line on stderr says so); or 2 with one line on stderr (missing,
+non-ONNX or untagged file, unknown input, a model ONNX Runtime refuses)."""
 
 import argparse
 import csv
@@ -294,16 +295,28 @@ def run(options):
         verbs.fail(f"output directory '{Path(options.plot).parent}' does not exist")
     result = profile(options.model, options.input, options.runs, options.warmup, options.threads, options.level,
                      "median" if options.median else "mean")
+    plotted = True
     if options.plot:
         title = (f"{Path(options.model).name}: {result['total_ms']:.3f} ms of node time per run ({result['statistic']}) "
                  f"(ONNX Runtime {result['onnxruntime']}, level {result['level']})")
-        verbs.write_atomically(options.plot, lambda path: plot_icicle(result["modules"], title, path))
+        try:
+            verbs.write_atomically(options.plot, lambda path: plot_icicle(result["modules"], title, path))
+        except ModuleNotFoundError as error:
+            # The chart is an extra: the profile measured is printed all the same.
+            if (error.name or "").partition(".")[0] != "matplotlib":
+                raise
+            plotted = False
     if options.json:
         print(json.dumps(result))
     elif options.csv:
         sys.stdout.write(csv_report(result))
     else:
         print("\n".join(text_report(result, options.top)))
+    if not plotted:
+        sys.stdout.flush()
+        print(f"hiertag profile: --plot needs matplotlib (pip install matplotlib): the profile is printed, "
+              f"'{options.plot}' not written", file=sys.stderr)
+        return 1
     return 0
 
 
