@@ -103,8 +103,14 @@ def quiet():
 
 
 def _transformers():
-    with quiet():
-        import transformers
+    try:
+        with quiet():
+            import transformers
+    except ModuleNotFoundError as error:
+        if (error.name or "").partition(".")[0] != "transformers":
+            raise  # transformers is there; something it needs is not, and the error names it
+        fail("transformers is not installed, and this model needs it: pip install transformers "
+             "(a FILE.py:FUNCTION model does not)")
     return transformers
 
 

@@ -26,6 +26,7 @@ import hiertag
 from hiertag import checks, core
 from hiertag import models
 from tests.e2e.exportable import hf_export_error
+from tests.e2e.without_module import hiertag_without
 
 BERT = {"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
         "intermediate_size": 64, "max_position_embeddings": 32}
@@ -403,3 +404,27 @@ def test_build_narrows_the_forward_to_the_chosen_inputs():
     ids, keywords = args
     assert ids.shape == (1, 16) and int(ids.min()) >= 3 and int(ids.max()) < 100
     assert list(keywords) == ["attention_mask"] and bool((keywords["attention_mask"] == 1).all())
+
+
+PLAIN_TORCH_MODEL = '''import torch
+
+
+def linear():
+    return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), (torch.randn(1, 4),)
+'''
+
+
+@pytest.mark.parametrize("model", ["BertModel", "transformers:BertModel", "hiertag-tests/a-hub-id"])
+def test_without_transformers_one_line_says_it_is_needed_and_how_to_install_it(tmp_path, model):
+    result = hiertag_without("transformers", "export", model, "-o", "out.onnx", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == ("hiertag export: transformers is not installed, and this model needs it: "
+                             "pip install transformers (a FILE.py:FUNCTION model does not)\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_transformers_a_file_model_exports(tmp_path):
+    (tmp_path / "plain.py").write_text(PLAIN_TORCH_MODEL)
+    result = hiertag_without("transformers", "export", "plain.py:linear", "-o", "out.onnx", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("out.onnx: 2 nodes tagged, 1 modules (plain.py:linear)")
