@@ -317,17 +317,17 @@ py::object Argument(const py::args& args, const py::kwargs& kwargs, size_t posit
 
 // hiertag's refusal in an exception's chain (its causes and contexts): one
 // hiertag raised, or torch.compile refusing to trace hiertag's forward
-// wrapper (a torch.cond or torch.while_loop body, which torch traces with
-// torch.compile in every capture).
+// wrapper (a strict capture, or a torch.cond or torch.while_loop body, which
+// torch traces with torch.compile in every capture).
 std::optional<std::string> OwnRefusal(const py::handle& error) {
   py::object next = py::reinterpret_borrow<py::object>(error);
   for (int depth = 0; depth < 16 && next && !next.is_none(); ++depth) {
     std::string text = py::str(next);
     if (py::isinstance<py::value_error>(next) && text.rfind("hiertag:", 0) == 0) return text;
     if (text.find("_hiertag_forward") != std::string::npos) {
-      return "hiertag: torch traces part of this model with torch.compile (the body of a torch.cond or "
-             "torch.while_loop), which cannot run hiertag's record of the module calls in it; nothing written: "
-             "export it with dynamo=False, or without HIERTAG=1";
+      return "hiertag: torch traces this model, or part of it, with torch.compile (a strict capture, or the "
+             "body of a torch.cond or torch.while_loop), which cannot run hiertag's record of the module calls "
+             "in it; nothing written: export it with dynamo=False, or without HIERTAG=1";
     }
     py::object cause = next.attr("__cause__");
     next = cause.is_none() ? py::object(next.attr("__context__")) : cause;

@@ -3,9 +3,12 @@ flag-off exports byte for byte between processes with the same history, and
 tell the models torch itself cannot export on this release (NAME.error holds
 torch's error, in place of NAME.onnx).
 
-usage: export_plain.py OUT_DIR [--load-plugin] MODEL...
---load-plugin loads the plugin first (run it with HIERTAG off)."""
+usage: export_plain.py OUT_DIR [--load-plugin] [--dynamo] MODEL...
+--load-plugin loads the plugin first (run it with HIERTAG off); --dynamo exports with
+torch's dynamo exporter instead, each model to OUT_DIR/NAME/model.onnx (with its
+external data beside it)."""
 
+import contextlib
 import io
 import sys
 from pathlib import Path
@@ -24,17 +27,42 @@ def export_bytes(name):
     return buffer.getvalue()
 
 
+def dynamo_arguments(args):
+    """(positional, keywords) of an args tuple ending in a dict, as torch.onnx.export
+    takes them with dynamo=True (kwargs=)."""
+    if args and isinstance(args[-1], dict):
+        return tuple(args[:-1]), args[-1]
+    return tuple(args), None
+
+
+def export_dynamo(name, path):
+    model, args = zoo.ALL[name]() if name in zoo.ALL else sweep_models.MODELS[name][1]()
+    positional, keywords = dynamo_arguments(args)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.redirect_stdout(io.StringIO()):  # the exporter's progress lines
+        torch.onnx.export(model, positional, str(path), kwargs=keywords, dynamo=True)
+
+
 if __name__ == "__main__":
     out_dir = Path(sys.argv[1])
     names = sys.argv[2:]
     if names and names[0] == "--load-plugin":
         torch.ops.load_library(hiertag.library_path())
         names = names[1:]
+    dynamo = bool(names) and names[0] == "--dynamo"
+    names = names[1:] if dynamo else names
     for name in names:
         try:
-            exported = export_bytes(name)
+            if dynamo:
+                export_dynamo(name, out_dir / name / "model.onnx")
+            else:
+                exported = export_bytes(name)
         except Exception as error:  # torch cannot export it: its error, in one line
             lines = str(error).strip().splitlines()
-            (out_dir / f"{name}.error").write_text(f"{type(error).__name__}: {lines[-1] if lines else ''}")
+            # The dynamo exporter's error ends in a summary: "<class 'ValueError'>: ..."
+            summary = [line for line in lines if line.startswith("<class '")]
+            line = summary[0] if summary else f"{type(error).__name__}: {lines[-1] if lines else ''}"
+            (out_dir / f"{name}.error").write_text(line)
         else:
-            (out_dir / f"{name}.onnx").write_bytes(exported)
+            if not dynamo:
+                (out_dir / f"{name}.onnx").write_bytes(exported)

@@ -352,19 +352,6 @@ def test_bad_torch_modules_value_is_refused(files, tmp_path):
 DEFAULT_IS_DYNAMO = inspect.signature(torch.onnx.export).parameters["dynamo"].default is True
 
 
-@pytest.mark.skipif(not DEFAULT_IS_DYNAMO, reason=f"torch {torch.__version__}'s default export is the TorchScript one")
-def test_hiertag_1_refuses_the_default_dynamo_call_before_writing(tmp_path, monkeypatch):
-    """Check that with HIERTAG=1 torch's default export call (the dynamo exporter)
-    raises naming dynamo=False, and leaves no file."""
-    monkeypatch.setenv("HIERTAG", "1")
-    model, args = zoo_model("called_twice")
-    out = tmp_path / "default.onnx"
-    with pytest.raises(ValueError, match="dynamo=False") as raised:
-        torch.onnx.export(model, args, str(out))
-    assert "hiertag import-dynamo" in str(raised.value)
-    assert not out.exists()
-
-
 @pytest.mark.skipif(DEFAULT_IS_DYNAMO, reason=f"torch {torch.__version__}'s default export is the dynamo one")
 def test_hiertag_1_tags_the_default_call_where_it_is_the_torchscript_exporter(tmp_path, monkeypatch):
     """Check that where torch's default export call runs the TorchScript exporter
