@@ -26,7 +26,6 @@ import onnxruntime
 import pytest
 import torch
 
-import hiertag
 from hiertag import OPSET, checks, core, native, zoo
 from hiertag.verbs import verify
 from tests.e2e.export_plain import dynamo_arguments
