@@ -21,6 +21,16 @@ bool IsIdentifier(const std::string& name) {
   return true;
 }
 
+// A class name as torch.nn and torch.ao spell all of theirs: an identifier whose first
+// letter (after the underscores of a private one, _LSTMLayer) is a capital. A lower-case
+// word ("yes", "true", "maybe") is a switch mistyped, not a class: every class the list
+// can pick is a torch class, so such a word would never have an effect.
+bool IsClassName(const std::string& name) {
+  if (!IsIdentifier(name) || name == "True" || name == "False" || name == "None") return false;
+  size_t first = name.find_first_not_of('_');
+  return first != std::string::npos && std::isupper(static_cast<unsigned char>(name[first]));
+}
+
 }  // namespace
 
 std::optional<TorchModuleSegments> ParseTorchModuleSegments(std::string_view value, std::string* error) {
@@ -35,8 +45,10 @@ std::optional<TorchModuleSegments> ParseTorchModuleSegments(std::string_view val
   std::string item;
   while (std::getline(stream, item, ',')) {
     std::string name = Trimmed(item);
-    if (!IsIdentifier(name)) {
-      *error = "'" + text + "' is not valid: use 0, 1 or a comma list of class names (LayerNorm,Embedding)";
+    if (!IsClassName(name)) {
+      *error = "'" + text +
+               "' is not valid: use 0 (none), 1 (all) or a comma list of class names, each starting with a capital "
+               "letter (LayerNorm,Embedding)";
       return std::nullopt;
     }
     segments.classes.insert(name);

@@ -338,6 +338,28 @@ def test_torch_modules_is_read_as_the_environment_variable_is(workdir, tmp_path,
         assert any(tag.endswith("/Linear") for tag in tags) == ("Linear" in value.split(","))
 
 
+@pytest.mark.parametrize("value, given_as", [("yes", "--torch-modules"), ("maybe", "HIERTAG_TORCH_MODULES"),
+                                             ("LayerNorm,true", "--torch-modules")])
+def test_a_switch_word_for_torch_modules_is_refused_naming_the_accepted_values(workdir, tmp_path, monkeypatch,
+                                                                                 value, given_as):
+    """Check that a word meant as a switch is refused, not taken for a class name that has
+    no effect: by `hiertag export` (exit 2, one line, nothing written) and by the plugin."""
+    reason = (f"='{value}' is not valid: use 0 (none), 1 (all) or a comma list of class names, each starting with "
+              "a capital letter (LayerNorm,Embedding)")
+    out = tmp_path / "out.onnx"
+    if given_as == "--torch-modules":
+        result = run_export(workdir, "models.py:small", "-o", out, "--torch-modules", value)
+    else:
+        result = run_export(workdir, "models.py:small", "-o", out, env={**os.environ, given_as: value})
+    assert result.returncode == 2 and result.stdout == "" and list(tmp_path.iterdir()) == []
+    assert result.stderr == f"hiertag export: {given_as}{reason}\n"
+    model, args = models.build(f"{workdir / 'models.py'}:small")
+    monkeypatch.setenv("HIERTAG_TORCH_MODULES", value)
+    with pytest.raises(ValueError) as refused, hiertag.tagging():
+        torch.onnx.export(model, args, str(out), dynamo=False)
+    assert str(refused.value) == f"hiertag: HIERTAG_TORCH_MODULES{reason}" and not out.exists()
+
+
 def test_help_lists_the_tasks(workdir):
     result = run_export(workdir, "--help")
     assert result.returncode == 0 and result.stderr == ""

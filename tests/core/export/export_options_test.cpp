@@ -74,8 +74,29 @@ TEST(ExportOptionsTest, MalformedTorchModuleListIsAnError) {
   std::string error;
   EXPECT_FALSE(Read({{"HIERTAG", "1"}, {"HIERTAG_TORCH_MODULES", "LayerNorm,,x-y"}}, &error));
   EXPECT_EQ(error,
-            "hiertag: HIERTAG_TORCH_MODULES='LayerNorm,,x-y' is not valid: use 0, 1 or a comma list of "
-            "class names (LayerNorm,Embedding)");
+            "hiertag: HIERTAG_TORCH_MODULES='LayerNorm,,x-y' is not valid: use 0 (none), 1 (all) or a comma list of "
+            "class names, each starting with a capital letter (LayerNorm,Embedding)");
+}
+
+TEST(ExportOptionsTest, SwitchWordsAreAnErrorNotClassNames) {
+  // Check that a word meant as a switch, or any name no class of torch's could have, is an
+  // error naming the accepted values, alone or in a list.
+  for (const char* value : {"yes", "maybe", "true", "on", "all", "True", "None", "layerNorm", "LayerNorm,yes", "_x"}) {
+    std::string error;
+    EXPECT_FALSE(Read({{"HIERTAG", "1"}, {"HIERTAG_TORCH_MODULES", value}}, &error)) << value;
+    EXPECT_EQ(error, "hiertag: HIERTAG_TORCH_MODULES='" + std::string(value) +
+                         "' is not valid: use 0 (none), 1 (all) or a comma list of class names, each starting "
+                         "with a capital letter (LayerNorm,Embedding)");
+  }
+}
+
+TEST(ExportOptionsTest, CapitalizedNamesArePickedAsClasses) {
+  // Check that names spelt as torch's classes are, private ones too, are read as a list.
+  std::string error;
+  std::optional<ExportOptions> options =
+      Read({{"HIERTAG", "1"}, {"HIERTAG_TORCH_MODULES", "GELU,_LSTMLayer,Yes"}}, &error);
+  ASSERT_TRUE(options) << error;
+  EXPECT_EQ(options->torch_modules.classes, (std::set<std::string, std::less<>>{"GELU", "Yes", "_LSTMLayer"}));
 }
 
 TEST(ExportOptionsTest, ReportIsAskedForWithOne) {

@@ -4,7 +4,8 @@
 //                          anything else is an error.
 //   HIERTAG_TORCH_MODULES  "0" (default): torch.nn / torch.ao modules get no tag
 //                          segment; "1": every module does; a comma list of class
-//                          names ("LayerNorm,Embedding"): only those torch classes.
+//                          names ("LayerNorm,Embedding"): only those torch classes;
+//                          anything else ("yes", "maybe") is an error.
 //   HIERTAG_REPORT         "1": one stderr line per tagged export (export_report.h).
 //   HIERTAG_INJECT_FAILURE for tests: the name of a step of the export session
 //                          (kInjectableSteps) at which hiertag raises an error,
@@ -44,9 +45,11 @@ struct ExportOptions {
 };
 
 // HIERTAG_TORCH_MODULES' value read: "", "0" (no torch class), "1" (all) or a
-// comma list of class names; std::nullopt with the reason ("'TEXT' is not
-// valid: use ...") when it is none of those. `hiertag import-dynamo
-// --torch-modules` reads its option with it too.
+// comma list of class names, each starting with a capital letter after any
+// underscores, as every torch.nn / torch.ao class's does (so "yes", "true" or
+// "maybe" is refused, not taken for a class without effect); std::nullopt with
+// the reason ("'TEXT' is not valid: use ...") when it is none of those.
+// `hiertag import-dynamo --torch-modules` reads its option with it too.
 std::optional<TorchModuleSegments> ParseTorchModuleSegments(std::string_view value, std::string* error);
 
 // Looks a variable up: its value, or nullptr when unset (std::getenv's contract).
