@@ -49,6 +49,29 @@ def dynamo_incapable():
     return None
 
 
+def test_hiertag_1_tags_the_dynamo_exporter_or_refuses_naming_the_release(tmp_path):
+    """Check that on every torch, HIERTAG=1 with dynamo=True either writes a tagged
+    file or, on a release that lacks what exact tags need (torch 2.4's older
+    dynamo_export, a torch before torch.fx.traceback.annotate), refuses in one
+    line naming the release and dynamo=False, writing nothing."""
+    model, args = zoo.ALL["called_twice"]()
+    out = tmp_path / "model.onnx"
+    os.environ["HIERTAG"] = "1"
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            torch.onnx.export(model, args, str(out), dynamo=True)
+    except ValueError as error:
+        message = str(error)
+        assert message.startswith("hiertag: ") and "\n" not in message, message
+        assert torch.__version__ in message and "dynamo=False" in message and "nothing written" in message
+        assert not out.exists()
+        return
+    finally:
+        os.environ.pop("HIERTAG", None)
+    written = onnx.load(out, load_external_data=False)
+    assert all(core.TAG_KEY in checks.node_props(node) for node in checks.walk_nodes(written.graph))
+
+
 @pytest.fixture(scope="module")
 def capable():
     why = dynamo_incapable()
@@ -360,3 +383,39 @@ def test_report_line(capable, tmp_path, capfd, monkeypatch):
     export(*zoo.ALL["bert"](), tmp_path / "model.onnx", "1")
     lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("hiertag: ")]
     assert len(lines) == 1 and "nodes: recorded" in lines[0] and "hiertag work" in lines[0]
+
+
+def run_verb(*arguments, statuses=(0,)):
+    done = subprocess.run([sys.executable, "-m", "hiertag", *map(str, arguments)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert done.returncode in statuses, f"hiertag {arguments[0]}: {done.stdout[-500:]}{done.stderr[-500:]}"
+    return done.stdout
+
+
+def test_every_verb_reads_a_dynamo_file(capable, tmp_path):
+    """Check that the verbs acting on tags take a tagged dynamo file (its weights in
+    external data beside it): tree, extract, select, report, graphml, explorer,
+    profile, carry and compare."""
+    source = tmp_path / "bert" / "model.onnx"
+    export(*zoo.ALL["bert"](), source, "1")
+    table = checks.module_table(onnx.load(source, load_external_data=False))
+    layer = next(tag for tag in table if tag.endswith("BertLayer.0"))
+    assert layer in run_verb("tree", source, "--csv")
+    extracted = tmp_path / "layer.onnx"
+    run_verb("extract", source, "--module", layer, "-o", extracted)
+    onnx.checker.check_model(str(extracted), full_check=True)
+    names = json.loads(run_verb("select", source, "--module", "*/BertSelfOutput", "--json"))["nodes"]
+    assert names and set(names) <= {node.name for node in onnx.load(source, load_external_data=False).graph.node}
+    run_verb("report", source, "-o", tmp_path / "report.md")
+    assert layer in (tmp_path / "report.md").read_text()
+    run_verb("graphml", source, "-o", tmp_path / "model.graphml")
+    run_verb("explorer", source, "-o", tmp_path / "explorer.onnx")
+    assert json.loads(run_verb("profile", source, "--runs", "2", "--json"))["modules"]
+    quantized = source.parent / "quantized.onnx"  # beside the source: its external data is found there
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    quantize_dynamic(str(source), str(quantized), weight_type=QuantType.QInt8)
+    carried = tmp_path / "carried.onnx"
+    summary = json.loads(run_verb("carry", source, quantized, "-o", carried, "--json"))
+    assert summary["nodes"] > 0
+    # compare's status 1: some module drifts (int8 does), which the line names
+    assert "first module above" in run_verb("compare", source, carried, "--values", "--top", "2", statuses=(0, 1))
