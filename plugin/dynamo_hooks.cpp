@@ -48,6 +48,12 @@ bool& DynamoHooksInstalled() {
   return installed;
 }
 
+// Whether torch's _core.export converts and optimizes the model itself (it takes `optimize`).
+bool& ExportOptimizes() {
+  static bool optimizes = false;
+  return optimizes;
+}
+
 // The export under way (capture to tagging), and the records whose passes are observed now.
 std::shared_ptr<DynamoExportState>& Capturing() {
   static auto* state = new std::shared_ptr<DynamoExportState>();
@@ -343,7 +349,11 @@ void EndCapture() {
 
 }  // namespace
 
-void NoteDynamoHooksInstalled() { DynamoHooksInstalled() = true; }
+void NoteDynamoHooksInstalled(const py::handle& core_export) {
+  DynamoHooksInstalled() = true;
+  py::object parameters = py::module_::import("inspect").attr("signature")(core_export).attr("parameters");
+  ExportOptimizes() = parameters.contains("optimize");
+}
 
 std::optional<std::string> DynamoIncapable() {
   std::string torch = "torch " + TorchVersion();
@@ -353,6 +363,13 @@ std::optional<std::string> DynamoIncapable() {
   py::module_ traceback = py::module_::import("torch.fx.traceback");
   if (!py::hasattr(traceback, "annotate") || !py::hasattr(traceback, "preserve_node_meta")) {
     return torch + " has no torch.fx.traceback.annotate, which hiertag records module calls on FX nodes with";
+  }
+  // From torch 2.11 the exporter converts and optimizes the ONNX model inside
+  // _core.export (observed there); before, its caller did after it returned.
+  if (!ExportOptimizes()) {
+    return torch +
+           "'s dynamo exporter optimizes the ONNX model after torch.onnx._internal.exporter._core.export "
+           "returns, where hiertag does not observe it";
   }
   py::object fields = py::module_::import("torch.fx.proxy").attr("_COPY_META_FIELDS");
   if (!fields.contains("custom")) {

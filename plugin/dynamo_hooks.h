@@ -43,9 +43,10 @@ namespace python __attribute__((visibility("hidden"))) {
   py::object OptimizeOnnxProgram(const py::object& original, py::args args, py::kwargs kwargs);
   py::object DynamoExportCompat(const py::object& original, py::args args, py::kwargs kwargs);
 
-  // Notes that the hooks of _core.export, the preparation, the translation and
-  // the passes are installed (they all are, or none is).
-  void NoteDynamoHooksInstalled();
+  // Notes that the hooks of _core.export (`core_export`: torch's own), the
+  // preparation, the translation and the passes are installed (they all are,
+  // or none is).
+  void NoteDynamoHooksInstalled(const py::handle& core_export);
 
   // Why HIERTAG=1 cannot tag this torch's dynamo exporter, or nullopt when it can.
   std::optional<std::string> DynamoIncapable();

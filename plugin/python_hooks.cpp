@@ -504,7 +504,7 @@ void Install() {
     kept_owners.push_back(owners[i]);
   }
   owners = std::move(kept_owners);
-  if (dynamo_complete) python::NoteDynamoHooksInstalled();
+  if (dynamo_complete) python::NoteDynamoHooksInstalled(FindOwner(Owner::kDynamoCore).attr("export"));
   python::WrappedForwards::Install();
   for (size_t i = 0; i < sites.size(); ++i) {
     const HookSite& site = sites[i];

@@ -1,5 +1,11 @@
 """hiertag import-dynamo: turn a dynamo export's module metadata into hiertag's tags and table.
 
+A translation of what torch recorded, for files exported without hiertag: it is not
+hiertag's record of the calls, and not exact (torch's metadata cannot tell back-to-back
+calls apart, names no module entered through .forward(), and the ONNX optimizer fuses
+and merges across modules without a record). For exact tags, export with the plugin
+loaded and HIERTAG=1: it tags the dynamo exporter itself (README "The dynamo exporter").
+
 usage: hiertag import-dynamo IN.onnx -o OUT.onnx [--torch-modules 0|1|A,B] [--json]
 
 torch's default exporter (`torch.onnx.export(..., dynamo=True)`, torch >= 2.5) writes on
@@ -385,7 +391,7 @@ def describe(summary):
             + (f", by hiertag's rules: {by_rule}" if by_rule else ""))
     if summary["function_nodes_untagged"]:
         line += f"; {summary['function_nodes_untagged']} nodes inside local functions left untagged"
-    return line
+    return line + "\n(a translation of torch's metadata, not exact: for exact tags export with HIERTAG=1)"
 
 
 def run(options):
