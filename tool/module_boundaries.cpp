@@ -212,7 +212,16 @@ ModuleBoundary MainGraphIndex::BoundaryOfNodes(const ModuleCall& target, const s
     boundary.nodes.insert(index);
     if (!weight_nodes_.count(index)) boundary.members.insert(index);  // weights: copied in where needed
   }
-  if (boundary.members.empty()) boundary.members.insert(weights_under.begin(), weights_under.end());
+  bool constant_module = boundary.members.empty();
+  if (constant_module) {
+    // A constant module: its weight nodes are its results, those of the call asked
+    // (each call of a rotary table computes its own copy from the same buffers).
+    for (int index : weights_under) {
+      if (calls_.Place(refs_.at(index).front(), target) != CallsInFile::Placement::kOutside) {
+        boundary.members.insert(index);
+      }
+    }
+  }
   std::set<std::string> made;
   for (int index : boundary.members) {
     for (const std::string& output : file_.model.nodes[index].outputs) made.insert(output);
@@ -226,11 +235,20 @@ ModuleBoundary MainGraphIndex::BoundaryOfNodes(const ModuleCall& target, const s
       boundary.inputs.push_back(input);
     }
   }
+  // A weight node of another call of a constant module reading a member's value reads
+  // the module's buffer, which the tracer records once, as a Constant of the first
+  // call: weight data copied in where needed, not a result that call hands out.
+  auto another_calls_weight = [&](int user) {
+    return constant_module && target.call && weight_nodes_.count(user) &&
+           calls_.Place(refs_.at(user).front(), ModuleCall{target.tag, std::nullopt}) !=
+               CallsInFile::Placement::kOutside;
+  };
   for (int index : boundary.members) {
     for (const std::string& output : file_.model.nodes[index].outputs) {
       const std::vector<int>& users = Consumers(output);
-      bool used_outside = std::any_of(users.begin(), users.end(),
-                                      [&](int user) { return Leaves(index, user, boundary.members, target); });
+      bool used_outside = std::any_of(users.begin(), users.end(), [&](int user) {
+        return Leaves(index, user, boundary.members, target) && !another_calls_weight(user);
+      });
       // A model output is read by the root's call 0.
       bool model_output = model_outputs_.count(output) && !IsOtherSharersRead(index, root_, target);
       if (used_outside || model_output) boundary.outputs.push_back(output);

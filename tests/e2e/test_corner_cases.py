@@ -142,6 +142,34 @@ def test_module_folded_away_is_listed_with_what_it_became():
     assert entry["folded_into"] and set(entry["folded_into"]) <= produced
 
 
+def test_a_table_computed_from_a_buffer_and_called_twice_extracts_each_call_alone(tmp_path):
+    # Check that each call of a module computing from its buffer and constants alone
+    # (ModernBERT's rotary embedding, called per layer) is cut as its own table: no input,
+    # one output, the one its layer reads, equal to the table eager PyTorch returned.
+    import onnxruntime
+    model = tagged("rotary_table_twice")
+    source = tmp_path / "model.onnx"
+    onnx.save(model, source)
+    torch_model, (x,) = zoo_model("rotary_table_twice")
+    table = torch_model.table(x).detach().numpy()
+    tag = "/RotaryTableTwice/CosTable"
+    boundaries = checks.module_boundaries(model)
+    results = []
+    for call in (0, 1):
+        out = tmp_path / f"table{call}.onnx"
+        result = run_tool("extract", source, "--module", tag, "--call", str(call), "-o", out)
+        assert result.returncode == 0, result.stderr
+        extracted = onnx.load(out)
+        assert list(extracted.graph.input) == []
+        assert [o.name for o in extracted.graph.output] == boundaries[(tag, call)][1]
+        (value,) = onnxruntime.InferenceSession(str(out)).run(None, {})
+        assert checks.disagreement(value, table) <= checks.FLOAT32_TOLERANCE
+        results += boundaries[(tag, call)][1]
+    assert len(set(results)) == 2  # one result each, not both calls' in each
+    checked, _ = boundaries_checked(model, zoo.ALL["rotary_table_twice"])
+    assert {f"{tag}#0", f"{tag}#1"} <= set(checked)
+
+
 def test_scripted_function_loop_belongs_to_the_layer_that_called_it():
     model = tagged("scripted_loop")
     assert tags_of(model, "Loop") == ["/ScriptedLoop/LoopLayer.0", "/ScriptedLoop/LoopLayer.1"]

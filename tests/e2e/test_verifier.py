@@ -55,6 +55,7 @@ NO_NODES = {"folded_module": ["/FoldedModule/SinusoidalPositions"]}
 # Modules called more than once, checked call by call.
 CALLS = {
     "called_twice": ["/CalledTwice/Expert#0", "/CalledTwice/Expert#1"],
+    "rotary_table_twice": ["/RotaryTableTwice/CosTable#0", "/RotaryTableTwice/CosTable#1"],
     "calls_sharing_work": ["/CallsSharingWork/MaskedLayer#0", "/CallsSharingWork/MaskedLayer#1"],
     "rewrites_across_calls": ["/RewritesAcrossCalls/BatchNormConv#0", "/RewritesAcrossCalls/BatchNormConv#1",
                               "/RewritesAcrossCalls/NHWCScale#0", "/RewritesAcrossCalls/NHWCScale#1"],

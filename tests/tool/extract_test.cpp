@@ -665,6 +665,58 @@ TEST_F(ExtractTest, ConstantModulesValueIsCopiedIntoItsReader) {
   EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), std::vector<std::string>{"x"});
 }
 
+// A position table computed from an initializer once per call of /Net/Table (a rotary
+// embedding called by each layer), each call's table read by its own layer; the module's
+// buffer is a Constant of the first call (the tracer records it once), read by both:
+//   freq    Constant -> f        /Net/Table    call 0      w: FLOAT [2,3]
+//   table0  Mul(w, f) -> t0      /Net/Table    call 0
+//   add0    Add(x, t0) -> a      /Net/Layer.0
+//   table1  Mul(w, f) -> t1      /Net/Table    call 1
+//   add1    Add(a, t1) -> y      /Net/Layer.1              y: model output
+ModelSpec ConstantModuleCalledTwiceModel() {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  for (const char* value : {"x", "f", "t0", "a", "t1", "y"}) model.graph.Type(value, {2, 3});
+  model.graph.Initializer("w", {2, 3});
+  model.graph.Add(Node("freq", "Constant").Out({"f"}).TensorAttribute("value", {"", {2, 3}}).Tag("/Net/Table"))
+      .Add(Node("table0", "Mul").In({"w", "f"}).Out({"t0"}).Tag("/Net/Table"))
+      .Add(Node("add0", "Add").In({"x", "t0"}).Out({"a"}).Tag("/Net/Layer.0"))
+      .Add(Node("table1", "Mul").In({"w", "f"}).Out({"t1"}).Tag("/Net/Table").Call(1))
+      .Add(Node("add1", "Add").In({"a", "t1"}).Out({"y"}).Tag(kLayer1));
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Table", "table", "test.Table")
+      .Module("/Net/Layer.0", "layers.0", "test.Block")
+      .Module(kLayer1, "layers.1", "test.Block");
+  model.FindModule("/Net/Table").Calls({0, 1});
+  return model;
+}
+
+// Check that each call of a constant module extracts its own table alone: no input, its
+// own nodes (the buffer's Constant copied into call 1), its own result only.
+TEST_F(ExtractTest, EachCallOfConstantModuleIsWrittenAlone) {
+  std::string path = WriteModel(ConstantModuleCalledTwiceModel());
+  const std::vector<std::vector<std::string>> nodes = {{"freq", "table0"}, {"freq", "table1"}};
+  for (int64_t call : {0, 1}) {
+    RunResult result = Extract(path, "/Net/Table", OutPath(), /*json=*/false, call);
+    ASSERT_EQ(result.code, 0) << result.err;
+    std::string error;
+    std::optional<OnnxModel> written = OnnxModel::Load(OutPath(), &error);
+    ASSERT_TRUE(written) << error;
+    EXPECT_EQ(NodeNames(*written), nodes[call]) << call;
+    EXPECT_TRUE(written->graphs.at(0).inputs.empty()) << call;
+    EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"t" + std::to_string(call)}) << call;
+  }
+}
+
+// Check that the constant module asked as a whole (every call) holds both tables.
+TEST_F(ExtractTest, ConstantModuleOfTwoCallsAsAWholeHoldsBothTables) {
+  std::optional<OnnxModel> written = ExtractOk(ConstantModuleCalledTwiceModel(), "/Net/Table");
+  ASSERT_TRUE(written);
+  EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"freq", "table0", "table1"}));
+  EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), (std::vector<std::string>{"t0", "t1"}));
+}
+
 // Check that a module none of whose values is read outside or is a model output is refused.
 TEST_F(ExtractTest, ModuleWithoutOutputsIsRefused) {
   ModelSpec model = TwoNodeModel("/Net");

@@ -7,7 +7,9 @@
 //            (CallsInFile::Place not kOutside), weight nodes aside; a module
 //            none of whose nodes is more than a weight node (a position table
 //            computed from buffers) is a constant module: its members are its
-//            weight nodes, and its boundary has outputs and no inputs.
+//            weight nodes whose own reference lies within the call (each call of
+//            a table computed twice, a rotary embedding's per layer, has its
+//            own), and its boundary has outputs and no inputs.
 //   inputs   the values the members read (their If/Loop bodies' outer reads
 //            included) that no member makes and that are no weights
 //            (initializers, and outputs of weight nodes), in node order.
@@ -78,7 +80,7 @@ class MainGraphIndex {
 
   // The boundary of `target`, its candidate nodes given (`nodes`: those with a
   // reference within it; `weights_under`: weight nodes whose own tag lies within
-  // its module).
+  // its module, any call: the target's own are picked from them).
   ModuleBoundary BoundaryOfNodes(const ModuleCall& target, const std::vector<int>& nodes,
                                  const std::vector<int>& weights_under) const;
 

@@ -391,6 +391,36 @@ class FoldedModule(nn.Module):
         return self.proj(x + self.positions(self.length))
 
 
+class CosTable(nn.Module):
+    """A rotary embedding's cos table, as ModernBERT's: computed from its buffer and
+    the sequence length alone (a constant of the trace), no value of the input."""
+
+    def __init__(self, width):
+        super().__init__()
+        frequencies = 1.0 / 10000 ** (torch.arange(0, width, 2, dtype=torch.float32) / width)
+        self.register_buffer("inverse_frequency", frequencies, persistent=False)
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[-2], dtype=torch.float32)
+        angles = torch.outer(positions, self.inverse_frequency)
+        return torch.cat((angles, angles), dim=-1).cos()
+
+
+class RotaryTableTwice(nn.Module):
+    """CosTable called once per layer: two calls each computing the same table
+    from constants, each call's result read by its own layer."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.table = CosTable(width)
+        self.first = Expert(width)
+        self.second = Expert(width)
+
+    def forward(self, x):
+        x = self.first(x) * self.table(x)
+        return self.second(x) * self.table(x)
+
+
 class Stack(nn.Module):
     """A container with a forward of its own that its owner never calls."""
 
@@ -1034,6 +1064,7 @@ MODELS = {
     "cross_module_rewrites": _cross_module_rewrites,
     "tracer_alias": lambda: (TracerAlias(), (torch.randn(1, 4, 8),)),
     "folded_module": lambda: (FoldedModule(), (torch.randn(1, 6, 8),)),
+    "rotary_table_twice": lambda: (RotaryTableTwice(), (torch.randn(1, 6, 8),)),
     "reached_past": lambda: (ReachedPast(), _width_input()),
     "alias_chains": lambda: (AliasChains(), _width_input()),
     "calls_sharing_work": lambda: (CallsSharingWork(), (torch.randn(2, 8), torch.ones(2, 8))),
