@@ -154,10 +154,14 @@ void ObserveModel(DynamoExportState& state, const py::handle& model, const std::
                                " rebuilt the ONNX graph after passes hiertag recorded rewrites of; nothing written: "
                                "export with dynamo=False");
     }
-    state.session->Translated(state.reader.Read(model, nullptr, made_owner));
+    DynamoGraph read = state.reader.Read(model, nullptr, made_owner);
+    state.session->AddReadTime(Clock::now() - start);
+    state.session->Translated(std::move(read));
     state.graph = graph;
   } else {
-    state.session->Observe(pass, state.reader.Read(model, &state.session->graph().graph, made_owner));
+    DynamoGraph read = state.reader.Read(model, &state.session->graph().graph, made_owner);
+    state.session->AddReadTime(Clock::now() - start);
+    state.session->Observe(pass, std::move(read));
   }
   state.session->AddOwnWork(DynamoSession::Work::kPasses, Clock::now() - start);
 }
@@ -526,7 +530,10 @@ py::object RunOnnxPass(const py::object& original, py::args args, py::kwargs kwa
   }
   std::string name = std::move(running.back());
   running.pop_back();
-  ObserveModel(*state, result.attr("model"), name);
+  // A pass that says it changed nothing is not read after: should it have
+  // changed something, the next read (at the latest the export's end) still
+  // sees it, only counted to the pass read next.
+  if (py::bool_(result.attr("modified"))) ObserveModel(*state, result.attr("model"), name);
   return result;
 }
 

@@ -49,6 +49,12 @@ void DynamoSession::Observe(const std::string& pass, DynamoGraph after) {
   Expect({DynamoStage::kObserving, DynamoStage::kTagged}, "an ONNX pass");
   stage_ = DynamoStage::kObserving;
   ++observed_passes_;
+  auto start = std::chrono::steady_clock::now();
+  struct Timed {
+    std::chrono::steady_clock::time_point start;
+    std::chrono::steady_clock::duration& total;
+    ~Timed() { total += std::chrono::steady_clock::now() - start; }
+  } timed{start, classify_time_};
   if (!Unchanged(graph_.graph, after.graph)) {
     ++changed_passes_;
     size_t calls = calls_.size();
@@ -128,6 +134,8 @@ std::string DynamoSession::ReportLine(const PassGraphTagging& tagging) const {
     report.own_parts.emplace_back(kParts[work], std::chrono::duration<double, std::milli>(own_time_[work]).count());
   }
   report.own_milliseconds = std::chrono::duration<double, std::milli>(total).count();
+  report.pass_parts = {{"read", std::chrono::duration<double, std::milli>(read_time_).count()},
+                       {"classify", std::chrono::duration<double, std::milli>(classify_time_).count()}};
   return FormatExportReport(report);
 }
 

@@ -87,6 +87,9 @@ class DynamoSession {
   // Where hiertag's own work goes, as the report line breaks it down.
   enum class Work { kSetUp, kCapture, kTranslation, kPasses, kTagging, kEntries, kCount };
   void AddOwnWork(Work work, std::chrono::steady_clock::duration time) { own_time_[static_cast<int>(work)] += time; }
+  // The passes part broken down: reading onnx_ir's graph (the hooks), and
+  // comparing and classifying (Observe).
+  void AddReadTime(std::chrono::steady_clock::duration time) { read_time_ += time; }
   // The HIERTAG_REPORT line (with newline) of the session's last tagging.
   std::string ReportLine(const PassGraphTagging& tagging) const;
 
@@ -109,6 +112,8 @@ class DynamoSession {
   int fused_ = 0;
   int merged_ = 0;
   std::chrono::steady_clock::duration own_time_[static_cast<int>(Work::kCount)] = {};
+  std::chrono::steady_clock::duration read_time_{};
+  std::chrono::steady_clock::duration classify_time_{};
 };
 
 }  // namespace hiertag
