@@ -77,6 +77,7 @@ py::object CallForward(int module, const py::handle& self, const py::object& ori
                        const py::kwargs& kwargs) {
   std::shared_ptr<DynamoExportState> state = Capturing();
   if (!state || state->session->stage() != DynamoStage::kCapture) return original(*args, **kwargs);
+  state->session->MaybeFailAt("dynamo-capture");
   int call = state->session->EnterCall(module);
   py::object context = Annotate(call);
   context.attr("__enter__")();
@@ -186,6 +187,7 @@ void RemoveEntries(const py::dict& props) {
 void TagModel(DynamoExportState& state, const py::handle& model) {
   auto start = Clock::now();
   DynamoSession& session = *state.session;
+  session.MaybeFailAt("dynamo-tagging");
   CallTags call_tags(session.modules());
   PassGraphTagging tagged = session.Tag(call_tags);
   auto tagged_at = Clock::now();
@@ -468,6 +470,7 @@ py::object PrepareExportedProgram(const py::object& original, py::args args, py:
   std::shared_ptr<DynamoExportState> state = Capturing();
   if (!state) return original(*args, **kwargs);
   auto start = Clock::now();
+  state->session->MaybeFailAt("dynamo-region");
   py::object regions = RegionCalls()(Argument(args, kwargs, 0, "exported_program"), kCallAnnotation);
   state->session->AddOwnWork(DynamoSession::Work::kCapture, Clock::now() - start);
   py::object prepared;
@@ -486,6 +489,7 @@ py::object TranslateExportedProgram(const py::object& original, py::args args, p
   std::shared_ptr<DynamoExportState> state = Capturing();
   if (!state) return program;
   auto start = Clock::now();
+  state->session->MaybeFailAt("dynamo-translation");
   py::object model = program.attr("model");
   OnnxIrReader::MadeOwner owner = [&](const py::handle& node) { return TranslatedOwner(*state, node); };
   DynamoGraph graph = state->reader.Read(model, nullptr, owner);
@@ -523,6 +527,7 @@ py::object RunOnnxPass(const py::object& original, py::args args, py::kwargs kwa
   running.push_back(PassName(pass));
   py::object result;
   try {
+    state->session->MaybeFailAt("dynamo-pass");
     result = original(*args, **kwargs);
   } catch (...) {
     running.pop_back();

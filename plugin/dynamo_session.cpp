@@ -28,6 +28,12 @@ void DynamoSession::Expect(std::initializer_list<DynamoStage> allowed, const cha
                          ": this exporter runs its steps in an order hiertag does not know");
 }
 
+void DynamoSession::MaybeFailAt(std::string_view step) const {
+  if (options_.inject_failure_at == step) {
+    throw std::runtime_error("hiertag: injected failure at " + std::string(step) + " (HIERTAG_INJECT_FAILURE)");
+  }
+}
+
 int DynamoSession::EnterCall(int module) {
   Expect({DynamoStage::kCapture}, "a module call");
   calls_.push_back({module, current_call()});

@@ -68,3 +68,62 @@ def test_unknown_step_is_an_error_naming_the_steps(tmp_path):
                                          "module-map, trace"):
         export(tmp_path / "m.onnx", "1", inject="nowhere")
     assert not (tmp_path / "m.onnx").exists()
+
+
+# The dynamo exporter's steps: the capture (a module call), the regions before the
+# decompositions, the translation's read, an optimizer pass, the tagging.
+DYNAMO_STEPS = ["dynamo-capture", "dynamo-region", "dynamo-translation", "dynamo-pass", "dynamo-tagging"]
+
+
+def export_dynamo(path, flag, inject=None):
+    """Exports the bundled LLaMA (a region torch wraps after the trace, and
+    optimizer passes that change the graph) with torch's dynamo exporter."""
+    import contextlib
+    import io
+
+    from tests.e2e.export_plain import dynamo_arguments
+    model, args = zoo_model("llama")
+    positional, keywords = dynamo_arguments(args)
+    os.environ["HIERTAG"] = flag
+    if inject:
+        os.environ["HIERTAG_INJECT_FAILURE"] = inject
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            torch.onnx.export(model, positional, str(path), kwargs=keywords, dynamo=True)
+    finally:
+        os.environ.pop("HIERTAG", None)
+        os.environ.pop("HIERTAG_INJECT_FAILURE", None)
+    return model
+
+
+def file_bytes(path):
+    return path.read_bytes(), path.with_name(path.name + ".data").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def dynamo_references(tmp_path_factory):
+    from tests.e2e.test_dynamo import dynamo_incapable
+    why = dynamo_incapable()
+    if why is not None:
+        pytest.skip(why)
+    directory = tmp_path_factory.mktemp("dynamo")
+    export_dynamo(directory / "tagged" / "model.onnx", "1")
+    export_dynamo(directory / "plain" / "model.onnx", "0")
+    return file_bytes(directory / "tagged" / "model.onnx"), file_bytes(directory / "plain" / "model.onnx")
+
+
+@pytest.mark.parametrize("step", DYNAMO_STEPS)
+def test_failure_at_a_dynamo_step_writes_nothing_and_leaves_the_exporter_as_it_was(step, dynamo_references,
+                                                                                   tmp_path):
+    tagged, plain = dynamo_references
+    failed = tmp_path / "failed" / "model.onnx"
+    with pytest.raises(Exception, match=f"hiertag: injected failure at {step}"):
+        export_dynamo(failed, "1", inject=step)
+    assert not failed.exists() and not failed.with_name("model.onnx.data").exists()
+    model = export_dynamo(tmp_path / "tagged" / "model.onnx", "1")
+    # (the zoo's LLaMA has a narrowed forward of its own: no wrapper of hiertag's is left)
+    assert not any(type(vars(module).get("forward")).__name__ == "HiertagForward" for module in model.modules())
+    export_dynamo(tmp_path / "plain" / "model.onnx", "0")
+    assert file_bytes(tmp_path / "tagged" / "model.onnx") == tagged
+    assert file_bytes(tmp_path / "plain" / "model.onnx") == plain

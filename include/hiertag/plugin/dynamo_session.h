@@ -84,6 +84,9 @@ class DynamoSession {
   // kObserving/kTagged -> kTagged. Tags the graph last noted.
   PassGraphTagging Tag(CallTags& call_tags);
 
+  // Raises the injected failure (HIERTAG_INJECT_FAILURE, tests only) when `step` is it.
+  void MaybeFailAt(std::string_view step) const;
+
   // Where hiertag's own work goes, as the report line breaks it down.
   enum class Work { kSetUp, kCapture, kTranslation, kPasses, kTagging, kEntries, kCount };
   void AddOwnWork(Work work, std::chrono::steady_clock::duration time) { own_time_[static_cast<int>(work)] += time; }

@@ -34,8 +34,11 @@ struct TorchModuleSegments {
 };
 
 // The steps of an export session a test can make fail (HIERTAG_INJECT_FAILURE).
-inline constexpr std::string_view kInjectableSteps[] = {
-    "module-map", "trace", "function-substitution", "graph-pass", "cse", "unused-items", "tagging", "plan", "write"};
+inline constexpr std::string_view kInjectableSteps[] = {"module-map",     "trace",         "function-substitution",
+                                                        "graph-pass",     "cse",           "unused-items",
+                                                        "tagging",        "plan",          "write",
+                                                        "dynamo-capture", "dynamo-region", "dynamo-translation",
+                                                        "dynamo-pass",    "dynamo-tagging"};
 
 struct ExportOptions {
   bool tag = false;
