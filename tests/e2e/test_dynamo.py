@@ -419,3 +419,18 @@ def test_every_verb_reads_a_dynamo_file(capable, tmp_path):
     assert summary["nodes"] > 0
     # compare's status 1: some module drifts (int8 does), which the line names
     assert "first module above" in run_verb("compare", source, carried, "--values", "--top", "2", statuses=(0, 1))
+
+
+def test_hiertag_export_and_verify_take_dynamo(capable, tmp_path):
+    """Check that `hiertag export --dynamo` writes a tagged dynamo file (its
+    weights beside it) and `hiertag verify --dynamo` passes every call."""
+    out = tmp_path / "bert.onnx"
+    config = json.dumps({"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                         "intermediate_size": 64})
+    summary = json.loads(run_verb("export", "BertModel", "--config", config, "--dynamo", "-o", out, "--json"))
+    assert summary["nodes"] > 0 and out.exists()
+    model = onnx.load(out, load_external_data=False)
+    assert summary["opset"] == next(entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx"))
+    assert all(core.TAG_KEY in checks.node_props(node) for node in checks.walk_nodes(model.graph))
+    verified = json.loads(run_verb("verify", "zoo:called_twice", "--dynamo", "--json"))
+    assert verified["calls"] == verified["passed"] == 3
