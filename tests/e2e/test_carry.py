@@ -75,18 +75,8 @@ def carried(workdir, name, tool):
     return workdir / f"{name}.{tool}.carried.onnx"
 
 
-# Cells that fail for a reason not yet decided, each run (strict: one that passes fails the run).
-OPEN = {("data2vec_audio", "quantize"):
-        "carry refuses the pair as not made from the tagged model: since values are compared element by element "
-        "(checks.disagreement), the int8 output differs by 0.80 > carry_check.UNRELATED (0.5, set when the "
-        "comparison divided by the largest magnitude, where this output measured 0.22): one output element is 1.00 "
-        "where the tagged model has 0.21, the typical magnitude being 0.78 (issue 48)"}
-
-
 @pytest.mark.parametrize("name,tool", CELLS)
-def test_no_call_is_wrong_and_every_declared_call_is_refused_with_its_cause(cells, name, tool, request):
-    if (name, tool) in OPEN:
-        request.applymarker(pytest.mark.xfail(strict=True, raises=carry.CarryError, reason=OPEN[(name, tool)]))
+def test_no_call_is_wrong_and_every_declared_call_is_refused_with_its_cause(cells, name, tool):
     result = cells(name, tool)
     assert "tool_error" not in result, result.get("tool_error")
     assert result["tagged_after"] == result["nodes"] and result["unplaced"] == []

@@ -107,3 +107,22 @@ def test_nans_infinities_integers_and_shapes():
     assert checks.disagreement(np.arange(4), np.arange(4)) == 0.0
     assert checks.disagreement(np.arange(4), np.arange(4)[::-1]) == float("inf")
     assert checks.disagreement(np.zeros((2, 3)), np.zeros((3, 2))) == float("inf")
+
+
+def test_median_tells_a_lower_precision_copy_from_another_models_output():
+    """Check that most elements decide the median measure carry uses to refuse
+    another model's output: int8-like rounding with one element far off stays
+    below carry's bound, another model's output (same scale, other values) and
+    a sign flip of everything do not."""
+    from hiertag import carry_check
+    rng = np.random.default_rng(5)
+    expected = rng.standard_normal((4, 256)).astype(np.float32)
+    rounded = expected + rng.normal(0, 0.02, expected.shape).astype(np.float32)
+    rounded[0, 0] = expected[0, 0] + 4.0  # one element rounded far off
+    assert checks.disagreement(rounded, expected) > carry_check.UNRELATED
+    assert checks.median_disagreement(rounded, expected) < 0.1
+    other = rng.standard_normal((4, 256)).astype(np.float32)
+    assert checks.median_disagreement(other, expected) > carry_check.UNRELATED
+    assert checks.median_disagreement(-expected, expected) > carry_check.UNRELATED
+    assert checks.median_disagreement(expected.copy(), expected) == 0.0
+    assert checks.median_disagreement(expected[:, :8], expected) == float("inf")
