@@ -185,17 +185,60 @@ def eager_reference(model):
         return model
 
 
-def record_module_io(model, args):
+# The metadata torch's dynamo exporter writes on the graph of every file it makes.
+DYNAMO_GRAPH_KEY = "pkg.torch.export.ExportedProgram.graph_signature"
+
+
+def is_dynamo_export(model):
+    """Whether the ModelProto was written by torch's dynamo exporter."""
+    return any(entry.key == DYNAMO_GRAPH_KEY for entry in model.graph.metadata_props)
+
+
+def dynamo_arguments(args):
+    """torch.onnx.export's TorchScript-path `args` (a trailing dict holds keyword
+    arguments) as the dynamo path takes them: (positional tuple, kwargs dict).
+    The dynamo exporter passes only these, leaving every other parameter at its
+    default."""
+    args = args if isinstance(args, tuple) else (args,)
+    if args and isinstance(args[-1], dict):
+        return args[:-1], args[-1]
+    return args, {}
+
+
+@functools.cache
+def _keyword_call_class():
+    """The class (made once, torch imported only then) of a model called with keyword
+    tensors, for the tracer, which passes positional tensors only: the model is its
+    child, so its parameters stay parameters."""
+    import torch
+
+    class KeywordCall(torch.nn.Module):
+        def __init__(self, model, positional, traced, fixed):
+            super().__init__()
+            self.model, self.positional, self.traced, self.fixed = model, positional, traced, fixed
+
+        def forward(self, *tensors):
+            given = dict(zip(self.traced, tensors[self.positional:]))
+            return self.model(*tensors[:self.positional], **given, **self.fixed)
+
+    return KeywordCall
+
+
+def record_module_io(model, args, dynamo=False):
     """{qualified path: [(received, returned) per call, in call order]} for
     every module call, through __call__ or straight to .forward(): each
     module's forward is wrapped for the run (values cloned: modules mutate in
-    place) while the exporter's own tracer runs the model on the arguments as
-    the exporter decides them, so the values are real and models take the code
-    paths they take under export (transformers keeps an all-ones attention
-    mask when tracing and drops it in plain eager mode)."""
+    place) while the model runs as the exporter ran it, so the values are real
+    and models take the code paths they take under export: the TorchScript
+    exporter's own tracer on the arguments as it decides them (transformers
+    keeps an all-ones attention mask when tracing and drops it in plain eager
+    mode; a parameter not given, GPT-2's logits_to_keep, is passed its
+    default); `dynamo`, for a file of the dynamo exporter: on the arguments
+    given, as torch.export calls the model, still under that tracer (the code
+    paths of a traced model)."""
     import torch
     calls = {}
-    decided = torchscript_exporter()._decide_input_format(model, args)
+    decided = None if dynamo else torchscript_exporter()._decide_input_format(model, args)
     wrapped = []
     for path, module in model.named_modules():
         original = module.forward
@@ -225,9 +268,19 @@ def record_module_io(model, args):
         wrapped.append((module, module.__dict__.get("forward")))
         module.forward = forward
     try:
-        # With gradients on, as the exporter traces: modules take the same
+        # With gradients on, as the exporters trace: modules take the same
         # paths (nn.TransformerEncoderLayer's fast path runs only without them).
-        torch.jit._get_trace_graph(model, tuple(decided), strict=False)
+        if dynamo:
+            # Under the tracer too (the code paths of a traced model: transformers
+            # keeps the attention mask under torch.export as under tracing), on the
+            # arguments given.
+            positional, keywords = dynamo_arguments(args)
+            traced = [name for name, value in keywords.items() if isinstance(value, torch.Tensor)]
+            fixed = {name: value for name, value in keywords.items() if name not in traced}
+            call = _keyword_call_class()(model, len(positional), traced, fixed)
+            torch.jit._get_trace_graph(call, (*positional, *(keywords[name] for name in traced)), strict=False)
+        else:
+            torch.jit._get_trace_graph(model, tuple(decided), strict=False)
     finally:
         for module, own in wrapped:
             if own is None:
@@ -647,9 +700,10 @@ def module_boundary_results(model, torch_model, args, feeds, tolerance=FLOAT32_T
     was not checked}); keys as boundary_key gives them. `assignments`, a dict,
     receives {key: ({input: tensor it received}, {output: tensor it
     returned})} for the calls that pass. `recorded`: record_module_io's
-    result for the model, when already recorded."""
+    result for the model, when already recorded. A file of the dynamo exporter
+    is checked against the model run as torch.export ran it (record_module_io)."""
     table = module_table(model)
-    calls = recorded if recorded is not None else record_module_io(torch_model, args)
+    calls = recorded if recorded is not None else record_module_io(torch_model, args, is_dynamo_export(model))
     boundaries = module_boundaries(model)
     rewritten = rewritten_boundaries(model)
     names = sorted({n for ins, outs in boundaries.values() for n in ins + outs})

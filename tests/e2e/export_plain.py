@@ -17,6 +17,7 @@ import torch
 
 import hiertag
 from hiertag import OPSET, zoo
+from hiertag.checks import dynamo_arguments
 from hiertag.zoo import sweep_models
 
 
@@ -25,14 +26,6 @@ def export_bytes(name):
     buffer = io.BytesIO()
     torch.onnx.export(model, args, buffer, dynamo=False, opset_version=OPSET)
     return buffer.getvalue()
-
-
-def dynamo_arguments(args):
-    """(positional, keywords) of an args tuple ending in a dict, as torch.onnx.export
-    takes them with dynamo=True (kwargs=)."""
-    if args and isinstance(args[-1], dict):
-        return tuple(args[:-1]), args[-1]
-    return tuple(args), None
 
 
 def export_dynamo(name, path):

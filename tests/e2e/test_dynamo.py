@@ -28,7 +28,7 @@ import torch
 
 from hiertag import OPSET, checks, core, native, zoo
 from hiertag.verbs import verify
-from tests.e2e.export_plain import dynamo_arguments
+from hiertag.checks import dynamo_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -81,7 +81,7 @@ def export_dynamo(path, flag, inject=None):
     import contextlib
     import io
 
-    from tests.e2e.export_plain import dynamo_arguments
+    from hiertag.checks import dynamo_arguments
     model, args = zoo_model("llama")
     positional, keywords = dynamo_arguments(args)
     os.environ["HIERTAG"] = flag

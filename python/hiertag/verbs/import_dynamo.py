@@ -314,13 +314,8 @@ def _inherit_calls(visits, tags, rules, node_calls, calls):
         node_calls[i] = call
 
 
-def export_arguments(args):
-    """torch.onnx.export's TorchScript-path `args` (a trailing dict holds keyword
-    arguments) as the dynamo path takes them: (positional tuple, kwargs dict)."""
-    args = args if isinstance(args, tuple) else (args,)
-    if args and isinstance(args[-1], dict):
-        return args[:-1], args[-1]
-    return args, {}
+# torch.onnx.export's TorchScript-path args as the dynamo path takes them (one implementation).
+export_arguments = checks.dynamo_arguments
 
 
 # ---- The command ----
