@@ -25,7 +25,9 @@ scripts/setup.sh
 # `&& echo` would be exempt from it).
 scripts/lint.sh
 scripts/build.sh
-(cd build && ctest --output-on-failure) | tail -3
+# The C++ tests: their summary line; on a failure their whole output (the log stays in build/).
+(cd build && ctest --output-on-failure >ctest.log 2>&1) || { cat build/ctest.log; exit 1; }
+grep -o '[0-9]*% tests passed.*' build/ctest.log | tail -1
 # The core and the tool alone: configured with no torch and no Python in sight.
 env -i PATH=/usr/bin:/bin cmake -S . -B build/tool-only -DHIERTAG_BUILD_PLUGIN=OFF >build/tool-only.log 2>&1 ||
   { cat build/tool-only.log; exit 1; }
