@@ -1,29 +1,43 @@
-"""Which exporter's module metadata to trust: torch's dynamo exporter (its
-pkg.torch.onnx.name_scopes, turned into tags by `hiertag import-dynamo`) against
-hiertag's TorchScript-based tags, scored by the same verifier on the bundled models.
+"""hiertag on torch's dynamo exporter, measured (issue 47, "Measured"): per model,
+the tagged default export checked call by call, hiertag's own work as a share
+of the plain export, and the module table against the TorchScript path's.
 
-Per model, each in a fresh process, all three exports making the same call (the
-forward narrowed to the supplied arguments, as `hiertag export` does):
-  hiertag   the tagged TorchScript export (HIERTAG=1, dynamo=False), checked by
-            the verifier (hiertag.verbs.verify.verify_file): every call of every module
-            of its table extracted and boundary-checked against eager PyTorch;
-  dynamo    torch.onnx.export(..., dynamo=True) with HIERTAG unset, as torch's
-            default call makes it (optimize=True) and with optimize=False, each
-            converted by hiertag.verbs.import_dynamo, checked by `hiertag validate` and by the
-            same verifier against its own table; its passing calls matched to
-            hiertag's by module path and instance call;
-  tags      for every module path both tables list, whether the import's tag is
-            one the TorchScript table gives that path, and whether its calls agree.
+Per model, each in a fresh process (--one), torch's default call
+torch.onnx.export(model, args, f, kwargs=..., dynamo=True) (optimize=True):
+  exportable  torch's untagged dynamo export, in a process that never loaded the
+              plugin (--plain); a model it cannot export, or whose file ONNX
+              Runtime refuses, is listed with torch's error and not counted;
+  timing      with the plugin loaded, after a warm-up export of a small MLP
+              plain and tagged (one-time imports not counted): three plain
+              exports (HIERTAG unset) and three tagged ones (HIERTAG=1,
+              HIERTAG_REPORT=1), alternating, each the wall time of the export
+              call; hiertag's own work is the report line's `hiertag work`, its
+              share the median work over the median plain export;
+  tagged      the first tagged file: nodes, nodes tagged with a tag of its
+              table, `hiertag validate`, and every module call through the
+              verifier (hiertag.verbs.verify.verify_file): exact (extracted and
+              boundary-checked against eager PyTorch), declared (refused naming
+              the pass the file records, ran and left no node, never ran) or
+              wrong;
+  torchscript the same model exported with HIERTAG=1, dynamo=False: for every
+              module path both tables list, whether its tag, class, calls and
+              parent calls are the same;
+  metadata    for contrast, torch's own metadata: the untagged file turned into
+              tags by hiertag.verbs.import_dynamo and scored by the same verifier.
 
-usage: .venv/bin/python bench/dynamo_vs_hiertag.py [--models a,b,...] [--out DIR] [--timeout S] [--render]
-Writes DIR/dynamo.md and DIR/dynamo.json (default DIR: bench/results), about
-4 minutes for all bundled models; --render writes dynamo.md again from dynamo.json."""
+usage: .venv/bin/python bench/dynamo_vs_hiertag.py [--sweep] [--models a,b,...] [--out DIR] [--timeout S] [--render]
+Writes DIR/dynamo.md and DIR/dynamo.json for the bundled models of hiertag.zoo
+(about 15 minutes), or, with --sweep, DIR/dynamo-sweep.{md,json} for the
+sweep's architectures (python/hiertag/zoo/sweep_models.py, about an hour);
+default DIR: bench/results. --render writes the report again from the JSON."""
 
 import argparse
-import contextlib
-import io
+import gc
 import json
 import os
+import re
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,303 +48,469 @@ from pathlib import Path
 import provenance  # bench/ is this script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ".venv/bin/python bench/dynamo_vs_hiertag.py"
+ROUNDS = 3
+WORK_GOAL = 0.02  # issue 47: hiertag's own work at most 2 % of the plain dynamo export
+REPORT_LINE = re.compile(r"^hiertag: \d+ nodes:.*hiertag work ([0-9.]+) ms.*?, writing ([0-9.]+) ms", re.MULTILINE)
+DECLARED = ("refused", "no nodes", "written (never ran)")
 
 
-def first_line(error):
-    """The innermost cause's first line: torch's ConversionError wraps the real one."""
+def builder(name, sweep):
+    """(family, a function building (model, args) afresh) of a bundled or sweep model."""
+    if sweep:
+        from hiertag.zoo import sweep_models
+        return sweep_models.MODELS[name]
+    from hiertag import zoo
+    return "bundled", zoo.ALL[name]
+
+
+def torch_error(error):
+    """One line of torch's error: the dynamo exporter's summary line
+    ("<class 'ValueError'>: ...", the last of its message), else the innermost
+    cause's first line."""
+    summary = [line for line in str(error).splitlines() if line.startswith("<class '")]
+    if summary:
+        return summary[-1][:300]
     while error.__cause__ is not None:
         error = error.__cause__
     text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"[:240]
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
-def score(rows, failures, table):
-    """The verifier's rows summed: calls checked, boundary passing, extraction
-    passing (or refused with the file's reason), both; the first failure lines;
-    and the calls passing both as [module path, its instance's call number], so
-    two tables naming one call differently can be compared."""
-    from hiertag import checks
-    reasons = [f"boundary: {line}" for line in failures]
-    reasons += [f"extract: {key}: {extract}" for key, _, extract, _, _ in rows
-                if not extract.startswith(("ok", "refused", "no nodes"))]
-    passing = []
-    for key, *_, passed in rows:
-        entry = table[checks.key_tag(table, key)]
-        call = int(key.rsplit("#", 1)[1]) if key not in table else 0
-        if passed:
-            passing.append([entry["path"], entry.get("calls", [0])[call]])
-    return {"calls": len(rows),
-            "boundary_pass": sum(not boundary.startswith("FAIL") for _, _, _, boundary, _ in rows),
-            "extract_pass": sum(extract.startswith(("ok", "refused", "no nodes")) for _, _, extract, _, _ in rows),
-            "passed": sum(row[-1] for row in rows), "passing_calls": passing, "failures": reasons}
+def dynamo_export(build, path):
+    """torch's default call on a freshly built model: the dynamo exporter,
+    optimize=True; the wall seconds of the call and what it printed (file
+    descriptors 1 and 2: the plugin's report line among them)."""
+    import torch
+
+    from hiertag import checks, models
+    model, args = build()
+    positional, keywords = checks.dynamo_arguments(args)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    gc.collect()
+    with models.quiet() as printed:
+        started = time.perf_counter()
+        torch.onnx.export(model, positional, str(path), kwargs=keywords, dynamo=True)
+        seconds = time.perf_counter() - started
+    return seconds, "".join(printed)
 
 
-def compare_tables(hiertag_table, dynamo_table):
-    """Paths both tables list: how many of the import's tags the TorchScript table
-    gives the same path, and where the number of calls differs."""
-    by_path = {}
-    for tag, entry in hiertag_table.items():
-        by_path.setdefault(entry["path"], {})[tag] = len(entry.get("calls", [0]))
-    shared, equal, differ, calls_differ = 0, 0, [], []
-    for tag, entry in dynamo_table.items():
-        tags = by_path.get(entry["path"])
-        if tags is None:
-            continue
-        shared += 1
-        if tag in tags:
-            equal += 1
-            if tags[tag] != len(entry.get("calls", [0])):
-                calls_differ.append(f"{tag}: {len(entry.get('calls', [0]))} calls, hiertag {tags[tag]}")
-        else:
-            differ.append(f"{entry['path']}: {tag} (hiertag: {', '.join(tags)})")
-    return {"paths_in_both": shared, "tags_equal": equal, "tags_differ": differ, "calls_differ": calls_differ,
-            "only_hiertag": sorted({e["path"] for e in hiertag_table.values()} -
-                                   {e["path"] for e in dynamo_table.values()}),
-            "only_dynamo": sorted({e["path"] for e in dynamo_table.values()} -
-                                  {e["path"] for e in hiertag_table.values()})}
-
-
-def narrowed(model, args):
-    """The model with its forward narrowed to the parameters `args` supplies
-    (hiertag.models.bind_inputs, as `hiertag export` does), so both exporters
-    and the eager recording of the boundary check make the same call: the
-    TorchScript exporter would otherwise pass every later parameter's default
-    positionally, traced as a tensor (GPT-2's logits_to_keep=0 then selects one
-    position), while the dynamo exporter leaves defaults alone."""
-    import inspect
-
-    from hiertag import models
-    from hiertag.verbs import import_dynamo
-    positional, keywords = import_dynamo.export_arguments(args)
-    names = list(inspect.signature(model.forward).parameters)[:len(positional)] + list(keywords)
-    return models.bind_inputs(model, names), args
-
-
-def measure(name):
-    """One model, in this process: both exports, the import, the verifier."""
+def plain(name, sweep, path):
+    """--plain: torch's own dynamo export, in this process that never loads the
+    plugin; on failure PATH.error holds torch's error."""
     warnings.simplefilter("ignore")
-    import onnx
+    import onnxruntime
+    _, build = builder(name, sweep)
+    try:
+        dynamo_export(build, path)
+    except Exception as error:  # torch cannot export it: say so in one line
+        path.with_suffix(".error").write_text(torch_error(error))
+        return
+    try:
+        onnxruntime.InferenceSession(str(path))
+    except Exception as error:  # torch wrote a file ONNX Runtime refuses
+        path.unlink()
+        path.with_suffix(".error").write_text(
+            f"torch's file does not load in ONNX Runtime: {str(error).strip().splitlines()[0][:200]}")
+
+
+def without_hiertag():
+    return {key: value for key, value in os.environ.items() if not key.startswith("HIERTAG")}
+
+
+def flagged(flag):
+    """HIERTAG and HIERTAG_REPORT set (flag "1") or unset (None) for what follows."""
+    for key in ("HIERTAG", "HIERTAG_REPORT"):
+        os.environ.pop(key, None)
+    if flag:
+        os.environ.update(HIERTAG=flag, HIERTAG_REPORT=flag)
+
+
+def measure(name, sweep, timeout):
+    """One model, in this process: every measurement of the module docstring."""
+    warnings.simplefilter("ignore")
     import onnxruntime
     import torch
 
     import hiertag
-    from hiertag import OPSET, checks, zoo
-    from hiertag.verbs import verify
 
     onnxruntime.set_default_logger_severity(3)
-    torch.ops.load_library(hiertag.library_path())
-    os.environ.pop("HIERTAG", None)
-    result = {"model": name}
-
-    def build():
-        model, args = zoo.ALL[name]()
-        return (model, args) if isinstance(model, torch.jit.ScriptModule) else narrowed(model, args)
-
-    with tempfile.TemporaryDirectory() as work:
+    family, build = builder(name, sweep)
+    result = {"model": name, "family": family}
+    with tempfile.TemporaryDirectory(prefix="dynamo-") as work:
         work = Path(work)
-        tagged = work / "hiertag.onnx"
-        model, args = build()
-        with hiertag.tagging():
-            torch.onnx.export(model, args, str(tagged), dynamo=False, opset_version=OPSET)
-        hiertag_model = onnx.load(tagged)
-        hiertag_table = checks.module_table(hiertag_model)
-        rows, failures = verify.verify_file(tagged, *build(), work)
-        result["hiertag"] = {"nodes": sum(1 for _ in checks.walk_nodes(hiertag_model.graph)),
-                             "modules": len(hiertag_table), **score(rows, failures, hiertag_table)}
-        hiertag_calls = {tuple(call) for call in result["hiertag"]["passing_calls"]}
-        for variant, optimize in (("dynamo", True), ("dynamo_unoptimized", False)):
-            result[variant] = dynamo_side(build, work / variant, optimize, hiertag_table)
-            if "passing_calls" in result[variant]:
-                result[variant]["passing_of_hiertag_calls"] = len(
-                    hiertag_calls & {tuple(call) for call in result[variant]["passing_calls"]})
+        untagged = work / "plain" / "model.onnx"
+        untagged.parent.mkdir()
+        subprocess.run([sys.executable, __file__, "--plain", name, "--result", str(untagged),
+                        *(["--sweep"] if sweep else [])], env=without_hiertag(), cwd=ROOT, timeout=timeout,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not untagged.exists():
+            error = untagged.with_suffix(".error")
+            result.update(exportable=False, error=error.read_text() if error.exists() else "the plain export crashed")
+            return result
+        result["exportable"] = True
+
+        torch.ops.load_library(hiertag.library_path())
+        tiny = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).eval()
+        for flag in (None, "1"):
+            flagged(flag)
+            dynamo_export(lambda: (tiny, (torch.randn(1, 8),)), work / "warm-up" / "model.onnx")
+        timing = {"plain_seconds": [], "tagged_seconds": [], "work_ms": [], "writing_ms": []}
+        tagged = work / "tagged-0" / "model.onnx"
+        try:
+            for round_ in range(ROUNDS):
+                for flag in ((None, "1") if round_ % 2 == 0 else ("1", None)):
+                    flagged(flag)
+                    seconds, printed = dynamo_export(build, work / f"{'tagged' if flag else 'plain'}-{round_}" /
+                                                     "model.onnx")
+                    if not flag:
+                        timing["plain_seconds"].append(seconds)
+                        continue
+                    found = REPORT_LINE.search(printed)
+                    if found is None:
+                        raise RuntimeError(f"no HIERTAG_REPORT line in what the tagged export printed: "
+                                           f"{printed.strip()[-300:]!r}")
+                    timing["tagged_seconds"].append(seconds)
+                    timing["work_ms"].append(float(found.group(1)))
+                    timing["writing_ms"].append(float(found.group(2)))
+                    timing.setdefault("report", found.group(0))
+        except Exception as error:  # an export torch makes untagged that fails tagged
+            result["tagged"] = {"export": torch_error(error)}
+            return result
+        finally:
+            flagged(None)
+        plain_ms = 1000 * statistics.median(timing["plain_seconds"])
+        work_ms = statistics.median(timing["work_ms"])
+        result["timing"] = {**timing, "plain_ms": plain_ms, "tagged_ms": 1000 * statistics.median(
+            timing["tagged_seconds"]), "median_work_ms": work_ms, "work_share": work_ms / plain_ms}
+
+        (work / "verify").mkdir()
+        result["tagged"] = {"export": "ok", **file_summary(tagged), **verified(tagged, build, work / "verify")}
+        result["torchscript"] = torchscript_agreement(build, tagged, work / "torchscript.onnx")
+        result["metadata"] = metadata_side(untagged, build, work, result["tagged"]["passing_calls"])
     return result
 
 
-def dynamo_side(build, work, optimize, hiertag_table):
-    """torch's dynamo export (optimize as given; True is torch.onnx.export's
-    default), imported, validated and verified; its tags against hiertag's."""
+def file_summary(path):
+    """Nodes, nodes tagged with a tag of the file's table, modules and `hiertag validate`."""
+    import onnx
+
+    import hiertag
+    from hiertag import checks, core
+    model = onnx.load(path, load_external_data=False)
+    table = checks.module_table(model)
+    nodes = list(checks.walk_nodes(model.graph))
+    validate = subprocess.run([hiertag.tool_path(), "validate", str(path)], capture_output=True, text=True)
+    lines = (validate.stdout + validate.stderr).strip().splitlines()
+    return {"nodes": len(nodes), "modules": len(table),
+            "nodes_tagged": sum(checks.node_props(node).get(core.TAG_KEY) in table for node in nodes),
+            "valid": validate.returncode == 0,  # its last line, without the file's name
+            "validate": lines[-1].split(": ", 1)[-1] if lines else f"exit {validate.returncode}"}
+
+
+def verified(path, build, work):
+    """Every module call of the file through the verifier: exact, declared (with
+    the reason its file records) or wrong; and the calls passing as [module path,
+    its instance's call number], so two files' calls can be matched."""
+    import onnx
+
+    from hiertag import checks
+    from hiertag.verbs import verify
+    table = checks.module_table(onnx.load(path, load_external_data=False))
+    rows, failures = verify.verify_file(path, *build(), work)
+    declared, wrong, passing = [], [], []
+    for key, _, extract, boundary, passed in rows:
+        if passed:
+            entry = table[checks.key_tag(table, key)]
+            call = int(key.rsplit("#", 1)[1]) if key not in table else 0
+            passing.append([entry["path"], entry.get("calls", [0])[call]])
+        if not passed:
+            wrong.append(f"{key}: extract {extract}; boundary {boundary}")
+        elif not extract.startswith("ok"):
+            declared.append({"call": key, "extract": extract, "boundary": boundary, "reason": declared_reason(
+                extract, boundary)})
+    return {"calls": len(rows), "exact": sum(row[-1] and row[2].startswith("ok") for row in rows),
+            "declared": len(declared), "wrong": len(wrong), "declared_calls": declared, "wrong_calls": wrong,
+            "boundary_failures": failures[:20], "passing_calls": passing}
+
+
+def declared_reason(extract, boundary):
+    """Why a call passes as declared: the pass its file names and what it did
+    (the verifier's "no boundary (PASS fused ...)"), or what the extraction said."""
+    if extract.startswith("refused (rewrite)") and boundary.startswith("no boundary ("):
+        return " ".join(boundary[len("no boundary ("):].split(" ", 2)[:2])
+    if extract.startswith("no nodes"):
+        return "ran and left no node" + extract[len("no nodes"):]
+    if "never ran" in extract:
+        return "never ran (a container its caller reached past)"
+    return extract
+
+
+def torchscript_agreement(build, tagged, path):
+    """The same model through the TorchScript path (HIERTAG=1, dynamo=False):
+    for every module path both tables list, whether its tag, class, calls and
+    parent calls are the same there; the differences, one line each."""
     import onnx
     import torch
 
-    import hiertag
-    from hiertag import checks
-    from hiertag.verbs import import_dynamo, verify
-
-    work.mkdir()
-    exported = work / "dynamo.onnx"
+    from hiertag import OPSET, checks, models
     model, args = build()
-    positional, keywords = import_dynamo.export_arguments(args)
+    flagged("1")
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            torch.onnx.export(model, positional, str(exported), kwargs=keywords, dynamo=True, optimize=optimize)
+        with models.quiet():
+            torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET)
     except Exception as error:
-        return {"export": first_line(error)}
+        return {"export": torch_error(error)}
+    finally:
+        flagged(None)
+    ours = by_path(checks.module_table(onnx.load(tagged, load_external_data=False)))
+    theirs = by_path(checks.module_table(onnx.load(path, load_external_data=False)))
+    both = sorted(ours.keys() & theirs.keys())
+    differences = []
+    for module_path in both:
+        if ours[module_path] != theirs[module_path]:
+            differences.append(f"{module_path or '(root)'}: {describe_entries(ours[module_path])} here, "
+                               f"{describe_entries(theirs[module_path])} on the TorchScript path")
+    return {"export": "ok", "paths_in_both": len(both), "paths_equal": len(both) - len(differences),
+            "differences": differences, "only_dynamo": sorted(ours.keys() - theirs.keys()),
+            "only_torchscript": sorted(theirs.keys() - ours.keys())}
+
+
+def by_path(table):
+    """{module path: {tag: (class, calls, parent calls)}}."""
+    found = {}
+    for tag, entry in table.items():
+        found.setdefault(entry["path"], {})[tag] = (entry["class"], entry.get("calls", [0]),
+                                                    entry.get("parent_calls"))
+    return found
+
+
+def describe_entries(entries):
+    return "; ".join(f"{tag} ({cls}, calls {calls}" + (f", parent calls {parents}" if parents is not None else "") + ")"
+                     for tag, (cls, calls, parents) in sorted(entries.items()))
+
+
+def metadata_side(untagged, build, work, tagged_passing):
+    """torch's own metadata: the untagged file turned into tags by import-dynamo,
+    validated, and scored by the verifier against its own table; how many of the
+    tagged file's passing calls pass there too."""
+    from hiertag.verbs import import_dynamo
     imported = work / "imported.onnx"
-    summary = import_dynamo.import_file(exported, imported)
-    validate = subprocess.run([hiertag.tool_path(), "validate", str(imported)], capture_output=True, text=True)
-    table = checks.module_table(onnx.load(imported))
-    rows, failures = verify.verify_file(imported, *build(), work)
-    return {"export": "ok", "nodes": summary["nodes"], "tagged_by": summary["tagged_by"],
-            "function_nodes_untagged": summary["function_nodes_untagged"], "modules": summary["modules"],
-            "validate": (validate.stdout + validate.stderr).strip().splitlines()[-1].split(": ", 1)[-1],
-            "valid": validate.returncode == 0, **score(rows, failures, table),
-            "tags": compare_tables(hiertag_table, table)}
+    try:
+        summary = import_dynamo.import_file(untagged, imported)
+    except Exception as error:
+        return {"import": f"{type(error).__name__}: {str(error).strip()[:300]}"}
+    (work / "verify-import").mkdir()
+    scored = verified(imported, build, work / "verify-import")
+    calls = {tuple(call) for call in scored.pop("passing_calls")}
+    file = file_summary(imported)
+    return {"import": "ok", "nodes": summary["nodes"], "tagged_by": summary["tagged_by"], "modules": summary["modules"],
+            "valid": file["valid"], "validate": file["validate"], "calls": scored["calls"],
+            "passed": scored["calls"] - scored["wrong"], "failing": scored["wrong_calls"][:5],
+            "tagged_calls_passing": len(calls & {tuple(call) for call in tagged_passing})}
 
 
-def run_all(names, timeout):
-    results = []
-    for name in names:
-        started = time.time()
-        with tempfile.NamedTemporaryFile(suffix=".json") as out:
-            try:
-                done = subprocess.run([sys.executable, __file__, "--one", name, "--result", out.name],
-                                      capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-                result = (json.loads(Path(out.name).read_text()) if done.returncode == 0 else
-                          {"model": name, "error": (done.stderr.strip().splitlines() or ["exit " + str(done.returncode)])[-1]})
-            except subprocess.TimeoutExpired:
-                result = {"model": name, "error": f"timed out after {timeout} s"}
-        result["seconds"] = round(time.time() - started, 1)
-        print(f"{name}: {summary_line(result)}", flush=True)
-        results.append(result)
-    return results
+def run_one(name, sweep, timeout):
+    """measure() in a fresh process (its own process group: on a timeout the
+    --plain export it started ends with it)."""
+    started = time.time()
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        command = [sys.executable, __file__, "--one", name, "--result", out.name, "--timeout", str(timeout),
+                   *(["--sweep"] if sweep else [])]
+        worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                  env=without_hiertag(), start_new_session=True)
+        try:
+            _, stderr = worker.communicate(timeout=timeout)
+            lines = stderr.strip().splitlines()
+            result = (json.loads(Path(out.name).read_text()) if worker.returncode == 0 else
+                      {"model": name, "error": f"exit {worker.returncode}: {lines[-1] if lines else ''}"[:400]})
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.communicate()
+            result = {"model": name, "error": f"timed out after {timeout:.0f} s"}
+    result["seconds"] = round(time.time() - started, 1)
+    return result
 
 
 def summary_line(result):
-    if "error" in result:
-        return f"ERROR {result['error']}"
-    ours, theirs = result["hiertag"], result["dynamo"]
-    if theirs["export"] != "ok":
-        return f"hiertag {ours['passed']}/{ours['calls']}; dynamo export fails: {theirs['export']}"
-    return (f"hiertag {ours['passed']}/{ours['calls']}; dynamo {theirs['passed']}/{theirs['calls']} "
-            f"(boundary {theirs['boundary_pass']}, extract {theirs['extract_pass']}; {theirs['validate']}); "
-            f"optimize=False {passing(result['dynamo_unoptimized'])}")
+    if "error" in result and result.get("exportable") is not False:
+        return f"MEASUREMENT FAILED {result['error']}"
+    if not result["exportable"]:
+        return f"not exportable by torch's dynamo exporter: {result['error']}"
+    tagged = result["tagged"]
+    if tagged["export"] != "ok":
+        return f"TAGGED EXPORT FAILED (plain export works): {tagged['export']}"
+    agreement = result["torchscript"]
+    tables = (f"{agreement['paths_equal']}/{agreement['paths_in_both']} paths equal" if agreement["export"] == "ok"
+              else "TorchScript export fails")
+    return (f"{tagged['nodes_tagged']}/{tagged['nodes']} nodes tagged, {tagged['calls']} calls: {tagged['exact']} exact "
+            f"{tagged['declared']} declared {tagged['wrong']} wrong, validate {'ok' if tagged['valid'] else 'FAIL'}, "
+            f"work {result['timing']['median_work_ms']:.1f} ms = {100 * result['timing']['work_share']:.2f} % "
+            f"of {result['timing']['plain_ms']:.0f} ms; {tables} ({result['seconds']} s)")
 
 
-def passing(side):
-    return f"{side['passed']}/{side['calls']}" if side["export"] == "ok" else "export fails"
+def counted(results):
+    """The models torch's dynamo exporter exports and whose measurement ran."""
+    return [r for r in results if r.get("exportable") and "error" not in r]
 
 
-def versions(state):
-    return {**provenance.versions("torch", "onnxscript", "transformers", "onnx", "onnxruntime"),
-            **state, "date": time.strftime("%Y-%m-%d")}
+def percent(part, whole):
+    return f"{100 * part / whole:.1f} %" if whole else "-"
 
 
-def render(results, environment):
-    measured = [r for r in results if "error" not in r]
-    both = [r for r in measured if r["dynamo"]["export"] == "ok"]
+def render(measured):
+    results, machine = measured["results"], measured["machine"]
+    models = counted(results)
+    tagged = [r for r in models if r["tagged"]["export"] == "ok"]
+    compared = [r for r in tagged if r["torchscript"]["export"] == "ok"]
+    imported = [r for r in tagged if r["metadata"]["import"] == "ok"]
+    failed = [r for r in results if "error" in r and r.get("exportable") is not False]
+    refused = [r for r in results if r.get("exportable") is False]
+    shares = sorted((r["timing"]["work_share"], r["model"]) for r in tagged)
 
-    def total(side, key, rows=both):
+    def total(rows, side, key):
         return sum(r[side][key] for r in rows)
 
-    unoptimized = [r for r in both if r["dynamo_unoptimized"]["export"] == "ok"]
+    what = "the sweep's architectures (`python/hiertag/zoo/sweep_models.py`)" if measured["sweep"] else \
+        "the bundled models of `hiertag.zoo`"
     lines = [
-        "# Module metadata: torch's dynamo exporter against hiertag", "",
-        f"Command: `.venv/bin/python bench/dynamo_vs_hiertag.py` ({environment['date']}, "
-        f"{provenance.describe(environment)}, torch {environment['torch']}, onnxscript {environment['onnxscript']}, transformers "
-        f"{environment['transformers']}, onnx {environment['onnx']}, onnxruntime {environment['onnxruntime']}, python "
-        f"{environment['python']}" + (f", {environment['cpu']}" if "cpu" in environment else "") + ").", "",
-        "Every bundled model of `hiertag.zoo`, each in a fresh process, exported three ways with the same call "
-        "(the forward narrowed to the supplied arguments, as `hiertag export` does): hiertag's tagged export "
-        "(`dynamo=False`, `HIERTAG=1`); torch's default export (`dynamo=True`, its default `optimize=True`, HIERTAG "
-        "unset); and the same with `optimize=False`. The dynamo files are turned into tags by `hiertag "
-        "import-dynamo` and checked with `hiertag validate`. All files are scored by the verifier "
-        "(`hiertag.verbs.verify.verify_file`), each against its own module table: per module call, *boundary* the values "
-        "its nodes read from outside equal tensors it received in eager PyTorch and the values they hand out equal "
-        "tensors it returned; *extract* `hiertag extract` cuts it out and, fed the full model's values, it "
-        "reproduces them (or refuses with the reason its file records). *hiertag's calls* counts the calls of "
-        "hiertag's table (same module path, same call of the instance) that pass in the dynamo file too: a module "
-        "the dynamo metadata does not name, or a call it merges with another, cannot pass there.", "",
-        f"**Over the {len(both)} models both exporters export:**", "",
-        "| | module calls passing (own table) | boundary | extract | hiertag's calls passing |",
-        "|---|---|---|---|---|",
-        f"| hiertag (`dynamo=False`, HIERTAG=1) | {total('hiertag', 'passed')} of {total('hiertag', 'calls')} | "
-        f"{total('hiertag', 'boundary_pass')} | {total('hiertag', 'extract_pass')} | "
-        f"{total('hiertag', 'passed')} of {total('hiertag', 'calls')} |",
-        f"| dynamo metadata, torch's default call | {total('dynamo', 'passed')} of {total('dynamo', 'calls')} | "
-        f"{total('dynamo', 'boundary_pass')} | {total('dynamo', 'extract_pass')} | "
-        f"{total('dynamo', 'passing_of_hiertag_calls')} of {total('hiertag', 'calls')} |",
-        f"| dynamo metadata, `optimize=False` ({len(unoptimized)} models) | "
-        f"{total('dynamo_unoptimized', 'passed', unoptimized)} of {total('dynamo_unoptimized', 'calls', unoptimized)} | "
-        f"{total('dynamo_unoptimized', 'boundary_pass', unoptimized)} | "
-        f"{total('dynamo_unoptimized', 'extract_pass', unoptimized)} | "
-        f"{total('dynamo_unoptimized', 'passing_of_hiertag_calls', unoptimized)} of "
-        f"{total('hiertag', 'calls', unoptimized)} |", "",
-        f"Models whose dynamo file passes every call of its own table: {sum(r['dynamo']['passed'] == r['dynamo']['calls'] for r in both)} "
-        f"of {len(both)} (hiertag: {sum(r['hiertag']['passed'] == r['hiertag']['calls'] for r in measured)} of "
-        f"{len(measured)}). Models torch's dynamo exporter cannot export: {len(measured) - len(both)} of "
-        f"{len(measured)} (listed below). Tags the import gives equal hiertag's for the same module path: "
-        f"{sum(r['dynamo']['tags']['tags_equal'] for r in both)} of "
-        f"{sum(r['dynamo']['tags']['paths_in_both'] for r in both)} paths both tables list.", "",
-        "| model | hiertag nodes | hiertag calls passing | dynamo nodes | by metadata / by rule | dynamo modules "
-        "| validate | boundary | extract | dynamo calls passing | hiertag's calls passing in dynamo's file "
-        "| tags equal / paths in both | `optimize=False`: calls passing |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        if "error" in r:
-            lines.append(f"| {r['model']} | measurement failed: {r['error']} |" + " |" * 11)
+        "# hiertag on torch's dynamo exporter", "",
+        f"Command: `{measured['command']}`. {provenance.ran({**measured, 'machine': machine})}", "",
+        f"Each of {what}, in a fresh process, exported with torch's default call "
+        "(`torch.onnx.export(model, args, f, kwargs=...)`: the dynamo exporter, `optimize=True`). A model torch's "
+        "dynamo exporter cannot export without hiertag (judged in a process that never loaded the plugin), or whose "
+        "file ONNX Runtime refuses, is listed with torch's error and not counted. With the plugin loaded, after a "
+        "warm-up export of a small MLP plain and tagged: three plain exports (`HIERTAG` unset) and three tagged ones "
+        f"(`HIERTAG=1`, `HIERTAG_REPORT=1`), alternating, each timed around the export call; *own work* is the "
+        "report line's `hiertag work` (median of three), its *share* that over the median plain export (goal: at "
+        f"most {100 * WORK_GOAL:.0f} %). The first tagged file: *nodes tagged* with a tag of its table, `hiertag "
+        "validate`, and every module call through the verifier (`hiertag.verbs.verify.verify_file`): *exact* its "
+        "boundary holds against eager PyTorch and its extraction reproduces it; *declared* the file records why it "
+        "has no boundary (the export pass that cut it, which `extract` names in its refusal; ran and left no node; "
+        "never ran); *wrong* anything else. *Tables*: the model exported with `HIERTAG=1, dynamo=False` (opset "
+        "`hiertag.OPSET`); a module path both tables list is equal when its tag, class, calls and parent calls are. "
+        "*torch's metadata*, for contrast: the untagged dynamo file turned into tags by `hiertag import-dynamo`, "
+        "scored by the same verifier against its own table.", "",
+        f"**Over the {len(models)} models torch's dynamo exporter exports** "
+        f"({len(refused)} it cannot, listed below" + (f"; {len(failed)} whose measurement failed" if failed else "")
+        + "):", "",
+        "| | result |", "|---|---|",
+        f"| models exported tagged | {len(tagged)} of {len(models)} |",
+        f"| nodes tagged | {total(tagged, 'tagged', 'nodes_tagged'):,} of {total(tagged, 'tagged', 'nodes'):,} "
+        f"({percent(total(tagged, 'tagged', 'nodes_tagged'), total(tagged, 'tagged', 'nodes'))}) |",
+        f"| `hiertag validate` passes | {sum(r['tagged']['valid'] for r in tagged)} of {len(tagged)} |",
+        f"| module calls: exact / declared / wrong | {total(tagged, 'tagged', 'exact')} / "
+        f"{total(tagged, 'tagged', 'declared')} / {total(tagged, 'tagged', 'wrong')} of "
+        f"{total(tagged, 'tagged', 'calls')} |",
+        f"| tables equal to the TorchScript path's | {total(compared, 'torchscript', 'paths_equal')} of "
+        f"{total(compared, 'torchscript', 'paths_in_both')} module paths both list ({len(compared)} models; "
+        f"{len(tagged) - len(compared)} the TorchScript exporter cannot export) |",
+        "| own work, share of the plain dynamo export | " + (
+            f"median {100 * statistics.median(s for s, _ in shares):.2f} %, max {100 * shares[-1][0]:.2f} % "
+            f"({shares[-1][1]}): goal of {100 * WORK_GOAL:.0f} % "
+            f"{'met' if shares[-1][0] <= WORK_GOAL else 'not met'} on {sum(s <= WORK_GOAL for s, _ in shares)} "
+            f"of {len(shares)} models |" if shares else "- |"),
+        f"| torch's metadata (import-dynamo): calls passing of its own table | {total(imported, 'metadata', 'passed')}"
+        f" of {total(imported, 'metadata', 'calls')}; of hiertag's {total(imported, 'tagged', 'calls')} calls, "
+        f"{total(imported, 'metadata', 'tagged_calls_passing')} pass there |", "",
+        "| model | nodes | tagged | calls | exact | declared | wrong | validate | tables equal / paths in both "
+        "| plain ms | tagged ms | own work ms | share | torch's metadata: calls passing |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in models:
+        if r["tagged"]["export"] != "ok":
+            lines.append(f"| {r['model']} | tagged export FAILED (torch exports it untagged): "
+                         f"`{r['tagged']['export']}` |" + " |" * 12)
             continue
-        ours, theirs = r["hiertag"], r["dynamo"]
-        head = f"| {r['model']} | {ours['nodes']} | {ours['passed']}/{ours['calls']} |"
-        if theirs["export"] != "ok":
-            lines.append(head + f" dynamo export fails: `{theirs['export']}` |" + " |" * 9)
-            continue
-        ruled = theirs["nodes"] - theirs["tagged_by"]["metadata"]
-        tags = theirs["tags"]
-        lines.append(head + f" {theirs['nodes']} | {theirs['tagged_by']['metadata']} / {ruled} | {theirs['modules']} | "
-                     f"{'ok' if theirs['valid'] else 'INVALID'} | {theirs['boundary_pass']}/{theirs['calls']} | "
-                     f"{theirs['extract_pass']}/{theirs['calls']} | {theirs['passed']}/{theirs['calls']} | "
-                     f"{theirs['passing_of_hiertag_calls']}/{ours['calls']} | "
-                     f"{tags['tags_equal']}/{tags['paths_in_both']} | {passing(r['dynamo_unoptimized'])} |")
-    lines += ["", "## Where the dynamo metadata fails, and where the tables differ", ""]
-    for r in both:
-        notes = []
-        for variant, label in (("dynamo", "default call"), ("dynamo_unoptimized", "optimize=False")):
-            side = r[variant]
-            if side["export"] == "ok" and side["failures"]:
-                count = len(side["failures"])
-                notes.append(f"{label}: {count} failure line{'s' if count > 1 else ''}; first: " +
-                             "; ".join(f"`{line}`" for line in side["failures"][:3]))
-        theirs, tags = r["dynamo"], r["dynamo"]["tags"]
-        ruled = {rule: n for rule, n in theirs["tagged_by"].items() if rule != "metadata" and n}
-        if ruled:
-            notes.append("nodes without a module chain, tagged by rule: " +
-                         ", ".join(f"{rule} {n}" for rule, n in ruled.items()))
-        if tags["tags_differ"]:
-            notes.append("tags differing from hiertag's: " + "; ".join(f"`{d}`" for d in tags["tags_differ"][:3]))
-        if tags["calls_differ"]:
-            notes.append("calls differing: " + "; ".join(f"`{d}`" for d in tags["calls_differ"][:3]))
-        if tags["only_hiertag"]:
-            notes.append("module paths only in hiertag's table: " + ", ".join(f"`{p}`" for p in tags["only_hiertag"][:4]))
-        if r["hiertag"]["failures"]:
-            notes.append("hiertag failures: " + "; ".join(f"`{line}`" for line in r["hiertag"]["failures"][:2]))
+        t, timing, agreement, metadata = r["tagged"], r["timing"], r["torchscript"], r["metadata"]
+        lines.append(
+            f"| {r['model']} | {t['nodes']:,} | {percent(t['nodes_tagged'], t['nodes'])} | {t['calls']} | {t['exact']} "
+            f"| {t['declared']} | {t['wrong']} | {'ok' if t['valid'] else 'FAIL'} | "
+            + (f"{agreement['paths_equal']} / {agreement['paths_in_both']}" if agreement["export"] == "ok"
+               else "TorchScript export fails")
+            + f" | {timing['plain_ms']:,.0f} | {timing['tagged_ms']:,.0f} | {timing['median_work_ms']:.1f} | "
+            f"{100 * timing['work_share']:.2f} % | "
+            + (f"{metadata['passed']}/{metadata['calls']}" if metadata["import"] == "ok" else "import fails")
+            + " |")
+    lines += ["", "## Notes per model", "",
+              "Declared calls with the reason the file records (for a rewrite, the pass `extract` names), and "
+              "anything wrong or differing.", ""]
+    noted = False
+    for r in models:
+        notes = model_notes(r)
         if notes:
-            lines.append(f"- **{r['model']}**: " + ". ".join(notes) + ".")
+            noted = True
+            lines.append(f"- **{r['model']}**: " + "; ".join(notes) + ".")
+    if not noted:
+        lines.append("- none")
+    if failed:
+        lines += ["", "## Measurement failed", ""]
+        lines += [f"- {r['model']}: `{r['error']}`" for r in failed]
+    lines += ["", "## Not exportable by torch's dynamo exporter (not counted)", ""]
+    lines += [f"- {r['model']}: `{r['error']}`" for r in refused] or ["- none"]
     return "\n".join(lines) + "\n"
+
+
+def model_notes(r):
+    """One model's notes: declared calls grouped by reason, wrong calls,
+    differing tables, a TorchScript export that fails."""
+    t, notes = r["tagged"], []
+    if t["export"] != "ok":
+        return [f"the tagged export fails where torch's untagged one works: `{t['export']}`"]
+    if t["nodes_tagged"] != t["nodes"]:
+        notes.append(f"{t['nodes'] - t['nodes_tagged']} nodes without a tag of the table")
+    if not t["valid"]:
+        notes.append(f"`hiertag validate`: `{t['validate']}`")
+    by_reason = {}
+    for call in t["declared_calls"]:
+        by_reason.setdefault(call["reason"], []).append(call["call"])
+    for reason, calls in by_reason.items():
+        notes.append(f"declared, {reason}: " + ", ".join(f"`{call}`" for call in calls))
+    notes += [f"WRONG: `{line}`" for line in t["wrong_calls"][:5]]
+    agreement = r["torchscript"]
+    if agreement["export"] != "ok":
+        notes.append(f"the TorchScript exporter cannot export it: `{agreement['export']}`")
+    else:
+        notes += [f"table differs: `{line}`" for line in agreement["differences"][:5]]
+        for side, label in (("only_dynamo", "only in the dynamo file's table"),
+                            ("only_torchscript", "only in the TorchScript file's table")):
+            if agreement[side]:
+                notes.append(f"module paths {label}: " + ", ".join(f"`{p or '(root)'}`" for p in agreement[side][:6]))
+    return notes
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="dynamo_vs_hiertag.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--models", help="comma list of bundled model names (default: all of hiertag.zoo)")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where dynamo.md and dynamo.json go")
+    parser.add_argument("--models", help="comma list of model names (default: all of hiertag.zoo, or of the sweep)")
+    parser.add_argument("--sweep", action="store_true", help="the sweep's architectures instead of the bundled models")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where the report and JSON go")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per model")
-    parser.add_argument("--render", action="store_true", help="write dynamo.md again from DIR/dynamo.json")
+    parser.add_argument("--render", action="store_true", help="write the report again from its JSON")
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--plain", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
+    if options.plain:
+        plain(options.plain, options.sweep, Path(options.result))
+        return 0
     if options.one:
-        Path(options.result).write_text(json.dumps(measure(options.one)))
+        Path(options.result).write_text(json.dumps(measure(options.one, options.sweep, options.timeout)))
         return 0
     out = Path(options.out)
+    name = "dynamo-sweep" if options.sweep else "dynamo"
     if options.render:
-        measured = json.loads((out / "dynamo.json").read_text())
-        (out / "dynamo.md").write_text(render(measured["results"], measured["environment"]))
-        print(f"wrote {out / 'dynamo.md'}")
+        (out / f"{name}.md").write_text(render(json.loads((out / f"{name}.json").read_text())))
+        print(f"wrote {out / (name + '.md')}")
         return 0
-    from hiertag import zoo
-    names = options.models.split(",") if options.models else list(zoo.ALL)
-    unknown = [name for name in names if name not in zoo.ALL]
+    if options.sweep:
+        from hiertag.zoo import sweep_models
+        known = list(sweep_models.MODELS)
+    else:
+        from hiertag import zoo
+        known = list(zoo.ALL)
+    names = options.models.split(",") if options.models else known
+    unknown = [model for model in names if model not in known]
     if unknown:
-        print(f"dynamo_vs_hiertag.py: unknown model(s) {', '.join(unknown)} (one of {', '.join(zoo.ALL)})",
+        print(f"dynamo_vs_hiertag.py: unknown model(s) {', '.join(unknown)} (one of {', '.join(known)})",
               file=sys.stderr)
         return 2
     problem = provenance.build_targets(*provenance.EXPORT_TARGETS)  # what ran is what the commit names
@@ -338,12 +518,22 @@ def main(argv=None):
         print(f"dynamo_vs_hiertag.py: {problem}", file=sys.stderr)
         return 2
     state = provenance.git_state()  # before the run: a commit made during it is not what ran
-    results = run_all(names, options.timeout)
-    environment = versions(state)
+    started = time.time()
+    results = []
+    for model in names:
+        results.append(run_one(model, options.sweep, options.timeout))
+        print(f"{model}: {summary_line(results[-1])}", flush=True)
+    import harness  # the other reports' machine block (it imports torch: not in the workers)
+    machine = harness.machine(state)
+    machine["versions"]["onnxscript"] = provenance.versions("onnxscript")["onnxscript"]
+    measured = {**state, "date": machine["date"], "machine": machine, "sweep": options.sweep,
+                "command": SCRIPT + (" --sweep" if options.sweep else "")
+                + (f" --models {options.models}" if options.models else "") + provenance.out_option(out),
+                "seconds": round(time.time() - started), "results": results}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "dynamo.json").write_text(json.dumps({"environment": environment, "results": results}, indent=1) + "\n")
-    (out / "dynamo.md").write_text(render(results, environment))
-    print(f"wrote {out / 'dynamo.md'} and {out / 'dynamo.json'}")
+    (out / f"{name}.json").write_text(json.dumps(measured, indent=1) + "\n")
+    (out / f"{name}.md").write_text(render(measured))
+    print(f"wrote {out / (name + '.md')} and {out / (name + '.json')}")
     return 0
 
 
