@@ -57,8 +57,9 @@ def plain(name, out):
     """torch's own export, in this process that never loads hiertag."""
     warnings.simplefilter("ignore")
     _, builder = build_model(name)
+    model, args = builder()  # a model that cannot be built is no torch limit: the run fails
     try:
-        Path(out).write_bytes(export_bytes(*builder()))
+        Path(out).write_bytes(export_bytes(model, args))
     except Exception as error:  # torch cannot export it: say so in one line
         message = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
         Path(out).with_suffix(".error").write_text(message[:300])

@@ -12,11 +12,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # The plugin's lane (`pytest -m plugin`): exports of every bundled model and corner case
 # with every check (tags, table, checker, ONNX Runtime, flag-off bytes, stripped bytes,
 # module boundaries), extraction, the verifier, loading, failure injection, hostile
-# names; and the same on torch's dynamo exporter (test_dynamo.py). CI runs it first, and on the oldest and newest supported torch
+# names; and the same on torch's dynamo exporter (test_dynamo.py); the skips each release
+# expects (test_expected_skips.py). CI runs it first, and on the oldest and newest supported torch
 # (scripts/test.sh, scripts/test_torch.sh --plugin).
 PLUGIN_LANE = {"test_export.py", "test_corner_cases.py", "test_extract.py", "test_verifier.py",
                "test_plugin_loading.py", "test_python_api.py", "test_failure_injection.py",
-               "test_hostile_names.py", "test_dynamo.py"}
+               "test_hostile_names.py", "test_dynamo.py", "test_expected_skips.py"}
 
 
 def pytest_configure(config):

@@ -1,8 +1,9 @@
 """The bundled models torch itself exports on this release. A model that
 torch cannot export without hiertag (in a process that never loaded it) is
-skipped with torch's error: that is torch's limit on this release, not a
-hiertag result (torch 2.4's symbolic for scaled_dot_product_attention cannot
-take the float scale transformers 4.57 passes, for one)."""
+skipped with torch's error where tests/e2e/expected_skips.py expects torch to
+fail on it so: that is torch's limit on this release, not a hiertag result
+(torch 2.4's symbolic for scaled_dot_product_attention cannot take the float
+scale transformers 4.57 passes, for one). Any other failure fails the test."""
 
 import functools
 import inspect
@@ -17,17 +18,14 @@ import pytest
 import torch
 
 from hiertag import zoo
+from tests.e2e import expected_skips
 
 ROOT = Path(__file__).resolve().parents[2]
-# The transformers release the project pins (requirements.txt): what the expected
-# results measured on the HuggingFace models hold for. Another release (torch 2.4
-# needs transformers 4.57) is other model code.
-PINNED_TRANSFORMERS = next(line.split("==")[1] for line in (ROOT / "requirements.txt").read_text().splitlines()
-                           if line.startswith("transformers=="))
 
 
 def export_in_subprocess(names, load_plugin=False, hiertag=None):
-    """({name: bytes}, {name: torch's error}) of a fresh process exporting `names`."""
+    """({name: bytes}, {name: failure}) of a fresh process exporting `names` (a failure:
+    export_plain.py's record of the error, the stage and the code that raised it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HIERTAG") or k == "HIERTAG_NATIVE_DIR"}
     if hiertag is not None:
         env["HIERTAG"] = hiertag
@@ -42,7 +40,7 @@ def export_in_subprocess(names, load_plugin=False, hiertag=None):
             if path.exists():
                 files[name] = path.read_bytes()
             else:
-                errors[name] = path.with_suffix(".error").read_text()
+                errors[name] = json.loads(path.with_suffix(".error").read_text())
         return files, errors
 
 
@@ -58,7 +56,7 @@ def skip_unless_dynamo_export():
                     "(torch.onnx.export(..., dynamo=True, kwargs=...))")
 
 
-_known = {}  # name -> torch's error, or None
+_known = {}  # name -> export_plain.py's record of the failure, or None
 
 
 def note_plain_exports(files, errors):
@@ -75,9 +73,11 @@ def torch_export_error(name):
 
 
 def skip_unless_torch_exports(name):
-    error = torch_export_error(name)
-    if error is not None:
-        pytest.skip(f"torch {torch.__version__} cannot export {name}, without hiertag too: {error[:300]}")
+    """A skip where torch is expected to fail on `name` as it did (expected_skips.py);
+    a failure where it failed otherwise."""
+    failure = torch_export_error(name)
+    if failure is not None:
+        expected_skips.skip_or_fail("torchscript", name, failure)
 
 
 def zoo_model(name):

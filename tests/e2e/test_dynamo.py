@@ -29,6 +29,8 @@ import torch
 from hiertag import OPSET, checks, core, native, zoo
 from hiertag.verbs import verify
 from hiertag.checks import dynamo_arguments
+from tests.e2e import expected_skips
+from tests.e2e.exportable import DYNAMO_EXPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,25 +101,42 @@ def file_bytes(path):
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
-    """{name: path or torch's error}: torch's own dynamo exports of every bundled
-    model, from a process that never loaded hiertag."""
+    """{name: path or failure}: torch's own dynamo exports of every bundled model,
+    from a process that never loaded hiertag (a failure: export_plain.py's record
+    of torch's error)."""
     out = tmp_path_factory.mktemp("plain")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HIERTAG") or k == "HIERTAG_NATIVE_DIR"}
     subprocess.run([sys.executable, str(ROOT / "tests" / "e2e" / "export_plain.py"), str(out), "--dynamo",
                     *sorted(zoo.ALL)], check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     return {name: out / name / "model.onnx" if (out / name / "model.onnx").exists()
-            else (out / f"{name}.error").read_text() for name in zoo.ALL}
+            else json.loads((out / f"{name}.error").read_text()) for name in zoo.ALL}
+
+
+def test_torchs_dynamo_exporter_fails_on_exactly_the_expected_models(request):
+    """Check that torch's own dynamo exporter, without hiertag, fails on exactly the
+    bundled models tests/e2e/expected_skips.py names for this release, each with
+    the error it names and raised in torch's exporter (and that the table says
+    which releases have no such exporter)."""
+    expected = expected_skips.expected("dynamo")
+    assert (expected is None) == (not DYNAMO_EXPORT)
+    if expected is None:
+        pytest.skip(f"torch {torch.__version__} has no dynamo exporter taking kwargs= (expected_skips.py)")
+    plain = request.getfixturevalue("plain")
+    failed = {name: failure for name, failure in plain.items() if not isinstance(failure, Path)}
+    assert sorted(failed) == sorted(expected), {name: failure["error"][:200] for name, failure in failed.items()}
+    for name, failure in sorted(failed.items()):
+        skip, message = expected_skips.verdict(name, failure, expected)
+        assert skip, message
 
 
 @pytest.fixture(scope="module", params=sorted(zoo.ALL), ids=lambda name: f"model={name}")
-def exported(request, plain, capable, tmp_path_factory):
+def exported(request, capable, plain, tmp_path_factory):
     """(name, model, args, tagged path, flag-off path, plain path). The files share
     a name in three folders: torch names the external data after the file."""
     name = request.param
     if not isinstance(plain[name], Path):
-        pytest.skip(f"torch {torch.__version__}'s dynamo exporter cannot export {name}, without hiertag too: "
-                    f"{plain[name][:300]}")
+        expected_skips.skip_or_fail("dynamo", name, plain[name])
     folder = tmp_path_factory.mktemp(name)
     model, args = zoo.ALL[name]()
     tagged = folder / "tagged" / "model.onnx"
