@@ -412,7 +412,7 @@ def main(argv=None):
         results = json.loads(path.read_text())
         results.setdefault("failures", [])
     failures = []
-    ran_at = provenance.git_state()  # before the run: a commit made during it is not what ran
+    ran_at = provenance.state()  # before the run: a commit or a build made during it is not what ran
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="deep-decoder-") as scratch:
         for layers, pairs in depths:

@@ -157,7 +157,8 @@ def main():
                         help="the past findings, a folder per target (default tests/fuzz/regressions)")
     parser.add_argument("--kept-corpus", action="store_true", help="the run went on from the corpora before")
     options = parser.parse_args()
-    state = provenance.git_state()
+    # the targets scripts/fuzz.sh built from the checkout just before
+    state = provenance.state([f"{target}_fuzzer" for target in options.targets.split(",")], options.dir)
     results = [target_result(options.dir, options.regressions, target) for target in options.targets.split(",")]
     how = f"{options.seconds}s each" if options.seconds else "seeds, past findings and fixed mutations"
     summary = (f"{len(results)} targets ({how}): {sum(r['executions'] for r in results)} executions, "

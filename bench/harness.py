@@ -67,9 +67,9 @@ def sha256(path):
 
 
 def machine(state=None):
-    """The CPU, memory, OS, package versions, date and commit: `state`, the
-    provenance.git_state() a measurement took when it started (a commit made
-    while it ran is not what ran); read now when not given."""
+    """The CPU, memory, OS, package versions, date, commit and binaries: `state`,
+    the provenance.state() a measurement took when it started (a commit or a build
+    made while it ran is not what ran); read now when not given."""
     def first(path, prefix):
         try:
             with open(path) as file:
@@ -88,7 +88,7 @@ def machine(state=None):
             "cores": os.cpu_count(),
             "memory_gib": round(int(memory_kib.split()[0]) / MIB, 1) if memory_kib else None,
             "os": os_name, "kernel": platform.release(), "python": python,
-            "versions": versions, **(provenance.git_state() if state is None else state),
+            "versions": versions, **(provenance.state() if state is None else state),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
@@ -357,7 +357,8 @@ def main():
         sys.exit(f"harness: {problem}")
     options.out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    machine_info = machine()  # the commit measured, before anything changes
+    # the commit and binaries measured, before anything changes
+    machine_info = machine(provenance.state(provenance.EXPORT_BINARIES + scaling_target))
     failures, results = [], {}
     with tempfile.TemporaryDirectory(prefix="hiertag-bench-") as scratch:
         for name in names:

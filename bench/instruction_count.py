@@ -101,7 +101,7 @@ def main():
     problem = provenance.build_targets(*provenance.EXPORT_TARGETS)  # what ran is what the commit names
     if problem:
         sys.exit(f"instruction_count: {problem}")
-    state = provenance.git_state()  # before the run: a commit made during it is not what ran
+    state = provenance.state()  # before the run: a commit or a build made during it is not what ran
     started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory() as out_dir, ThreadPoolExecutor(max_workers=2) as pool:

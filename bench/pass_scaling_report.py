@@ -139,10 +139,10 @@ def main():
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     options = parser.parse_args()
-    state = provenance.git_state()
     problem = provenance.build_targets(provenance.SCALING_TARGET)  # from the checkout state names
     if problem:
         sys.exit(f"pass_scaling_report: {problem}")
+    state = provenance.state((provenance.SCALING_TARGET,))  # the binary that runs, as built
     start = time.monotonic()
     try:
         rows, context = measure(options.repetitions)

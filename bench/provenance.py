@@ -1,8 +1,11 @@
-"""Where a measurement ran: the commit, and whether the tree held uncommitted changes
-(a committed result names both; issue 17, "figures with provenance"); and build/
-brought up to date with that checkout before a measurement runs what it built."""
+"""Where a measurement ran: the commit, whether the tree held uncommitted changes,
+and the binaries it loaded (a committed result names all three; issues 17 and 48,
+"figures with provenance"); and build/ brought up to date with that checkout before
+a measurement runs what it built."""
 
 import fcntl
+import hashlib
+import importlib.machinery
 import platform
 import re
 import subprocess
@@ -30,6 +33,37 @@ def git_state():
 # which score the files.
 EXPORT_TARGETS = ("hiertag_plugin", "hiertag_python", "hiertag_cli", "hiertag_core_module")
 SCALING_TARGET = "hiertag_pass_scaling"
+
+
+# The binaries an export measured loads from a build folder: the plugin (its loader
+# and the passes it loads), the core as Python's extension module (hiertag._core,
+# _core.cpython-*.so) and the native tool; what EXPORT_TARGETS build.
+EXPORT_BINARIES = ("libhiertag.so", "libhiertag_python.so", "_core", "hiertag")
+
+
+def binary_hashes(binaries=EXPORT_BINARIES, directory=None):
+    """{binary: the first 12 hex digits of its SHA-256} of the files a measurement
+    loads from `directory` (default build/; "_core" is Python's extension module
+    there), "missing" for one not there: what ran, which the commit names only
+    when build_targets made them from the checkout it names."""
+    directory = Path(directory) if directory is not None else ROOT / "build"
+    found = {}
+    for binary in binaries:
+        path = directory / (f"_core{importlib.machinery.EXTENSION_SUFFIXES[0]}" if binary == "_core" else binary)
+        found[binary] = hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.is_file() else "missing"
+    return found
+
+
+def state(binaries=EXPORT_BINARIES, directory=None):
+    """What a result records of where it ran, taken after build_targets and before the
+    run (a commit or a build made while it ran is not what ran): git_state() and
+    {"binaries": binary_hashes(...)}, with {"binaries_from": directory} when they are
+    not build/'s (an installed package, another build folder)."""
+    found = {**git_state(), "binaries": binary_hashes(binaries, directory)}
+    where = Path(directory).resolve() if directory is not None else ROOT / "build"
+    if where != (ROOT / "build").resolve():
+        found["binaries_from"] = str(where.relative_to(ROOT) if where.is_relative_to(ROOT) else where)
+    return found
 
 
 def build_targets(*targets):
@@ -61,13 +95,32 @@ def build_targets(*targets):
     return None
 
 
+def build_what_loads(directory):
+    """build_targets(*EXPORT_TARGETS) when `directory`, the folder a measurement loads
+    hiertag's binaries from (the package's: Path(hiertag.library_path()).parent), is
+    build/, a checkout's; None, building nothing, for another folder (an installed
+    package's, another build's), which the checkout does not make: state() names its
+    binaries by their hashes and where they came from."""
+    if Path(directory).resolve() != (ROOT / "build").resolve():
+        return None
+    return build_targets(*EXPORT_TARGETS)
+
+
 def describe(state):
     """'commit abc1234, clean tree', or 'commit abc1234 (with uncommitted changes)'
-    when the tree had them ('commit abc1234' alone when that is not known)."""
+    when the tree had them ('commit abc1234' alone when that is not known); then,
+    when the state holds them, the binaries' hashes: '; binaries (sha256)
+    libhiertag.so=0123456789ab ...' (' from DIR' when not build/'s)."""
     if not state.get("commit"):
-        return "no commit known"
-    clean = state.get("uncommitted_changes")
-    return f"commit {state['commit']}" + {True: " (with uncommitted changes)", False: ", clean tree"}.get(clean, "")
+        described = "no commit known"
+    else:
+        clean = state.get("uncommitted_changes")
+        described = f"commit {state['commit']}" + {True: " (with uncommitted changes)",
+                                                   False: ", clean tree"}.get(clean, "")
+    if state.get("binaries"):
+        described += ("; binaries (sha256) " + " ".join(f"{name}={digest}" for name, digest in state["binaries"].items())
+                      + (f" from {state['binaries_from']}" if state.get("binaries_from") else ""))
+    return described
 
 
 def out_option(out):

@@ -255,7 +255,14 @@ def main():
     if unknown:
         sys.exit(f"sweep: unknown model {', '.join(unknown)} (sweep models: {', '.join(sweep_models.MODELS)}; "
                  f"or zoo:NAME)")
-    meta = {"when": time.strftime("%Y-%m-%d"), **provenance.git_state(), "versions": versions(),
+    # The binaries the workers load (--build's, else hiertag's own: build/ in a checkout, made
+    # from the checkout first; an installed package's), named by their hashes.
+    import hiertag
+    native = Path(options.build) if options.build else Path(hiertag.library_path()).parent
+    problem = provenance.build_what_loads(native)
+    if problem:
+        sys.exit(f"sweep: {problem}")
+    meta = {"when": time.strftime("%Y-%m-%d"), **provenance.state(directory=native), "versions": versions(),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
     results = []
     for name in names:

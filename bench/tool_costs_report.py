@@ -132,7 +132,7 @@ def main():
     problem = provenance.build_targets(*provenance.EXPORT_TARGETS)  # what ran is what the commit names
     if problem:
         sys.exit(f"tool_costs_report: {problem}")
-    state = provenance.git_state()  # before the run: a commit made during it is not what ran
+    state = provenance.state()  # before the run: a commit or a build made during it is not what ran
     depths = [int(layers) for layers in options.layers.split(",")]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tool-costs-") as scratch:

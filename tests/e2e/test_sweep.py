@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import transformers
 
+import hiertag
 import provenance
 
 from tests.e2e import expected_skips
@@ -88,8 +89,13 @@ def test_unknown_model_is_a_one_line_error():
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_report_names_the_commit_and_whether_the_tree_was_clean(sweep):
+def test_report_names_the_commit_the_tree_and_the_binaries_it_loaded(sweep):
+    """Check that the sweep records and reports the commit, whether the tree was
+    clean, and the hash of each binary its workers loaded (the hiertag package's
+    own: build/, which it brought up to date first, in a checkout)."""
     _, _, report, meta = sweep
-    state = provenance.git_state()  # tests/bench/test_provenance.py checks it against git
+    native = Path(hiertag.library_path()).parent
+    state = provenance.state(directory=native)  # tests/bench/test_provenance.py checks it against git and the files
     assert {key: meta[key] for key in state} == state
+    assert all(digest != "missing" for digest in meta["binaries"].values()), meta["binaries"]
     assert f", {provenance.describe(state)}, " in report.splitlines()[2]
