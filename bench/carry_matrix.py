@@ -640,7 +640,13 @@ def main(argv=None):
         return 2
     arguments = "".join(f" --{k} {v}" for k, v in (("models", options.models), ("tools", options.tools))
                         if v != parser.get_default(k))
-    report = {"arguments": arguments, "date": time.strftime("%Y-%m-%d"), **provenance.git_state(),
+    import hiertag
+    native = Path(hiertag.library_path()).parent  # what the workers load: build/, brought up to date first
+    problem = provenance.build_what_loads(native)
+    if problem:
+        print(f"carry_matrix.py: {problem}", file=sys.stderr)
+        return 1
+    report = {"arguments": arguments, "date": time.strftime("%Y-%m-%d"), **provenance.state(directory=native),
               "versions": versions(), "models": models, "tools": tools, "cells": []}
     for name in models:
         found = run_model(name, tools)
