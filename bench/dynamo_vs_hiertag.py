@@ -517,7 +517,7 @@ def main(argv=None):
     if problem:
         print(f"dynamo_vs_hiertag.py: {problem}", file=sys.stderr)
         return 2
-    state = provenance.git_state()  # before the run: a commit made during it is not what ran
+    state = provenance.state()  # before the run: a commit or a build made during it is not what ran
     started = time.time()
     results = []
     for model in names:
