@@ -1,6 +1,8 @@
 """What a fuzzing run found, from its logs (scripts/fuzz.sh runs this after the
 targets): a line per target and a summary line; for a target that failed, its
-log's error lines and each finding's path and first bytes. With --markdown FILE,
+log's error lines and each finding's path and first bytes. Each finding is kept
+as a regression input (tests/fuzz/regressions/<target>/, which every later run
+replays before any mutation; commit it with its fix). With --markdown FILE,
 also the run as a result to commit (bench/results/fuzz.md): the command, the
 commit and whether the tree was clean, the compiler, the flags and options, and
 per target the executions, the seeds and past findings replayed, the corpus and
@@ -62,6 +64,28 @@ def target_result(out, regressions, target):
     }
 
 
+# libFuzzer's artifact names: --artifact_prefix (DIR/artifacts/<target>-), the kind, the input's SHA-1.
+ARTIFACT_KINDS = ("crash", "leak", "timeout", "oom", "slow-unit")
+
+
+def keep_findings(out, regressions, target):
+    """Copies each finding of the target's run (out/artifacts/<target>-<kind>-<sha1>)
+    into regressions/<target>/<kind>-<sha1>, unless it is there already: the
+    folder every run replays (scripts/fuzz.sh), so a finding runs again on every
+    run from then on, fixed or not. Returns the kept paths."""
+    kept = []
+    for artifact in sorted((out / "artifacts").glob(f"{target}-*")):
+        name = artifact.name[len(target) + 1:]
+        if not name.startswith(tuple(f"{kind}-" for kind in ARTIFACT_KINDS)):
+            continue
+        kept_path = regressions / target / name
+        if not kept_path.exists():
+            kept_path.parent.mkdir(parents=True, exist_ok=True)
+            kept_path.write_bytes(artifact.read_bytes())
+        kept.append(kept_path)
+    return kept
+
+
 def first_bytes(path, count=128):
     """The first bytes of a file as `od -A x -t x1z` shows them."""
     data = path.read_bytes()[:count]
@@ -94,6 +118,8 @@ def print_results(out, results, summary):
             print(f"    finding: {shown(artifact)} ({artifact.stat().st_size} bytes), first bytes:")
             for line in first_bytes(artifact):
                 print(f"      {line}")
+        for kept in r.get("kept", []):
+            print(f"    kept as {shown(kept)}: every run replays it from now on (commit it with the fix)")
     if failed:
         print(f"fuzz: FAILED ({' '.join(failed)}): {summary}; replay: {shown(out)}/<target>_fuzzer "
               f"{shown(out)}/artifacts/<file>")
@@ -160,6 +186,8 @@ def main():
     # the targets scripts/fuzz.sh built from the checkout just before
     state = provenance.state([f"{target}_fuzzer" for target in options.targets.split(",")], options.dir)
     results = [target_result(options.dir, options.regressions, target) for target in options.targets.split(",")]
+    for result in results:
+        result["kept"] = keep_findings(options.dir, options.regressions, result["target"])
     how = f"{options.seconds}s each" if options.seconds else "seeds, past findings and fixed mutations"
     summary = (f"{len(results)} targets ({how}): {sum(r['executions'] for r in results)} executions, "
                f"{sum(r['exit'] != 0 for r in results)} failing; build+seeds {options.prepared}s, "

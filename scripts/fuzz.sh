@@ -19,8 +19,9 @@
 #                                        the command, the commit, the compiler, a table per target)
 #
 # A finding is written to build/fuzz/artifacts/<target>-crash-* (or leak-, timeout-,
-# oom-), and its path and first bytes are printed; replay it with
-# build/fuzz/<target>_fuzzer FILE, and keep it, once fixed, in tests/fuzz/regressions/<target>/.
+# oom-), its path and first bytes are printed, and it is kept in
+# tests/fuzz/regressions/<target>/ (bench/fuzz_report.py), which every run replays: commit
+# it with its fix. Replay it alone with build/fuzz/<target>_fuzzer FILE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -83,6 +83,30 @@ def test_a_finding_fails_the_run_with_its_errors_path_and_first_bytes(tmp_path):
                                            "mutations): 32100 executions, 1 failing;")
 
 
+def test_a_finding_is_kept_where_every_later_run_replays_it(tmp_path):
+    """Check that a finding is copied into its target's regressions folder (which
+    scripts/fuzz.sh hands every run of the target), once, and that the next run
+    counts it among the past findings it replayed."""
+    make_run(tmp_path, 77)
+    finding = tmp_path / "artifacts" / "extract-crash-1234"
+    finding.write_bytes(b"\x08\x07 a finding")
+    (tmp_path / "artifacts" / "extract-notes.txt").write_text("not libFuzzer's")
+    done = run_report(tmp_path)
+    kept = tmp_path / "regressions" / "extract" / "crash-1234"
+    assert done.returncode == 1 and kept.read_bytes() == finding.read_bytes()
+    assert f"    kept as {kept}: every run replays it from now on (commit it with the fix)" in done.stdout
+    report = tmp_path / "fuzz.md"
+    run_report(tmp_path, "--markdown", str(report))
+    assert sorted(path.name for path in kept.parent.iterdir()) == ["crash-1234"]
+    assert "| `extract` | 100 | 50 | 3 | 1 |" in report.read_text()
+
+
+def test_a_passing_run_keeps_nothing(tmp_path):
+    make_run(tmp_path, 0)
+    assert run_report(tmp_path).returncode == 0
+    assert sorted(path.name for path in (tmp_path / "regressions").iterdir()) == ["tree"]
+
+
 def test_the_report_names_the_command_the_commit_and_each_target(tmp_path):
     make_run(tmp_path, 77)
     report = tmp_path / "fuzz.md"
