@@ -127,6 +127,22 @@ def test_source_distribution_is_named_for_the_release(sdist):
     assert sdist.name == f"hiertag-{hiertag_version()}.tar.gz"
 
 
+def test_source_distribution_requires_any_supported_torch(sdist):
+    """Check that the source distribution requires the supported range of torch
+    (cmake/HiertagTorch.cmake's), not one release: a wheel built from it requires
+    the release it was built against (the test below)."""
+    import tarfile
+    with tarfile.open(sdist) as archive:
+        (metadata,) = [name for name in archive.getnames() if name.count("/") == 1 and name.endswith("/PKG-INFO")]
+        requires = [line for line in archive.extractfile(metadata).read().decode().splitlines()
+                    if line.startswith("Requires-Dist: torch")]
+    cmake = (ROOT / "cmake" / "HiertagTorch.cmake").read_text()
+    oldest, beyond = (re.search(rf"^set\({name} ([0-9.]+)\)", cmake, re.MULTILINE).group(1)
+                      for name in ("HIERTAG_TORCH_OLDEST", "HIERTAG_TORCH_BEYOND"))
+    assert len(requires) == 1 and "==" not in requires[0], requires
+    assert sorted(requires[0].split(": ", 1)[1].removeprefix("torch").split(",")) == [f"<{beyond}", f">={oldest}"]
+
+
 def test_wheel_installed_in_a_venv_without_build_tools_tags_exports_from_another_folder(installed, tmp_path):
     assert_tags_from_outside(installed, tmp_path / "work")
 
