@@ -15,24 +15,24 @@ and the version converter to opset 18.
 Per cell: the nodes the tool left tagged and how carry placed every node;
 `hiertag validate` and `hiertag tree` on the carried file; every module call
 as carry reports it (verified, declared by the tool, declared by carry,
-declared at export, never ran, left no node); and, independently of carry's
-own check (which compares the carried file with the tagged original), the
-project's boundary check (hiertag.checks) of the carried file against eager
-PyTorch: for a tool that keeps values, each call carry did not declare must
-consume what it received and produce what it returned, within float32
-rounding; for one that changes precision (fp16, int8), whose values no fixed
-bound holds, each value crossing the call's carried boundary must be nearest,
-among all values of the tagged original on the same eager inputs, to a value
-that crossed the same call's boundary there, and the original's boundaries
-are themselves held against eager PyTorch within float32 rounding. A call
-that fails is *wrong*: carry presented a boundary that is not the call's; one
-whose value is nearly as near a boundary value as the nearest is *undecided*
-(identification_check), listed but not failed.
+declared at export, never ran, left no node); and the judge
+(bench/carry_judge.py), which shares no code with carry and its check: on the
+eager inputs, every call the carried file does not declare is held against
+what it received and returned in eager PyTorch, for every tool alike (fp16 and
+int8 too). Each value crossing its carried boundary must be a tensor that
+crossed the same call's boundary in the tagged file, within the tool's
+precision as the judge measures it against eager PyTorch and at least
+carry_judge.MARGIN times nearer to it than to any other value of its shape;
+every such tensor must still cross. A call failing that is *wrong*: carry
+presented a boundary that is not the call's; one whose values cannot tell
+(within the margin either way) is *undecided*, and fails its cell too (carry
+declares what values cannot tell). The tagged file's own boundaries are held
+against eager PyTorch within float32 rounding (the verifier's check).
 `hiertag extract` on every call: refused, naming the transformation or the
-export pass, where the file declares the call; written otherwise, and run on
-the tensors the call received in eager PyTorch, returning the ones it returned
-(within float32 rounding, or half their magnitude for a precision-changing
-tool).
+export pass, where the file declares the call; written otherwise, and a call
+the judge found right, run on the tensors it received in eager PyTorch,
+returns the ones it returned within the precision the judge measured at its
+outputs.
 
 Each model runs in a fresh process (torch names a scripted class's nodes
 differently after its first export in a process).
@@ -40,7 +40,7 @@ differently after its first export in a process).
 usage: .venv/bin/python bench/carry_matrix.py [--models a,b] [--tools x,y] [--out DIR]
 Writes DIR/carry.md and DIR/carry.json (default DIR: bench/results); exits 0
 only when every cell passes: every node tagged, validate and tree accept the
-file, no call wrong, extract as the file says."""
+file, no call wrong or undecided, extract as the file says."""
 
 import argparse
 import json
@@ -51,7 +51,8 @@ import time
 import warnings
 from pathlib import Path
 
-import provenance  # bench/ is this script's folder
+import carry_judge  # bench/ is this script's folder
+import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -191,150 +192,10 @@ class Eager:
         self.model = checks.eager_reference(torch_model)
         self.feeds = checks.feeds_for(str(source), torch_model, self.args)
         self.recorded = checks.record_module_io(self.model, self.args)
-        # The tagged export's own boundaries, which the identification check of precision-changing tools rests on.
+        # The tagged export's own boundaries (the verifier's check), which the judge's reference rests on.
         results, _ = checks.module_boundary_results(onnx.load(str(source)), self.model, self.args, self.feeds,
                                                     recorded=self.recorded)
         self.export_failures = [line for lines in results.values() for line in lines]
-
-    def feeds_for(self, model):
-        """The feeds cast to `model`'s input types (an fp16 copy takes float16)."""
-        import onnx
-        types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in model.graph.input}
-        return {name: value.astype(types[name]) for name, value in self.feeds.items() if name in types}
-
-
-# A boundary value at most this many times as far as the nearest value of the
-# original: too close to tell apart by values (identification_check).
-UNDECIDED_RATIO = 1.5
-
-
-def identification_check(original, carried, eager, statuses):
-    """{key: failures} for a precision-changing tool, whose values no fixed
-    bound holds against eager PyTorch: on the eager inputs, each value
-    crossing a call's carried boundary must be nearest (ties included) to a
-    value crossing the same call's original boundary on the same side, among
-    all values of the original of its shape, and within half its magnitude
-    (a graph output is the model's output by name, within half its magnitude).
-    On values alone, not carry's correspondence; the original's boundaries
-    are the ones the boundary check holds against eager PyTorch (Eager).
-    Returns ({key: failures}, {key: undecided}): a value whose nearest is
-    another, but whose boundary value is at most UNDECIDED_RATIO times as far,
-    is undecided, not failed: the tool's drift is as large as the gap between
-    the two in the original (T5's RMS norm: the normalized value and the same
-    times a weight near one), so values cannot tell them apart."""
-    import numpy as np
-    from hiertag import carry_check, checks
-    table = checks.module_table(carried)
-    o_bounds, t_bounds = checks.module_boundaries(original), checks.module_boundaries(carried)
-    o_names = sorted({n for node in original.graph.node for n in node.output if n} |
-                     {i.name for i in original.graph.input if i.name not in {t.name for t in original.graph.initializer}})
-    t_names = sorted({n for ins, outs in t_bounds.values() for n in ins + outs})
-    graph_outputs = {o.name for o in carried.graph.output}
-    o_values = checks.intermediate_values(original, eager.feeds_for(original), o_names)
-    t_values = checks.intermediate_values(carried, eager.feeds_for(carried), t_names)
-    results, undecided = {}, {}
-    for (tag, call), (inputs, outputs) in sorted(t_bounds.items()):
-        key = checks.boundary_key(table, tag, call)
-        if statuses[key]["status"] != carry_check.VERIFIED:
-            continue
-        o_inputs, o_outputs = o_bounds[(tag, call)]
-        failures = results.setdefault(key, [])
-        for names, side, verb in ((inputs, o_inputs, "consumes"), (outputs, o_outputs, "produces")):
-            for name in names:
-                if name in graph_outputs and name in side:  # the model's output, whatever the tool's precision
-                    if checks.disagreement(t_values[name], o_values[name]) > carry_check.UNRELATED:
-                        failures.append(f"{key}: {verb} the model's output '{name}', off by more than half its "
-                                        "magnitude")
-                    continue
-                found = [(checks.disagreement(t_values[name], value), original_name)
-                         for original_name, value in o_values.items() if np.shape(value) == np.shape(t_values[name])]
-                best = min((distance for distance, _ in found), default=float("inf"))
-                nearest = {o for distance, o in found if distance <= best * (1 + 1e-3) + 1e-9}
-                if best <= carry_check.UNRELATED and nearest & set(side):
-                    continue
-                line = (f"{key}: {verb} '{name}', nearest to {sorted(nearest)[:2]} ({best:.1e} of its magnitude), "
-                        f"no value that crossed its boundary there")
-                on_side = min((distance for distance, o in found if o in side), default=float("inf"))
-                if on_side <= carry_check.UNRELATED and on_side <= best * UNDECIDED_RATIO:
-                    undecided.setdefault(key, []).append(f"{line} (one that did at {on_side:.1e})")
-                else:
-                    failures.append(line)
-    return results, undecided
-
-
-def eager_check(carried, eager, tolerance):
-    """({key: failures} of every call the file does not declare, {key: eager tensors of those that pass})."""
-    from hiertag import checks
-    assignments = {}
-    results, _ = checks.module_boundary_results(carried, eager.model, eager.args, eager.feeds_for(carried),
-                                                tolerance, assignments, recorded=eager.recorded)
-    return results, assignments
-
-
-def extraction_check(path, carried, statuses, assignments, tolerance, pass_name):
-    """(calls extract handled as the file says, calls tried, problems): a call
-    the file declares is refused naming the transformation (declared by carry
-    or the tool) or an export pass (declared at export); every other call
-    with nodes is written and, run on the tensors it received in eager
-    PyTorch, returns the ones it returned."""
-    from hiertag import carry_check, checks
-    table = checks.module_table(carried)
-    right, tried, problems = 0, 0, []
-    with tempfile.TemporaryDirectory() as directory:
-        out = Path(directory) / "module.onnx"
-        for tag in table:
-            for call in range(checks.call_count(table, tag)):
-                key = checks.boundary_key(table, tag, call)
-                status = statuses[key]
-                if status["status"] in (carry_check.NEVER_RAN, carry_check.NO_NODES):
-                    continue
-                arguments = [path, "--module", tag, "-o", out, "--json"]
-                if key != tag:
-                    arguments += ["--call", call]
-                done = run_tool("extract", *arguments)
-                tried += 1
-                if status["status"] == carry_check.DECLARED:
-                    ok = done.returncode == 2 and pass_name in done.stderr
-                    problem = f"{key}: not refused naming {pass_name} ({done.stderr.strip() or 'written'})"
-                elif status["status"] == carry_check.EXPORT:
-                    ok = done.returncode == 2 and "cannot be extracted" in done.stderr
-                    problem = f"{key}: not refused as its export record says ({done.stderr.strip() or 'written'})"
-                elif done.returncode != 0:
-                    ok, problem = False, f"{key}: {done.stderr.strip()}"
-                elif key not in assignments:
-                    ok, problem = False, f"{key}: written, but the boundary check has no eager values for it"
-                else:
-                    worst = run_extracted(out, json.loads(done.stdout), *assignments[key])
-                    ok = worst <= tolerance
-                    problem = f"{key}: the extracted model is off by {worst:.1e} of its results' magnitude"
-                right += ok
-                if not ok:
-                    problems.append(problem)
-    return right, tried, problems
-
-
-def run_extracted(path, info, received, returned):
-    """How far the extracted model, run on the tensors the call received, is
-    from the tensors it returned (relative to their magnitude; inf when ONNX
-    Runtime cannot run it)."""
-    import onnxruntime
-    from hiertag import checks
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    try:
-        session = onnxruntime.InferenceSession(str(path), options)
-        types = {i.name: i.type for i in session.get_inputs()}
-        produced = session.run(info["outputs"], {n: received[n].numpy().astype(_numpy_type(types[n]))
-                                                 for n in info["inputs"]})
-    except Exception:  # ONNX Runtime refuses the extracted file: a problem of the cell
-        return float("inf")
-    return max((checks.disagreement(p, returned[n].numpy()) for p, n in zip(produced, info["outputs"])), default=0.0)
-
-
-def _numpy_type(ort_type):
-    import numpy as np
-    name = ort_type.removeprefix("tensor(").removesuffix(")")
-    return {"float": np.float32, "double": np.float64, "float16": np.float16, "bool": np.bool_}.get(name, name)
 
 
 def first_line(error):
@@ -369,7 +230,7 @@ def plain_export_error(name, directory):
 
 def cell(name, tool, source, directory, eager):
     import onnx
-    from hiertag import carry_check, checks, core
+    from hiertag import checks, core
     from hiertag.verbs import carry
     from hiertag.models import quiet
     started = time.perf_counter()
@@ -390,20 +251,10 @@ def cell(name, tool, source, directory, eager):
     validate = run_tool("validate", out)
     tree = run_tool("tree", out, "--depth", "1")
     calls = summary["calls"]
-    statuses = {entry["call"]: entry for entry in summary["results"]}
-    # A tool that keeps values is held to float32 rounding against eager
-    # PyTorch; one that changes precision is held to identity on values: each
-    # boundary value nearest to one of the call's original boundary values.
-    tolerance = calls["tolerance"]
     with quiet():
-        results, assignments = eager_check(carried, eager, tolerance)
-    undecided = {}
-    if calls["method"] == carry_check.BY_CORRESPONDENCE:
-        results, undecided = identification_check(original, carried, eager, statuses)
-    # Wrong: a call carry did not declare whose carried boundary is not what it received and returned.
-    wrong = [failure for key, failures in results.items() for failure in failures
-             if statuses[key]["status"] not in (carry_check.DECLARED, carry_check.EXPORT)]
-    right, tried, problems = extraction_check(out, carried, statuses, assignments, tolerance, f"carry: {tool}")
+        judgement = carry_judge.Judgement(original, carried, eager.recorded, eager.feeds)
+    right, tried, problems = carry_judge.extraction(judgement, out, f"carry: {tool}", run_tool)
+    judged = judgement.counts()
     result = {
         "model": name, "tool": tool, "family": family(name), "nodes": len(nodes),
         "tagged_by_tool": sum(core.TAG_KEY in checks.node_props(node) for node in nodes),
@@ -415,16 +266,19 @@ def cell(name, tool, source, directory, eager):
         **{key: calls[key] for key in ("calls", "verified", "declared_by_tool", "declared_by_carry",
                                        "declared_at_export", "never_ran", "no_nodes", "method", "tolerance",
                                        "drift")},
-        "eager_checked": len(results), "export_failures": eager.export_failures[:5], "wrong": len({line.split(": ")[0] for line in wrong}), "wrong_lines": wrong[:20],
-        "undecided": len([key for key in undecided if not results.get(key)]),
-        "undecided_lines": [line for key, lines in undecided.items() if not results.get(key) for line in lines][:20],
+        # The judge's (bench/carry_judge.py): every call the file does not declare, held against eager PyTorch.
+        "eager_checked": judged["judged"], "wrong": judged["wrong"], "undecided": judged["undecided"],
+        "precision": judgement.precision, "export_failures": eager.export_failures[:5],
+        "judge_problems": judgement.problems[:5], "wrong_lines": judgement.wrong_lines()[:20],
+        "undecided_lines": judgement.undecided_lines()[:20],
         "declared": summary["declared"], "extract_right": right, "extract_tried": tried,
         "extract_problems": problems[:20],
     }
     result["seconds"] = round(time.perf_counter() - started, 1)
+    # An undecided call fails its cell as a wrong one does: carry declares what values cannot tell.
     result["passed"] = (result["tagged_after"] == result["nodes"] and result["validate"] and result["tree"]
-                        and not summary["unplaced"] and result["wrong"] == 0 and right == tried
-                        and not eager.export_failures)
+                        and not summary["unplaced"] and result["wrong"] == 0 and result["undecided"] == 0
+                        and right == tried and not eager.export_failures and not judgement.problems)
     return result
 
 
@@ -516,19 +370,19 @@ def render(report):
              f"{provenance.describe(report)}, " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ").", "",
              f"{len(models)} models (trained-like weights) by {len(report['tools'])} tools: "
              f"**{sum(c['passed'] for c in cells)} of {len(cells)} cells pass** (every node tagged, `hiertag "
-             f"validate` and `tree` accept the file, no call wrong, `extract` as the file says). Of "
+             f"validate` and `tree` accept the file, no call wrong or undecided, `extract` as the file says). Of "
              f"{every['calls']:,} module calls, **{every['verified']:,} verified**, "
              f"{every['declared_by_tool']:,} declared by the tool (it fused, removed or converted the boundary), "
              f"{every['declared_by_carry']:,} declared by carry (it could not establish the boundary), "
              f"{every['declared_at_export']:,} declared at export, {every['never_ran']:,} never ran, "
-             f"{every['no_nodes']:,} left no node; **{every['wrong']} wrong** (a call carry presented whose boundary "
-             f"is not what it received and returned in eager PyTorch)"
-             + (f"; of the verified, {every['undecided']} undecided by values (section Undecided by values)"
-                if every["undecided"] else "") + ".", "",
+             f"{every['no_nodes']:,} left no node; by the judge (bench/carry_judge.py), **{every['wrong']} wrong** (a "
+             f"call the file presents whose boundary is not what it received and returned in eager PyTorch) and "
+             f"**{every['undecided']} undecided** (values cannot tell whether it is: section Undecided by values).",
+             "",
              "## Per tool", "",
              "| tool | cells passing | calls | verified | declared by the tool | declared by carry | at export | "
-             "never ran / no node | wrong | how verified |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "never ran / no node | wrong | undecided | how verified |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for tool in report["tools"]:
         mine = [c for c in cells if c["tool"] == tool]
         count = totals(mine)
@@ -537,9 +391,10 @@ def render(report):
         lines.append(f"| {TOOLS[tool][0]} | {sum(c['passed'] for c in mine)} of {len(mine)} | {count['calls']} | "
                      f"{count['verified']} | {count['declared_by_tool']} | {count['declared_by_carry']} | "
                      f"{count['declared_at_export']} | {count['never_ran'] + count['no_nodes']} | {count['wrong']} | "
-                     f"{how} |")
+                     f"{count['undecided']} | {how} |")
     lines += ["", "## Per model and tool", "",
-              "Each cell: calls verified / declared by the tool / declared by carry / wrong, of the model's calls "
+              "Each cell: calls verified / declared by the tool / declared by carry / wrong / undecided, of the "
+              "model's calls "
               "(the rest declared at export, never ran or left no node); `tool fails` where the tool itself fails on "
               "the model.", "",
               "| model | calls | " + " | ".join(report["tools"]) + " |",
@@ -552,29 +407,32 @@ def render(report):
         for tool in report["tools"]:
             c = by_cell.get((name, tool))
             row.append("-" if c is None else "error" if "error" in c else "tool fails" if "tool_error" in c else
-                       f"{c['verified']}/{c['declared_by_tool']}/{c['declared_by_carry']}/{c['wrong']}")
+                       f"{c['verified']}/{c['declared_by_tool']}/{c['declared_by_carry']}/{c['wrong']}/"
+                       f"{c.get('undecided', 0)}")
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "## Every cell", "",
               "Columns: *nodes* of the transformed model; *by tool* nodes that still carried a tag; *exact* placed "
               "in one module call; *shared* kept for several calls; *span* a fused node across calls; *rule* a "
               "node standing for no original node; *calls* verified / declared by the tool / by carry / at export; "
-              "*eager* calls the boundary check against eager PyTorch held (every call not declared), *wrong* "
-              "those failing it; *extract* calls `hiertag extract` handled as the file says / tried.", "",
+              "*eager* calls the judge held against eager PyTorch (every call the file does not declare), *wrong* "
+              "and *undecided* its findings, *precision* the tool's precision it measured against eager PyTorch; "
+              "*extract* calls `hiertag extract` handled as the file says / tried.", "",
               "| model | tool | nodes | by tool | exact | shared | span | rule | validate | tree | calls | how | "
-              "eager | wrong | extract | s |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "eager | wrong | undecided | precision | extract | s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         if "tool_error" in c:
             continue
         if "error" in c:
-            lines.append(f"| {c['model']} | {c['tool']} | error: {c['error']} |" + " |" * 13)
+            lines.append(f"| {c['model']} | {c['tool']} | error: {c['error']} |" + " |" * 15)
             continue
         lines.append(f"| {c['model']} | {c['tool']} | {c['nodes']} | {c['tagged_by_tool']} | {c['exact']} | "
                      f"{c['shared']} | {c['span']} | {c['rule']} | {'ok' if c['validate'] else 'FAIL'} | "
                      f"{'ok' if c['tree'] else 'FAIL'} | {c['verified']}/{c['declared_by_tool']}/"
                      f"{c['declared_by_carry']}/{c['declared_at_export']} | {_how([c])} | "
-                     f"{c['eager_checked']} | {c['wrong']} | {c['extract_right']}/{c['extract_tried']} | "
-                     f"{c['seconds']} |")
+                     f"{c['eager_checked']} | {c['wrong']} | {c.get('undecided', 0)} | "
+                     + (f"{c['precision']:.0e}" if "precision" in c else "-")
+                     + f" | {c['extract_right']}/{c['extract_tried']} | {c['seconds']} |")
     by_carry = [(c, d) for c in good for d in c["declared"] if d["cause"] == "carry"]
     if by_carry:
         lines += ["", "## Declared by carry", "",
@@ -586,15 +444,17 @@ def render(report):
     undecided = [(c, line) for c in good for line in c.get("undecided_lines", [])]
     if undecided:
         lines += ["", "## Undecided by values", "",
-                  "Calls of a precision-changing tool that carry verified by correspondence, where the independent "
-                  f"check by values could not decide: a value crossing the call's carried boundary is nearest to "
-                  f"another value of the original, but at most {UNDECIDED_RATIO} times as far from one that crossed "
-                  "the call's boundary there; the tool's drift is as large as the gap between the two (neither "
-                  "wrong nor established by this check):", ""]
+                  "Calls the file presents where the judge's values could not decide: a value crossing the call's "
+                  "carried boundary is less than "
+                  f"{carry_judge.MARGIN:g} times nearer to the tensor that crossed there in eager PyTorch than to "
+                  "another value, or nearer to another by less than that; the tool's drift on the eager inputs is as "
+                  "large as the gap between the two. Each fails its cell: carry declares what values cannot tell.",
+                  ""]
         lines += [f"- {c['model']} / {c['tool']}: {line}" for c, line in undecided[:40]]
         if len(undecided) > 40:
             lines.append(f"- ... {len(undecided) - 40} more (carry.json lists them)")
-    problems = [(c, line) for c in good for line in c["wrong_lines"] + c["extract_problems"]]
+    problems = [(c, line) for c in good
+                for line in c.get("judge_problems", []) + c["wrong_lines"] + c["extract_problems"]]
     if problems or len(good) < len(cells):
         lines += ["", "## Problems", ""]
         lines += [f"- {c['model']} / {c['tool']}: {line}" for c, line in problems]
@@ -655,7 +515,8 @@ def main(argv=None):
             counts = next((f"{label}: {result[key][:120]}" for key, label in (
                 ("error", "error"), ("tool_error", "the tool fails"), ("not_exportable", "torch cannot export"))
                 if key in result), None) or \
-                "/".join(str(result[key]) for key in ("verified", "declared_by_tool", "declared_by_carry", "wrong"))
+                "/".join(str(result[key]) for key in ("verified", "declared_by_tool", "declared_by_carry", "wrong",
+                                                      "undecided"))
             verdict = {True: "ok", False: "FAIL", None: "-"}[result["passed"]]
             print(f"{name:18s} {result['tool']:13s} {verdict:4s} {counts}", flush=True)
     out = Path(options.out)
