@@ -235,11 +235,13 @@ ModuleBoundary MainGraphIndex::BoundaryOfNodes(const ModuleCall& target, const s
       boundary.inputs.push_back(input);
     }
   }
-  // A weight node of another call of a constant module reading a member's value reads
-  // the module's buffer, which the tracer records once, as a Constant of the first
-  // call: weight data copied in where needed, not a result that call hands out.
-  auto another_calls_weight = [&](int user) {
-    return constant_module && target.call && weight_nodes_.count(user) &&
+  // Another call of a constant module reading a member's value reads the module's
+  // buffer, which the tracer records once, as a Constant of the first call: weight data
+  // that call copies in where needed (as every extraction does), not a result this call
+  // hands out, whether that call computes from weights alone or, as torch 2.4 exports a
+  // second call, also from its argument's shape.
+  auto another_calls_read = [&](int user) {
+    return constant_module && target.call && !refs_.at(user).empty() &&
            calls_.Place(refs_.at(user).front(), ModuleCall{target.tag, std::nullopt}) !=
                CallsInFile::Placement::kOutside;
   };
@@ -247,7 +249,7 @@ ModuleBoundary MainGraphIndex::BoundaryOfNodes(const ModuleCall& target, const s
     for (const std::string& output : file_.model.nodes[index].outputs) {
       const std::vector<int>& users = Consumers(output);
       bool used_outside = std::any_of(users.begin(), users.end(), [&](int user) {
-        return Leaves(index, user, boundary.members, target) && !another_calls_weight(user);
+        return Leaves(index, user, boundary.members, target) && !another_calls_read(user);
       });
       // A model output is read by the root's call 0.
       bool model_output = model_outputs_.count(output) && !IsOtherSharersRead(index, root_, target);

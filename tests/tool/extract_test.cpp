@@ -709,6 +709,55 @@ TEST_F(ExtractTest, EachCallOfConstantModuleIsWrittenAlone) {
   }
 }
 
+// The same table, but call 1 computes it from its argument's shape (torch 2.4 leaves
+// the second call's x.shape[-2] as a Shape of the caller's value: only call 0 is a
+// constant module), still reading the buffer's Constant of call 0:
+//   freq    Constant -> f        /Net/Table    call 0      w: FLOAT [2,3]
+//   table0  Mul(w, f) -> t0      /Net/Table    call 0
+//   add0    Add(x, t0) -> a      /Net/Layer.0
+//   shape1  Shape(a) -> s        /Net/Table    call 1
+//   table1  Expand(f, s) -> t1   /Net/Table    call 1
+//   add1    Add(a, t1) -> y      /Net/Layer.1              y: model output
+ModelSpec ConstantCallAndShapeReadingCallModel() {
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.outputs = {"y"};
+  for (const char* value : {"x", "f", "t0", "a", "t1", "y"}) model.graph.Type(value, {2, 3});
+  model.graph.Type("s", {2}, kInt64);
+  model.graph.Initializer("w", {2, 3});
+  model.graph.Add(Node("freq", "Constant").Out({"f"}).TensorAttribute("value", {"", {2, 3}}).Tag("/Net/Table"))
+      .Add(Node("table0", "Mul").In({"w", "f"}).Out({"t0"}).Tag("/Net/Table"))
+      .Add(Node("add0", "Add").In({"x", "t0"}).Out({"a"}).Tag("/Net/Layer.0"))
+      .Add(Node("shape1", "Shape").In({"a"}).Out({"s"}).Tag("/Net/Table").Call(1))
+      .Add(Node("table1", "Expand").In({"f", "s"}).Out({"t1"}).Tag("/Net/Table").Call(1))
+      .Add(Node("add1", "Add").In({"a", "t1"}).Out({"y"}).Tag(kLayer1));
+  model.Module("/Net", "", "test.Net")
+      .Module("/Net/Table", "table", "test.Table")
+      .Module("/Net/Layer.0", "layers.0", "test.Block")
+      .Module(kLayer1, "layers.1", "test.Block");
+  model.FindModule("/Net/Table").Calls({0, 1});
+  return model;
+}
+
+// Check that a constant call's buffer read by a computing call of the same module (not
+// a weight node there) is weight data that call copies in, not a result of the constant
+// call: call 0 hands out its table alone, call 1 takes its argument and copies the buffer.
+TEST_F(ExtractTest, ConstantCallsBufferReadByAComputingCallIsNoResult) {
+  std::string path = WriteModel(ConstantCallAndShapeReadingCallModel());
+  const std::vector<std::vector<std::string>> nodes = {{"freq", "table0"}, {"freq", "shape1", "table1"}};
+  const std::vector<std::vector<std::string>> inputs = {{}, {"a"}};
+  for (int64_t call : {0, 1}) {
+    RunResult result = Extract(path, "/Net/Table", OutPath(), /*json=*/false, call);
+    ASSERT_EQ(result.code, 0) << result.err;
+    std::string error;
+    std::optional<OnnxModel> written = OnnxModel::Load(OutPath(), &error);
+    ASSERT_TRUE(written) << error;
+    EXPECT_EQ(NodeNames(*written), nodes[call]) << call;
+    EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), inputs[call]) << call;
+    EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"t" + std::to_string(call)}) << call;
+  }
+}
+
 // Check that the constant module asked as a whole (every call) holds both tables.
 TEST_F(ExtractTest, ConstantModuleOfTwoCallsAsAWholeHoldsBothTables) {
   std::optional<OnnxModel> written = ExtractOk(ConstantModuleCalledTwiceModel(), "/Net/Table");

@@ -15,7 +15,10 @@
 //            (initializers, and outputs of weight nodes), in node order.
 //   outputs  the values members make that leave the call (Leaves), or that are
 //            model outputs not read by another of the maker's references, in
-//            node order; a weight's value only for a constant module.
+//            node order; a weight's value only for a constant module, and not
+//            for a read by another call of that module (the buffer the tracer
+//            records once, in the first call: weight data that call copies in,
+//            be it a constant call too or one reading its argument's shape).
 //
 // Weight nodes: Constants without inputs and nodes that read weights alone (the
 // Identity torch writes for a deduplicated parameter): data of no call.
