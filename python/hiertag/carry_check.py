@@ -43,14 +43,21 @@ its magnitude, and at least MARGIN times nearer to it than to any other
 value (two values closer to each other than the drift, a residual sum and
 the one before it when a branch added little, cannot be told apart: which
 is nearest flips with the inputs) ("by correspondence"); the fallback by
-value alone is off. A graph output is the model's output by name.
+value alone is off. The margin must hold on every one of INPUT_SETS input
+sets (the given or generated one and seeded draws, drawn_inputs), not on one:
+on one set a value can sit 2 times nearer to its original than to its
+neighbour and on the next 1.5 times (an RMS norm's result and the normalized
+value before its near-one weight, in int8, on all-ones token ids and on
+drawn ones), so the margin of one set establishes nothing; a call whose
+worst margin is under MARGIN is declared, the tool's cause. A graph output
+is the model's output by name.
 
 A pair whose graphs do not correspond is refused (CarryError): an input or
 output of the transformed model that the original does not have, or outputs
 that on the same inputs do not agree with the original's within half their
 magnitude (another model)."""
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 import numpy as np
 import onnx
@@ -67,6 +74,9 @@ UNRELATED = 0.5
 # By correspondence, a value is an original one only when it is at least this
 # many times nearer to it than to any other value of the original.
 MARGIN = 2.0
+# By correspondence, on this many input sets: the given or generated one and
+# seeded draws (drawn_inputs); the margin must hold on each.
+INPUT_SETS = 4
 
 
 class Unrelated(ValueError):
@@ -104,6 +114,54 @@ def generated_inputs(model, given=None):
         feeds[graph_input.name] = (generator.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
                                    else np.ones(shape, dtype=dtype))
     return feeds, notes
+
+
+def index_ranges(model):
+    """{graph input: n} for each integer input whose values the graph bounds:
+    read only as the indices of a Gather from a constant table with n rows
+    along its axis (token ids into an embedding; n the smallest such table)
+    or by Shape. Any id in [0, n) is then one the model is made for."""
+    tables = {i.name: tuple(i.dims) for i in model.graph.initializer}
+    tables.update({node.output[0]: tuple(attribute.t.dims) for node in model.graph.node if node.op_type == "Constant"
+                   for attribute in node.attribute if attribute.name == "value"})
+    readers = defaultdict(list)
+    for node in model.graph.node:
+        for position, name in enumerate(node.input):
+            readers[name].append((node, position))
+    ranges = {}
+    for graph_input in model.graph.input:
+        rows = []
+        for node, position in readers.get(graph_input.name, []):
+            if node.op_type == "Shape":
+                continue
+            table = tables.get(node.input[0]) if node.op_type == "Gather" and position == 1 else None
+            axis = next((attribute.i for attribute in node.attribute if attribute.name == "axis"), 0)
+            if not table or not -len(table) <= axis < len(table):
+                rows = None
+                break
+            rows.append(table[axis])
+        if rows:
+            ranges[graph_input.name] = min(rows)
+    return ranges
+
+
+def drawn_inputs(model, feeds, seed):
+    """Another input set of the shapes and types of `feeds`, seeded: floats
+    standard normal, integer inputs the graph bounds (index_ranges) uniform
+    over their range, the others (a mask, a flag: nothing says which values
+    are valid) as in `feeds`."""
+    generator = np.random.default_rng(seed)
+    ranges = index_ranges(model)
+    drawn = {}
+    for name, array in feeds.items():
+        array = np.asarray(array)
+        if np.issubdtype(array.dtype, np.floating):
+            drawn[name] = generator.standard_normal(array.shape).astype(array.dtype)
+        elif np.issubdtype(array.dtype, np.integer) and ranges.get(name, 0) > 0:
+            drawn[name] = generator.integers(0, ranges[name], array.shape).astype(array.dtype)
+        else:
+            drawn[name] = array
+    return drawn
 
 
 def check_io(original, transformed):
@@ -169,9 +227,13 @@ class Proof:
         self.unrunnable = None
         self._searched = False
         self._nearest = {}
+        self.unrun_input_sets = []
         self._run_both()
+        # (original values, transformed values) on each input set, the first the given one.
+        self._input_sets = [(self.o_values, self.t_values)]
         if self.method == BY_CORRESPONDENCE:
             self._search_all_values()
+            self._run_drawn_input_sets()
         self.results = [self._check(tag, call) for tag in self.table
                         for call in range(checks.call_count(self.table, tag))]
 
@@ -233,46 +295,83 @@ class Proof:
         except RuntimeError:  # a value ONNX Runtime cannot expose: the causes rest on the values at hand
             pass
 
-    def _agreement(self, name, original):
-        if original not in self.o_values or name not in self.t_values:
-            return float("inf")
-        return checks.disagreement(self.t_values[name], self.o_values[original])
+    def _run_drawn_input_sets(self):
+        """Both files on INPUT_SETS - 1 more input sets (drawn_inputs), every
+        value held on the first one held on each. A set ONNX Runtime cannot
+        run is counted (unrun_input_sets), and the margin rests on the others."""
+        for seed in range(1, INPUT_SETS):
+            feeds = drawn_inputs(self.original, self.feeds, seed)
+            try:
+                o_values = _run(self.original, feeds, set(self.o_values), self.o_data)
+                t_values = _run(self.carried, feeds, set(self.t_values), self.t_data, known=o_values)
+            except RuntimeError as error:
+                self.unrun_input_sets.append(f"input set {seed + 1}: {error}")
+                continue
+            self._input_sets.append((o_values, t_values))
 
-    def _nearest_originals(self, name):
-        """(distance, the original values of its shape nearest to it with the
-        ones equal to that within float32 rounding, the distance to the
-        nearest value of its shape that is another value)."""
-        if name not in self._nearest:
-            shape = np.shape(self.t_values.get(name))
-            found = sorted((self._agreement(name, original), original) for original, value in self.o_values.items()
-                           if np.shape(value) == shape)
+    def _agreement(self, name, original, input_set=0):
+        o_values, t_values = self._input_sets[input_set]
+        if original not in o_values or name not in t_values:
+            return float("inf")
+        return checks.disagreement(t_values[name], o_values[original])
+
+    def _nearest_originals(self, name, input_set=0):
+        """On input set `input_set`: (distance, the original values of its
+        shape nearest to it with the ones equal to that within float32
+        rounding, the distance to the nearest value of its shape that is
+        another value)."""
+        if (name, input_set) not in self._nearest:
+            o_values, t_values = self._input_sets[input_set]
+            shape = np.shape(t_values.get(name))
+            found = sorted((self._agreement(name, original, input_set), original)
+                           for original, value in o_values.items() if np.shape(value) == shape)
             best, nearest = found[0] if found else (float("inf"), None)
             # An equal value is at most float32 rounding further away.
             ties = {original for distance, original in found if distance <= best + 2 * checks.FLOAT32_TOLERANCE and
-                    checks.disagreement(self.o_values[original], self.o_values[nearest]) <= checks.FLOAT32_TOLERANCE}
+                    checks.disagreement(o_values[original], o_values[nearest]) <= checks.FLOAT32_TOLERANCE}
             other = next((distance for distance, original in found if original not in ties), float("inf"))
-            self._nearest[name] = best, ties, other
-        return self._nearest[name]
+            self._nearest[(name, input_set)] = best, ties, other
+        return self._nearest[(name, input_set)]
+
+    def _separates(self, name, original, input_set):
+        """By correspondence, on one input set: within UNRELATED of
+        `original`, nearest to it and at least MARGIN times nearer to it than
+        to any value of the original that is another value."""
+        distance = self._agreement(name, original, input_set)
+        _, ties, other = self._nearest_originals(name, input_set)
+        return distance <= self.tolerance and original in ties and other >= MARGIN * distance
+
+    def _worst_margin(self, name, original):
+        """(how many times nearer `name` is to `original` than to any other
+        value of the original on the input set where that is least, the
+        set's index): under 1 when another value is nearer."""
+        margins = []
+        for input_set in range(len(self._input_sets)):
+            distance = self._agreement(name, original, input_set)
+            best, ties, other = self._nearest_originals(name, input_set)
+            nearest_other = other if original in ties else best
+            margins.append((nearest_other / distance if distance > 0 else float("inf"), input_set))
+        return min(margins)
 
     def _identifies(self, name, original):
         """Whether transformed value `name` is original value `original` on
         values: within float32 rounding for a tool that keeps values; for one
         that changes precision, within UNRELATED, nearer to it than to any
         other value of the original of its shape, and at least MARGIN times
-        nearer to it than to any value of the original that is another value
-        (so drift, however large, never makes a neighbouring value pass for
-        it, and two values nearer to each other than the drift, a residual
-        sum and the sum before it when the branch added little, are told
-        apart on no inputs: which one is nearest flips with the inputs). A
-        graph output is what it was by name: the tool's contract keeps the
-        model's outputs (check_io), whatever its precision."""
+        nearer to it than to any value of the original that is another value,
+        on every input set (so drift, however large, never makes a
+        neighbouring value pass for it, and two values nearer to each other
+        than the drift, a residual sum and the sum before it when the branch
+        added little, are told apart on no inputs: which one is nearest flips
+        with the inputs, and so does the margin). A graph output is what it
+        was by name: the tool's contract keeps the model's outputs
+        (check_io), whatever its precision."""
         distance = self._agreement(name, original)
         if self.method == BY_VALUE:
             return distance <= self.tolerance
         if name == original and name in self.outputs:
             return distance <= self.tolerance
-        _, ties, other = self._nearest_originals(name)
-        return distance <= self.tolerance and original in ties and other >= MARGIN * distance
+        return all(self._separates(name, original, input_set) for input_set in range(len(self._input_sets)))
 
     def _original_of(self, name, side):
         """The value of the call's original boundary side that `name` is, or None."""
@@ -329,14 +428,17 @@ class Proof:
         gone = [value for value in o_inputs + o_outputs if not self._has_counterpart(value)]
         if gone:
             side = "received" if gone[0] in o_inputs else "handed out"
-            if self.method == BY_CORRESPONDENCE and any(self.c.corr(name) == gone[0] and
-                                                        self._agreement(name, gone[0]) <= self.tolerance
-                                                        for name in self.t_values):
+            standing = next((name for name in self.t_values if self.c.corr(name) == gone[0] and
+                             self._agreement(name, gone[0]) <= self.tolerance), None)
+            if self.method == BY_CORRESPONDENCE and standing is not None:
+                margin, input_set = self._worst_margin(standing, gone[0])
                 return CallResult(key, DECLARED, TOOL, f"{self.by} changed its values past telling its boundary "
                                                        f"apart: what stands for '{gone[0]}', which it {side} in the "
                                                        "tagged model, is not at least "
                                                        f"{MARGIN:g} times nearer to it than to another value of the "
-                                                       f"tagged model (median drift {self.drift:.0e})", node)
+                                                       f"tagged model on each of {len(self._input_sets)} input sets "
+                                                       f"({margin:.2f} times on set {input_set + 1}; median drift "
+                                                       f"{self.drift:.0e})", node)
             return CallResult(key, DECLARED, TOOL, f"{self.by} removed or converted its boundary: '{gone[0]}', a "
                                                    f"value it {side} in the tagged model, is no value of the "
                                                    "transformed model", node)
@@ -408,7 +510,8 @@ class Proof:
         return {"calls": len(self.results), "verified": counts[VERIFIED], "declared_by_tool": causes[TOOL],
                 "declared_by_carry": causes[CARRY], "declared_at_export": counts[EXPORT],
                 "never_ran": counts[NEVER_RAN], "no_nodes": counts[NO_NODES], "method": self.method,
-                "tolerance": self.tolerance, "drift": self.drift}
+                "tolerance": self.tolerance, "drift": self.drift, "input_sets": len(self._input_sets),
+                "unrun_input_sets": self.unrun_input_sets}
 
 
 def _is_float(array):

@@ -1194,13 +1194,15 @@ def report_lines(out, summary, tagged):
     how = (f"{calls['method']}, within {calls['tolerance']:.0e} of each value's magnitude"
            if calls["method"] == carry_check.BY_VALUE else
            f"{calls['method']}: each value the one carry says it stands for and at least "
-           f"{carry_check.MARGIN:g} times nearer to it than to any other of the tagged model's values, the tool's "
-           f"median drift being {calls['drift']:.0e}")
+           f"{carry_check.MARGIN:g} times nearer to it than to any other of the tagged model's values on each of "
+           f"{calls['input_sets']} input sets, the tool's median drift being {calls['drift']:.0e}")
     others = [f"{calls[key]} {text}" for key, text in (("declared_at_export", "declared at export"),
                                                         ("never_ran", "never ran"), ("no_nodes", "left no node"))
               if calls[key]]
     lines.append(f"  module calls: {calls['verified']} verified ({how}); declared {calls['declared_by_tool']} "
                  f"by the tool, {calls['declared_by_carry']} by carry{'; ' if others else ''}{', '.join(others)}")
+    for unrun in calls["unrun_input_sets"]:
+        lines.append(f"  ONNX Runtime cannot run {unrun}; the margin rests on the other input sets")
     for declared in summary["declared"][:5]:
         lines.append(f"  declared: {declared['call']}: {declared['reason']}")
     if len(summary["declared"]) > 5:
