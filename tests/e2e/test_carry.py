@@ -568,3 +568,47 @@ def test_a_fold_record_keeps_only_the_constants_the_transformed_file_holds(tmp_p
         assert carried[tag].get("folded_into", []) == [name for name in names if name in held]
     validated = run_tool("validate", out)
     assert validated.returncode == 0, validated.stdout
+
+
+def _ids_model(*other_readers):
+    """Token ids gathered from a 5-row table (and read by Shape), a mask cast
+    to float and a float input, summed; the ids also read by `other_readers`
+    (op types of nodes reading them as their only input)."""
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"], name="gather"),
+             helper.make_node("Shape", ["ids"], ["shape"], name="shape"),
+             helper.make_node("Cast", ["mask"], ["mask_f"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Unsqueeze", ["mask_f", "last"], ["mask_3d"], name="unsqueeze"),
+             helper.make_node("Mul", ["rows", "mask_3d"], ["masked"], name="mul"),
+             helper.make_node("Add", ["masked", "x"], ["y"], name="add")]
+    nodes += [helper.make_node(op, ["ids"], [f"read_{index}"], name=f"read_{index}")
+              for index, op in enumerate(other_readers)]
+    inputs = [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6]),
+              helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 6]),
+              helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 3])]
+    weights = [helper.make_tensor("table", TensorProto.FLOAT, [5, 3], np.arange(15, dtype=np.float32)),
+               helper.make_tensor("last", TensorProto.INT64, [1], [-1])]
+    graph = helper.make_graph(nodes, "ids", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 3])],
+                              weights)
+    return helper.make_model(graph)
+
+
+def test_ids_read_only_as_a_tables_indices_are_drawn_from_its_rows_and_a_mask_is_kept():
+    model = _ids_model()
+    assert carry_check.index_ranges(model) == {"ids": 5}
+    feeds, _ = carry_check.generated_inputs(model)
+    drawn = [carry_check.drawn_inputs(model, feeds, seed) for seed in (1, 2)]
+    for inputs in drawn:
+        assert inputs["ids"].dtype == np.int64 and inputs["ids"].shape == (1, 6)
+        assert 0 <= inputs["ids"].min() and inputs["ids"].max() < 5 and len(set(inputs["ids"].ravel())) > 1
+        assert np.array_equal(inputs["mask"], feeds["mask"])
+        assert inputs["x"].dtype == np.float32 and not np.array_equal(inputs["x"], feeds["x"])
+    assert not np.array_equal(drawn[0]["ids"], drawn[1]["ids"])
+    assert all(np.array_equal(carry_check.drawn_inputs(model, feeds, 1)[name], drawn[0][name]) for name in feeds)
+
+
+def test_ids_read_by_anything_but_a_tables_indices_are_kept_as_given():
+    model = _ids_model("Neg")
+    assert carry_check.index_ranges(model) == {}
+    feeds, _ = carry_check.generated_inputs(model)
+    assert np.array_equal(carry_check.drawn_inputs(model, feeds, 1)["ids"], feeds["ids"])
