@@ -83,6 +83,8 @@ def test_no_call_is_wrong_and_every_declared_call_is_refused_with_its_cause(cell
     assert result["validate"], result["validate_line"]
     assert result["tree"]
     assert result["wrong"] == 0, result["wrong_lines"]
+    # What values cannot tell on the eager inputs, carry declared, measuring its margin on more than one input set.
+    assert result["undecided"] == 0, result["undecided_lines"]
     assert result["extract_problems"] == [] and result["extract_right"] == result["extract_tried"]
     assert result["verified"] > 0
     assert result["calls"] == sum(result[key] for key in ("verified", "declared_by_tool", "declared_by_carry",
