@@ -87,6 +87,12 @@ struct RewriteRecorder::Arrays {
   MappedArray<Node*> expected = MakeMappedArray<Node*>();
   bool expect_nodes = true;
   MappedArray<size_t> first_output = MakeMappedArray<size_t>();
+  // Per input of a node before: the value, compared as torch's graph holds it
+  // by the check after the pass (reading each value's number would load every
+  // value again) and numbered only after a pass that changed the graph
+  // (InputNumbers, from `numbers`: every value made or received before it).
+  MappedArray<const Value*> input_values = MakeMappedArray<const Value*>();
+  MappedArray<std::pair<const Value*, ValueId>> numbers = MakeMappedArray<std::pair<const Value*, ValueId>>();
   MappedArray<Node*> after_nodes = MakeMappedArray<Node*>();
   MappedMap<Node*, uint32_t> index = MakeMappedMap<Node*, uint32_t>();  // a node before -> its index
   // The owners: each scope met, by number.
@@ -113,7 +119,10 @@ struct RewriteRecorder::Arrays {
   }
 
   // Appends `node` to `graph`, as PassGraph reads it.
-  void Add(PassGraph& graph, Node* node, uint32_t before_index) {
+  // `inputs_known`: the inputs' numbers are read now (the graph after a pass);
+  // else (the graph before one) they are left to InputNumbers, which a pass
+  // that changes nothing never needs.
+  void Add(PassGraph& graph, Node* node, uint32_t before_index, bool inputs_known = true) {
     static const c10::Symbol kOnnxConstant = c10::Symbol::onnx("Constant");
     PassGraph::Node entry;
     entry.kind = static_cast<uint32_t>(static_cast<c10::unique_t>(node->kind()));
@@ -127,19 +136,44 @@ struct RewriteRecorder::Arrays {
     entry.attributes = node->inputs().empty() && !entry.holds_graphs ? 0 : HashAttributes(node);
     entry.before = before_index;
     graph.nodes.push_back(entry);
-    for (const Value* input : node->inputs()) graph.inputs.push_back(input->unique());
-    graph.input_begin.push_back(static_cast<uint32_t>(graph.inputs.size()));
+    if (inputs_known) {
+      for (const Value* input : node->inputs()) graph.inputs.push_back(input->unique());
+      graph.input_begin.push_back(static_cast<uint32_t>(graph.inputs.size()));
+    } else {
+      input_values.insert(input_values.end(), node->inputs().begin(), node->inputs().end());
+      graph.input_begin.push_back(static_cast<uint32_t>(input_values.size()));
+      for (const torch::jit::Block* block : node->blocks()) {
+        for (const Value* input : block->inputs()) numbers.emplace_back(input, input->unique());
+      }
+    }
     for (const Value* output : node->outputs()) {
       graph.outputs.push_back(output->unique());
       graph.output_scalar.push_back(IsScalarLike(output));
+      if (!inputs_known) numbers.emplace_back(output, output->unique());
     }
     graph.output_begin.push_back(static_cast<uint32_t>(graph.outputs.size()));
   }
 
-  void AddGraphInputs(PassGraph& graph, torch::jit::Graph& jit_graph) {
+  // The graph before a pass that changed it: each input's number, from the
+  // values noted before the pass by address (an address is only compared,
+  // never read: the pass may have freed the value).
+  void InputNumbers() {
+    std::sort(numbers.begin(), numbers.end());
+    before.inputs.clear();
+    before.inputs.reserve(input_values.size());
+    for (const Value* input : input_values) {
+      auto found = std::lower_bound(numbers.begin(), numbers.end(), std::make_pair(input, ValueId{0}));
+      TORCH_INTERNAL_ASSERT(found != numbers.end() && found->first == input,
+                            "hiertag: a node read a value no node or input made before the pass");
+      before.inputs.push_back(found->second);
+    }
+  }
+
+  void AddGraphInputs(PassGraph& graph, torch::jit::Graph& jit_graph, bool note_numbers) {
     for (const Value* input : jit_graph.inputs()) {
       graph.graph_inputs.push_back(input->unique());
       graph.graph_input_scalar.push_back(IsScalarLike(input));
+      if (note_numbers) numbers.emplace_back(input, input->unique());
     }
   }
 
@@ -149,6 +183,8 @@ struct RewriteRecorder::Arrays {
     expect_nodes = true;  // unless the walk after the pass meets another order
     nodes.clear();
     first_output.clear();
+    input_values.clear();
+    numbers.clear();
     before.Clear();
     // Each node is noted as the walk reaches it: its loads overlap with the
     // load of the next node.
@@ -157,11 +193,11 @@ struct RewriteRecorder::Arrays {
         [this](Node* node) {
           nodes.push_back(node);
           first_output.push_back(node->outputs().empty() ? kNoOutput : node->output(0)->unique());
-          Add(before, node, PassGraph::kMade);
+          Add(before, node, PassGraph::kMade, /*inputs_known=*/false);
           return true;
         },
         expected);
-    AddGraphInputs(before, graph);
+    AddGraphInputs(before, graph, /*note_numbers=*/true);
   }
 
   // Whether `node`, at the address node i had, is node i: the same address
@@ -188,9 +224,9 @@ struct RewriteRecorder::Arrays {
                [&](Node* node) {
                  uint32_t i = next++;
                  if (i >= nodes.size() || node != nodes[i] || !SameNode(i, node)) return false;
-                 std::span<const ValueId> inputs = before.InputsOf(i);
-                 return std::equal(node->inputs().begin(), node->inputs().end(), inputs.begin(), inputs.end(),
-                                   [](const Value* value, ValueId id) { return value->unique() == id; });
+                 const Value* const* inputs = input_values.data() + before.input_begin[i];  // (Take's offsets)
+                 return std::equal(node->inputs().begin(), node->inputs().end(), inputs,
+                                   inputs + (before.input_begin[i + 1] - before.input_begin[i]));
                },
                nodes) &&
            next == nodes.size();
@@ -218,7 +254,7 @@ struct RewriteRecorder::Arrays {
       Add(after, node, i == kNotBefore ? PassGraph::kMade : i);
       return true;
     });
-    AddGraphInputs(after, graph);
+    AddGraphInputs(after, graph, /*note_numbers=*/false);
   }
 };
 
@@ -258,6 +294,7 @@ void RewriteRecorder::Observe(torch::jit::Graph& graph, const std::string& pass,
     if (JitLogging()) GRAPH_DEBUG("hiertag: ", pass, " left the graph as it was");
     return;
   }
+  arrays.InputNumbers();
   arrays.TakeAfter(graph);
   Clock::time_point matched = Clock::now();
   times_.matching += matched - checked;

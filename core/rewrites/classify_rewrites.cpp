@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <memory_resource>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -55,20 +56,27 @@ using Owners = std::vector<Owner>;
 
 // The working arrays, kept from one pass to the next.
 struct RewriteClassifier::State {
-  std::vector<Index> after_of;          // per node before: its index after, kNone when removed
-  std::vector<uint8_t> inputs_changed;  // per node before: alive, reading other values
-  std::vector<Index> reading_other_values;
-  std::vector<uint8_t> grouped;  // per node before: in a group classified
-  std::vector<uint8_t> members;  // per node before: in the group being classified
-  std::vector<uint32_t> seen;    // per node before: the last walk that reached it
+  // In mapped pages, as the pass graphs are (pass_graph.h says why).
+  template <typename T>
+  using Array = std::pmr::vector<T>;
+  std::pmr::memory_resource* memory = MappedMemory();
+  Array<Index> after_of{memory};          // per node before: its index after, kNone when removed
+  Array<uint8_t> inputs_changed{memory};  // per node before: alive, reading other values
+  Array<Index> reading_other_values{memory};
+  Array<uint8_t> grouped{memory};  // per node before: in a group classified
+  Array<uint8_t> members{memory};  // per node before: in the group being classified
+  Array<uint32_t> seen{memory};    // per node before: the last walk that reached it
   uint32_t stamp = 0;
-  std::vector<std::pair<ValueId, Index>> producers_before;  // sorted by value
-  std::vector<std::pair<ValueId, Index>> producers_after;   // sorted by value
-  std::vector<Read> reads_before;                           // sorted
-  std::vector<ValueId> inputs_before;                       // the graph inputs before, sorted
-  std::vector<ValueId> inputs_after;                        // the graph inputs after, sorted
-  std::vector<Index> made;                                  // the nodes the pass made (indices after)
-  std::vector<std::pair<Owner, uint32_t>> made_by_owner;    // (owner, index into made), sorted
+  Array<std::pair<ValueId, Index>> producers_before{memory};  // sorted by value
+  Array<std::pair<ValueId, Index>> producers_after{memory};   // sorted by value
+  Array<Read> reads_before{memory};                           // sorted
+  Array<Read> uses{memory};                                   // the reads of each node's outputs, node by node
+  Array<uint32_t> use_begin{memory};                          // node i's: uses[use_begin[i] .. use_begin[i + 1])
+  Array<ValueId> inputs_before{memory};                       // the graph inputs before, sorted
+  // The graph inputs after, sorted, each with its place among them.
+  Array<std::pair<ValueId, uint32_t>> inputs_after{memory};
+  Array<Index> made{memory};                                // the nodes the pass made (indices after)
+  Array<std::pair<Owner, uint32_t>> made_by_owner{memory};  // (owner, index into made), sorted
 };
 
 namespace {
@@ -114,9 +122,11 @@ class Pass {
       for (uint32_t slot = 0; slot < inputs.size(); ++slot) s_.reads_before.push_back({inputs[slot], i, slot});
     }
     std::sort(s_.reads_before.begin(), s_.reads_before.end());
+    IndexUses();
     s_.inputs_before.assign(before_.graph_inputs.begin(), before_.graph_inputs.end());
     std::sort(s_.inputs_before.begin(), s_.inputs_before.end());
-    s_.inputs_after.assign(after_.graph_inputs.begin(), after_.graph_inputs.end());
+    s_.inputs_after.clear();
+    for (uint32_t k = 0; k < after_.graph_inputs.size(); ++k) s_.inputs_after.emplace_back(after_.graph_inputs[k], k);
     std::sort(s_.inputs_after.begin(), s_.inputs_after.end());
     MarkReplacedAsRemoved();
 
@@ -135,7 +145,8 @@ class Pass {
   }
 
  private:
-  static void IndexProducers(std::vector<std::pair<ValueId, Index>>& producers, const PassGraph& graph) {
+  static void IndexProducers(RewriteClassifier::State::Array<std::pair<ValueId, Index>>& producers,
+                             const PassGraph& graph) {
     producers.clear();
     for (Index i = 0; i < graph.size(); ++i) {
       for (ValueId output : graph.OutputsOf(i)) producers.emplace_back(output, i);
@@ -231,7 +242,7 @@ class Pass {
     return Alive(i) && before_.nodes[i].attributes != after_.nodes[s_.after_of[i]].attributes;
   }
 
-  static Index Find(const std::vector<std::pair<ValueId, Index>>& producers, ValueId value) {
+  static Index Find(const RewriteClassifier::State::Array<std::pair<ValueId, Index>>& producers, ValueId value) {
     auto found = std::lower_bound(producers.begin(), producers.end(), std::make_pair(value, Index{0}));
     return found != producers.end() && found->first == value ? found->second : kNone;
   }
@@ -240,13 +251,18 @@ class Pass {
   Index ProducerBefore(ValueId value) const { return Find(s_.producers_before, value); }
   Index ProducerAfter(ValueId value) const { return Find(s_.producers_after, value); }
 
-  static bool In(const std::vector<ValueId>& sorted, ValueId value) {
-    return std::binary_search(sorted.begin(), sorted.end(), value);
+  bool WasInput(ValueId value) const {
+    return std::binary_search(s_.inputs_before.begin(), s_.inputs_before.end(), value);
+  }
+  // The place of `value` among the graph inputs after the pass, or -1.
+  int InputAfter(ValueId value) const {
+    auto found = std::lower_bound(s_.inputs_after.begin(), s_.inputs_after.end(), std::make_pair(value, 0u));
+    return found != s_.inputs_after.end() && found->first == value ? static_cast<int>(found->second) : -1;
   }
   // A graph input after the pass that was one before.
-  bool InputBefore(ValueId value) const { return In(s_.inputs_before, value) && In(s_.inputs_after, value); }
+  bool InputBefore(ValueId value) const { return WasInput(value) && InputAfter(value) >= 0; }
   // A graph input the pass added (an initializer it made).
-  bool NewInput(ValueId value) const { return In(s_.inputs_after, value) && !In(s_.inputs_before, value); }
+  bool NewInput(ValueId value) const { return InputAfter(value) >= 0 && !WasInput(value); }
   // Whether `value` (read after the pass) existed before it: a graph input
   // then, or made by a node that is still there.
   bool Existed(ValueId value) const {
@@ -255,14 +271,22 @@ class Pass {
     return producer != kNone && !Made(producer);
   }
 
-  // The reads of node i's outputs before the pass.
-  std::vector<Read> UsesOf(Index i) const {
-    std::vector<Read> uses;
-    for (ValueId output : before_.OutputsOf(i)) {
-      auto first = std::lower_bound(s_.reads_before.begin(), s_.reads_before.end(), Read{output, 0, 0});
-      for (auto it = first; it != s_.reads_before.end() && it->value == output; ++it) uses.push_back(*it);
+  // The reads of node i's outputs before the pass (IndexUses).
+  std::span<const Read> UsesOf(Index i) const {
+    return {s_.uses.data() + s_.use_begin[i], s_.uses.data() + s_.use_begin[i + 1]};
+  }
+
+  // Every node's uses, node by node, in one array (UsesOf's).
+  void IndexUses() {
+    s_.uses.clear();
+    s_.use_begin.assign(1, 0);
+    for (Index i = 0; i < before_.size(); ++i) {
+      for (ValueId output : before_.OutputsOf(i)) {
+        auto first = std::lower_bound(s_.reads_before.begin(), s_.reads_before.end(), Read{output, 0, 0});
+        for (auto it = first; it != s_.reads_before.end() && it->value == output; ++it) s_.uses.push_back(*it);
+      }
+      s_.use_begin.push_back(static_cast<uint32_t>(s_.uses.size()));
     }
-    return uses;
   }
 
   // A fresh mark for the walks below.
@@ -345,7 +369,7 @@ class Pass {
   void Classify(const Indices& group) {
     for (Index i : group) s_.members[i] = 1;
     struct ClearMembers {
-      std::vector<uint8_t>& members;
+      RewriteClassifier::State::Array<uint8_t>& members;
       const Indices& group;
       ~ClearMembers() {
         for (Index i : group) members[i] = 0;
@@ -633,10 +657,9 @@ class Pass {
         if (outputs[k] == value) return after_.output_scalar[after_.output_begin[producer] + k] != 0;
       }
     }
-    for (size_t k = 0; k < after_.graph_inputs.size(); ++k) {
-      if (after_.graph_inputs[k] == value) return k < after_.graph_input_scalar.size() && after_.graph_input_scalar[k];
-    }
-    return false;
+    int input = InputAfter(value);
+    return input >= 0 && static_cast<size_t>(input) < after_.graph_input_scalar.size() &&
+           after_.graph_input_scalar[input];
   }
 
   // The reader `use` reads `now` in place of what it read before: a value of
@@ -651,9 +674,8 @@ class Pass {
     record.kind = OwnerRewrite::Kind::kRewired;
     record.reader = before_.nodes[use.reader].owner;
     record.replaced = before_.nodes[replaced].owner;
-    auto input = std::find(after_.graph_inputs.begin(), after_.graph_inputs.end(), now);
-    if (input != after_.graph_inputs.end()) {
-      record.graph_input = static_cast<int>(input - after_.graph_inputs.begin());
+    if (int input = InputAfter(now); input >= 0) {
+      record.graph_input = input;
     } else if (producer != kNone && !Made(producer)) {
       record.value_owners.push_back(before_.nodes[after_.nodes[producer].before].owner);
     }

@@ -41,7 +41,7 @@ PassGraph Graph(std::initializer_list<NodeSpec> nodes, std::vector<ValueId> grap
   ret.is_return = true;
   ret.before = static_cast<uint32_t>(nodes.size());  // the return is the return (indices line up in these tests)
   graph.Add(ret, graph_outputs, {}, {});
-  graph.graph_inputs = std::move(graph_inputs);
+  graph.graph_inputs.assign(graph_inputs.begin(), graph_inputs.end());
   graph.graph_input_scalar.assign(graph.graph_inputs.size(), 0);
   return graph;
 }

@@ -27,14 +27,24 @@
 #pragma once
 
 #include <cstdint>
+#include <memory_resource>
 #include <span>
 #include <vector>
+
+#include "hiertag/core/export/mapped_memory.h"
 
 namespace hiertag {
 
 using ValueId = uint64_t;
 using Owner = int32_t;
 inline constexpr Owner kNoOwner = -1;
+
+// A pass graph's arrays live in mapped pages (mapped_memory.h): an observer
+// fills them right after a torch pass freed many small objects, and a large
+// heap allocation then would make glibc consolidate them (a cost that was a
+// third of observing a pass on deep graphs).
+template <typename T>
+using PassArray = std::pmr::vector<T>;
 
 struct PassGraph {
   static constexpr uint32_t kMade = UINT32_MAX;
@@ -49,14 +59,16 @@ struct PassGraph {
     bool constant_op = false;  // a Constant op (its output is a constant, never data)
   };
 
-  std::vector<Node> nodes;
-  std::vector<uint32_t> input_begin = {0};  // node i reads inputs[input_begin[i] .. input_begin[i + 1])
-  std::vector<ValueId> inputs;
-  std::vector<uint32_t> output_begin = {0};  // node i makes outputs[output_begin[i] .. output_begin[i + 1])
-  std::vector<ValueId> outputs;
-  std::vector<uint8_t> output_scalar;  // per output: a number or a tensor of rank 0 (layout ops keep it)
-  std::vector<ValueId> graph_inputs;
-  std::vector<uint8_t> graph_input_scalar;  // per graph input: a number or a tensor of rank 0
+  PassArray<Node> nodes{MappedMemory()};
+  // node i reads inputs[input_begin[i] .. input_begin[i + 1])
+  PassArray<uint32_t> input_begin = PassArray<uint32_t>(1, 0, MappedMemory());
+  PassArray<ValueId> inputs{MappedMemory()};
+  // node i makes outputs[output_begin[i] .. output_begin[i + 1])
+  PassArray<uint32_t> output_begin = PassArray<uint32_t>(1, 0, MappedMemory());
+  PassArray<ValueId> outputs{MappedMemory()};
+  PassArray<uint8_t> output_scalar{MappedMemory()};  // per output: a number or a tensor of rank 0 (layout ops keep it)
+  PassArray<ValueId> graph_inputs{MappedMemory()};
+  PassArray<uint8_t> graph_input_scalar{MappedMemory()};  // per graph input: a number or a tensor of rank 0
 
   size_t size() const { return nodes.size(); }
   std::span<const ValueId> InputsOf(uint32_t i) const {
