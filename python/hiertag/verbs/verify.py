@@ -6,12 +6,13 @@ module of the module table (a module called several times is checked call by
 call, `extract --call K`):
   boundary  each value its nodes read from outside is a specific tensor the
             call received in PyTorch, and each value they make for outside a
-            specific tensor it returned, one to one, within 1e-4 of the
-            tensor's largest magnitude (every forward wrapped under the
-            exporter's tracer, so calls straight to .forward() count too);
+            specific tensor it returned, one to one, every element within
+            1e-4 of its own magnitude (checks.disagreement; every forward
+            wrapped under the exporter's tracer, so calls straight to
+            .forward() count too);
   extract   `hiertag extract` cuts it out; fed with those received tensors,
-            the extracted model returns those returned tensors (within 1e-4
-            of their magnitude).
+            the extracted model returns those returned tensors (every element
+            within 1e-4 of its own magnitude).
 Prints a table, one call a line, and a summary; exits 0 only when every call
 passes both checks. The one exception is a module whose boundary the file
 itself records as removed by an export pass (a fused node's hiertag.spans, or
