@@ -227,6 +227,11 @@ class ExtractTest : public ToolTest {
  protected:
   std::string OutPath(const std::string& file = "out.onnx") const { return (dir_ / file).string(); }
 
+  // Checks that `extract --call K` of /Net/Table writes nodes[K], reading inputs[K],
+  // and hands out its own table "tK" only (TableCalledTwiceModel).
+  void ExpectEachTableCallWritten(const std::string& path, const std::vector<std::vector<std::string>>& nodes,
+                                  const std::vector<std::vector<std::string>>& inputs);
+
   // The names of the files in the test's directory.
   std::set<std::string> Files() const {
     std::set<std::string> files;
@@ -673,7 +678,9 @@ TEST_F(ExtractTest, ConstantModulesValueIsCopiedIntoItsReader) {
 //   add0    Add(x, t0) -> a      /Net/Layer.0
 //   table1  Mul(w, f) -> t1      /Net/Table    call 1
 //   add1    Add(a, t1) -> y      /Net/Layer.1              y: model output
-ModelSpec ConstantModuleCalledTwiceModel() {
+// The table model above with call 1's nodes given: the rest is shared with
+// ConstantCallAndShapeReadingCallModel below.
+ModelSpec TableCalledTwiceModel(std::vector<NodeSpec> call1) {
   ModelSpec model;
   model.graph.inputs = {"x"};
   model.graph.outputs = {"y"};
@@ -681,9 +688,9 @@ ModelSpec ConstantModuleCalledTwiceModel() {
   model.graph.Initializer("w", {2, 3});
   model.graph.Add(Node("freq", "Constant").Out({"f"}).TensorAttribute("value", {"", {2, 3}}).Tag("/Net/Table"))
       .Add(Node("table0", "Mul").In({"w", "f"}).Out({"t0"}).Tag("/Net/Table"))
-      .Add(Node("add0", "Add").In({"x", "t0"}).Out({"a"}).Tag("/Net/Layer.0"))
-      .Add(Node("table1", "Mul").In({"w", "f"}).Out({"t1"}).Tag("/Net/Table").Call(1))
-      .Add(Node("add1", "Add").In({"a", "t1"}).Out({"y"}).Tag(kLayer1));
+      .Add(Node("add0", "Add").In({"x", "t0"}).Out({"a"}).Tag("/Net/Layer.0"));
+  for (NodeSpec& node : call1) model.graph.Add(std::move(node));
+  model.graph.Add(Node("add1", "Add").In({"a", "t1"}).Out({"y"}).Tag(kLayer1));
   model.Module("/Net", "", "test.Net")
       .Module("/Net/Table", "table", "test.Table")
       .Module("/Net/Layer.0", "layers.0", "test.Block")
@@ -692,21 +699,31 @@ ModelSpec ConstantModuleCalledTwiceModel() {
   return model;
 }
 
+ModelSpec ConstantModuleCalledTwiceModel() {
+  return TableCalledTwiceModel({Node("table1", "Mul").In({"w", "f"}).Out({"t1"}).Tag("/Net/Table").Call(1)});
+}
+
+void ExtractTest::ExpectEachTableCallWritten(const std::string& path,
+                                             const std::vector<std::vector<std::string>>& nodes,
+                                             const std::vector<std::vector<std::string>>& inputs) {
+  const std::string out = OutPath();
+  for (int64_t call : {0, 1}) {
+    RunResult result = Extract(path, "/Net/Table", out, /*json=*/false, call);
+    ASSERT_EQ(result.code, 0) << result.err;
+    std::string error;
+    std::optional<OnnxModel> written = OnnxModel::Load(out, &error);
+    ASSERT_TRUE(written) << error;
+    EXPECT_EQ(NodeNames(*written), nodes[call]) << call;
+    EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), inputs[call]) << call;
+    EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"t" + std::to_string(call)}) << call;
+  }
+}
+
 // Check that each call of a constant module extracts its own table alone: no input, its
 // own nodes (the buffer's Constant copied into call 1), its own result only.
 TEST_F(ExtractTest, EachCallOfConstantModuleIsWrittenAlone) {
-  std::string path = WriteModel(ConstantModuleCalledTwiceModel());
-  const std::vector<std::vector<std::string>> nodes = {{"freq", "table0"}, {"freq", "table1"}};
-  for (int64_t call : {0, 1}) {
-    RunResult result = Extract(path, "/Net/Table", OutPath(), /*json=*/false, call);
-    ASSERT_EQ(result.code, 0) << result.err;
-    std::string error;
-    std::optional<OnnxModel> written = OnnxModel::Load(OutPath(), &error);
-    ASSERT_TRUE(written) << error;
-    EXPECT_EQ(NodeNames(*written), nodes[call]) << call;
-    EXPECT_TRUE(written->graphs.at(0).inputs.empty()) << call;
-    EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"t" + std::to_string(call)}) << call;
-  }
+  ExpectEachTableCallWritten(WriteModel(ConstantModuleCalledTwiceModel()), {{"freq", "table0"}, {"freq", "table1"}},
+                             {{}, {}});
 }
 
 // The same table, but call 1 computes it from its argument's shape (torch 2.4 leaves
@@ -719,23 +736,10 @@ TEST_F(ExtractTest, EachCallOfConstantModuleIsWrittenAlone) {
 //   table1  Expand(f, s) -> t1   /Net/Table    call 1
 //   add1    Add(a, t1) -> y      /Net/Layer.1              y: model output
 ModelSpec ConstantCallAndShapeReadingCallModel() {
-  ModelSpec model;
-  model.graph.inputs = {"x"};
-  model.graph.outputs = {"y"};
-  for (const char* value : {"x", "f", "t0", "a", "t1", "y"}) model.graph.Type(value, {2, 3});
+  ModelSpec model =
+      TableCalledTwiceModel({Node("shape1", "Shape").In({"a"}).Out({"s"}).Tag("/Net/Table").Call(1),
+                             Node("table1", "Expand").In({"f", "s"}).Out({"t1"}).Tag("/Net/Table").Call(1)});
   model.graph.Type("s", {2}, kInt64);
-  model.graph.Initializer("w", {2, 3});
-  model.graph.Add(Node("freq", "Constant").Out({"f"}).TensorAttribute("value", {"", {2, 3}}).Tag("/Net/Table"))
-      .Add(Node("table0", "Mul").In({"w", "f"}).Out({"t0"}).Tag("/Net/Table"))
-      .Add(Node("add0", "Add").In({"x", "t0"}).Out({"a"}).Tag("/Net/Layer.0"))
-      .Add(Node("shape1", "Shape").In({"a"}).Out({"s"}).Tag("/Net/Table").Call(1))
-      .Add(Node("table1", "Expand").In({"f", "s"}).Out({"t1"}).Tag("/Net/Table").Call(1))
-      .Add(Node("add1", "Add").In({"a", "t1"}).Out({"y"}).Tag(kLayer1));
-  model.Module("/Net", "", "test.Net")
-      .Module("/Net/Table", "table", "test.Table")
-      .Module("/Net/Layer.0", "layers.0", "test.Block")
-      .Module(kLayer1, "layers.1", "test.Block");
-  model.FindModule("/Net/Table").Calls({0, 1});
   return model;
 }
 
@@ -743,19 +747,8 @@ ModelSpec ConstantCallAndShapeReadingCallModel() {
 // a weight node there) is weight data that call copies in, not a result of the constant
 // call: call 0 hands out its table alone, call 1 takes its argument and copies the buffer.
 TEST_F(ExtractTest, ConstantCallsBufferReadByAComputingCallIsNoResult) {
-  std::string path = WriteModel(ConstantCallAndShapeReadingCallModel());
-  const std::vector<std::vector<std::string>> nodes = {{"freq", "table0"}, {"freq", "shape1", "table1"}};
-  const std::vector<std::vector<std::string>> inputs = {{}, {"a"}};
-  for (int64_t call : {0, 1}) {
-    RunResult result = Extract(path, "/Net/Table", OutPath(), /*json=*/false, call);
-    ASSERT_EQ(result.code, 0) << result.err;
-    std::string error;
-    std::optional<OnnxModel> written = OnnxModel::Load(OutPath(), &error);
-    ASSERT_TRUE(written) << error;
-    EXPECT_EQ(NodeNames(*written), nodes[call]) << call;
-    EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), inputs[call]) << call;
-    EXPECT_EQ(ValueNames(written->graphs.at(0).outputs), std::vector<std::string>{"t" + std::to_string(call)}) << call;
-  }
+  ExpectEachTableCallWritten(WriteModel(ConstantCallAndShapeReadingCallModel()),
+                             {{"freq", "table0"}, {"freq", "shape1", "table1"}}, {{}, {"a"}});
 }
 
 // Check that the constant module asked as a whole (every call) holds both tables.
