@@ -14,8 +14,22 @@ constexpr long kGraphAttribute = 5;
 constexpr long kGraphsAttribute = 10;
 constexpr uint32_t kReturnKind = 0;  // the kind every graph's return has
 
-py::object Get(const py::handle& object, const char* name) {
-  PyObject* found = PyObject_GetAttr(object.ptr(), Interned(name).ptr());
+// The attribute names read, each a Python string made once: a read asks
+// for about fifteen per node.
+struct Names {
+  py::handle attributes = Interned("attributes"), data = Interned("data"), domain = Interned("domain"),
+             graph = Interned("graph"), initializers = Interned("initializers"), inputs = Interned("inputs"),
+             op_type = Interned("op_type"), outputs = Interned("outputs"), overload = Interned("overload"),
+             shape = Interned("shape"), type = Interned("type"), value = Interned("value");
+};
+
+const Names& Name() {
+  static const Names names;
+  return names;
+}
+
+py::object Get(const py::handle& object, const py::handle& name) {
+  PyObject* found = PyObject_GetAttr(object.ptr(), name.ptr());
   if (found == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(found);
 }
@@ -54,7 +68,7 @@ uint64_t HashValue(PyObject* value, int depth = 0) {
 }
 
 bool IsScalar(const py::handle& value) {
-  py::object shape = Get(value, "shape");
+  py::object shape = Get(value, Name().shape);
   if (shape.is_none()) return false;
   Py_ssize_t rank = PyObject_Length(shape.ptr());
   if (rank < 0) {
@@ -66,12 +80,12 @@ bool IsScalar(const py::handle& value) {
 
 }  // namespace
 
-uint32_t OnnxIrReader::Kind(const py::handle& node) {
-  std::string key(Text(Get(node, "domain")));
+uint32_t OnnxIrReader::Kind(std::string_view domain, std::string_view op_type, const py::handle& node) {
+  std::string key(domain);
   key.push_back('\n');
-  key.append(Text(Get(node, "op_type")));
+  key.append(op_type);
   key.push_back('\n');
-  key.append(Text(Get(node, "overload")));
+  key.append(Text(Get(node, Name().overload)));
   auto [found, added] = kinds_.try_emplace(std::move(key), static_cast<uint32_t>(kinds_.size() + 1));
   return found->second;
 }
@@ -99,27 +113,29 @@ void OnnxIrReader::ReadGraph(const py::handle& graph, uint32_t holder, DynamoGra
     next_index_[node.ptr()] = index;
     auto before = index_.find(node.ptr());
     PassGraph::Node entry;
-    entry.kind = Kind(node);
+    py::object op_type_text = Get(node, Name().op_type), domain_text = Get(node, Name().domain);
+    std::string_view op_type = Text(op_type_text), domain = Text(domain_text);
+    entry.kind = Kind(domain, op_type, node);
     entry.before = before == index_.end() || previous_ == nullptr ? PassGraph::kMade : before->second;
     entry.owner = entry.before != PassGraph::kMade ? previous_->nodes.at(entry.before).owner : (*made_owner_)(node);
     inputs.clear();
     outputs.clear();
     scalar.clear();
-    for (py::handle input : Get(node, "inputs")) inputs.push_back(IdOf(input));
-    for (py::handle output : Get(node, "outputs")) {
+    for (py::handle input : Get(node, Name().inputs)) inputs.push_back(IdOf(input));
+    for (py::handle output : Get(node, Name().outputs)) {
       outputs.push_back(IdOf(output));
       scalar.push_back(IsScalar(output));
     }
     uint64_t attributes = 0;
     std::vector<py::object> graphs;
-    py::object attribute_dict = Get(Get(node, "attributes"), "data");
+    py::object attribute_dict = Get(Get(node, Name().attributes), Name().data);
     Py_ssize_t position = 0;
     PyObject *name = nullptr, *attribute = nullptr;
     while (PyDict_Next(attribute_dict.ptr(), &position, &name, &attribute)) {
       py::handle attr(attribute);
-      long type = PyLong_AsLong(Get(attr, "type").ptr());
+      long type = PyLong_AsLong(Get(attr, Name().type).ptr());
       if (type == -1 && PyErr_Occurred()) PyErr_Clear();
-      py::object value = Get(attr, "value");
+      py::object value = Get(attr, Name().value);
       Mix(attributes, HashValue(name));
       Mix(attributes, static_cast<uint64_t>(type));
       Mix(attributes, HashValue(value.ptr()));
@@ -130,13 +146,11 @@ void OnnxIrReader::ReadGraph(const py::handle& graph, uint32_t holder, DynamoGra
     }
     entry.holds_graphs = !graphs.empty();
     entry.attributes = inputs.empty() && !entry.holds_graphs ? 0 : attributes;
-    std::string_view op_type = Text(Get(node, "op_type"));
-    std::string_view domain = Text(Get(node, "domain"));
     entry.constant_op = op_type == "Constant" && (domain.empty() || domain == "ai.onnx");
     read.graph.Add(entry, inputs, outputs, scalar);
     read.holders.push_back(holder);
     for (const py::object& nested : graphs) {
-      for (py::handle input : Get(nested, "inputs")) read.nested_inputs.emplace_back(IdOf(input), index);
+      for (py::handle input : Get(nested, Name().inputs)) read.nested_inputs.emplace_back(IdOf(input), index);
       ReadGraph(nested, index, read);
     }
   }
@@ -151,7 +165,7 @@ void OnnxIrReader::ReadGraph(const py::handle& graph, uint32_t holder, DynamoGra
   entry.is_return = true;
   entry.before = before == index_.end() || previous_ == nullptr ? PassGraph::kMade : before->second;
   inputs.clear();
-  for (py::handle output : Get(graph, "outputs")) inputs.push_back(IdOf(output));
+  for (py::handle output : Get(graph, Name().outputs)) inputs.push_back(IdOf(output));
   read.graph.Add(entry, inputs, {}, {});
   read.holders.push_back(holder);
 }
@@ -164,14 +178,14 @@ DynamoGraph OnnxIrReader::Read(const py::handle& model, const PassGraph* previou
   next_value_ids_.clear();
   next_values_.clear();
   DynamoGraph read;
-  py::object graph = Get(model, "graph");
+  py::object graph = Get(model, Name().graph);
   ReadGraph(graph, PassGraph::kMade, read);
-  for (py::handle input : Get(graph, "inputs")) {
+  for (py::handle input : Get(graph, Name().inputs)) {
     read.graph.graph_inputs.push_back(IdOf(input));
     read.graph.graph_input_scalar.push_back(IsScalar(input));
   }
   read.user_inputs = read.graph.graph_inputs.size();
-  py::object initializers = Get(Get(graph, "initializers"), "data");
+  py::object initializers = Get(Get(graph, Name().initializers), Name().data);
   Py_ssize_t position = 0;
   PyObject *name = nullptr, *value = nullptr;
   while (PyDict_Next(initializers.ptr(), &position, &name, &value)) {

@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -46,7 +47,8 @@ namespace python __attribute__((visibility("hidden"))) {
     void Release();
 
    private:
-    uint32_t Kind(const py::handle& node);
+    // The kind of a node of this domain and op type (its overload read here).
+    uint32_t Kind(std::string_view domain, std::string_view op_type, const py::handle& node);
     ValueId IdOf(const py::handle& value);
     void ReadGraph(const py::handle& graph, uint32_t holder, DynamoGraph& read);
 
