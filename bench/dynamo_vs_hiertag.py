@@ -13,6 +13,12 @@ torch.onnx.export(model, args, f, kwargs=..., dynamo=True) (optimize=True):
               HIERTAG_REPORT=1), alternating, each the wall time of the export
               call; hiertag's own work is the report line's `hiertag work`, its
               share the median work over the median plain export;
+  torch's     the files against torch's untagged one: the plain exports
+              (HIERTAG unset) and one more with HIERTAG=0 byte for byte equal
+              to it (model and external data); the first tagged file, once
+              hiertag's entries are stripped, equal to it; the tagged file
+              through onnx's full check, and ONNX Runtime's outputs of both
+              files identical on the model's inputs;
   tagged      the first tagged file: nodes, nodes tagged with a tag of its
               table, `hiertag validate`, and every module call through the
               verifier (hiertag.verbs.verify.verify_file): exact (extracted and
@@ -179,6 +185,13 @@ def measure(name, sweep, timeout):
             return result
         finally:
             flagged(None)
+        try:
+            flagged("0")
+            dynamo_export(build, work / "off" / "model.onnx")
+        finally:
+            flagged(None)
+        result["torch"] = against_torch(untagged, tagged, [work / f"plain-{round_}" / "model.onnx" for round_ in
+                                                           range(ROUNDS)] + [work / "off" / "model.onnx"], build)
         plain_ms = 1000 * statistics.median(timing["plain_seconds"])
         work_ms = statistics.median(timing["work_ms"])
         result["timing"] = {**timing, "plain_ms": plain_ms, "tagged_ms": 1000 * statistics.median(
@@ -189,6 +202,49 @@ def measure(name, sweep, timeout):
         result["torchscript"] = torchscript_agreement(build, tagged, work / "torchscript.onnx")
         result["metadata"] = metadata_side(untagged, build, work, result["tagged"]["passing_calls"])
     return result
+
+
+def file_bytes(path):
+    """A file as written: the model and its external data."""
+    data = Path(f"{path}.data")
+    return path.read_bytes(), data.read_bytes() if data.exists() else b""
+
+
+def against_torch(untagged, tagged, flag_off, build):
+    """The files against torch's untagged one: how many flag-off files are its
+    bytes, whether the stripped tagged file equals it, onnx's full check of the
+    tagged file, and whether ONNX Runtime's outputs of both are identical."""
+    import numpy as np
+    import onnx
+    import onnxruntime
+
+    from hiertag import checks
+    theirs = file_bytes(untagged)
+    found = {"flag_off_files": len(flag_off), "flag_off_equal": sum(file_bytes(path) == theirs for path in flag_off)}
+    stripped = checks.strip_tags(onnx.load(tagged, load_external_data=False))
+    found["stripped_equal"] = stripped.SerializeToString() == onnx.load(
+        untagged, load_external_data=False).SerializeToString()
+    try:
+        onnx.checker.check_model(str(tagged), full_check=True)
+        found["checker"] = "ok"
+    except Exception as error:
+        found["checker"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
+    model, args = build()
+    feeds = checks.feeds_for(str(untagged), model, args)
+    ours = onnxruntime.InferenceSession(str(tagged)).run(None, feeds)
+    torchs = onnxruntime.InferenceSession(str(untagged)).run(None, feeds)
+    found["outputs"] = len(torchs)
+    found["outputs_identical"] = len(ours) == len(torchs) and all(
+        mine.dtype == other.dtype and mine.shape == other.shape and np.array_equal(mine, other, equal_nan=mine.dtype.kind in "fc")
+        for mine, other in zip(ours, torchs))
+    return found
+
+
+def same_as_torch(r):
+    """Whether a model's files are torch's in every way against_torch measures."""
+    found = r["torch"]
+    return (found["flag_off_equal"] == found["flag_off_files"] and found["stripped_equal"]
+            and found["checker"] == "ok" and found["outputs_identical"])
 
 
 def file_summary(path):
@@ -345,6 +401,7 @@ def summary_line(result):
               else "TorchScript export fails")
     return (f"{tagged['nodes_tagged']}/{tagged['nodes']} nodes tagged, {tagged['calls']} calls: {tagged['exact']} exact "
             f"{tagged['declared']} declared {tagged['wrong']} wrong, validate {'ok' if tagged['valid'] else 'FAIL'}, "
+            f"torch's file {'same' if same_as_torch(result) else 'DIFFERS: ' + json.dumps(result['torch'])}, "
             f"work {result['timing']['median_work_ms']:.1f} ms = {100 * result['timing']['work_share']:.2f} % "
             f"of {result['timing']['plain_ms']:.0f} ms; {tables} ({result['seconds']} s)")
 
@@ -383,7 +440,10 @@ def render(measured):
         "warm-up export of a small MLP plain and tagged: three plain exports (`HIERTAG` unset) and three tagged ones "
         f"(`HIERTAG=1`, `HIERTAG_REPORT=1`), alternating, each timed around the export call; *own work* is the "
         "report line's `hiertag work` (median of three), its *share* that over the median plain export (goal: at "
-        f"most {100 * WORK_GOAL:.0f} %). The first tagged file: *nodes tagged* with a tag of its table, `hiertag "
+        f"most {100 * WORK_GOAL:.0f} %). *torch's file*: the three plain exports and one more with `HIERTAG=0` are byte "
+        "for byte torch's untagged file (model and external data), the first tagged file equals it once hiertag's "
+        "entries are stripped, passes onnx's full check, and gives ONNX Runtime outputs identical to it on the "
+        "model's inputs. The first tagged file: *nodes tagged* with a tag of its table, `hiertag "
         "validate`, and every module call through the verifier (`hiertag.verbs.verify.verify_file`): *exact* its "
         "boundary holds against eager PyTorch and its extraction reproduces it; *declared* the file records why it "
         "has no boundary (the export pass that cut it, which `extract` names in its refusal; ran and left no node; "
@@ -399,6 +459,13 @@ def render(measured):
         f"| nodes tagged | {total(tagged, 'tagged', 'nodes_tagged'):,} of {total(tagged, 'tagged', 'nodes'):,} "
         f"({percent(total(tagged, 'tagged', 'nodes_tagged'), total(tagged, 'tagged', 'nodes'))}) |",
         f"| `hiertag validate` passes | {sum(r['tagged']['valid'] for r in tagged)} of {len(tagged)} |",
+        f"| flag off (`HIERTAG` unset and `0`) byte for byte torch's file | "
+        f"{sum(r['torch']['flag_off_equal'] == r['torch']['flag_off_files'] for r in tagged)} of {len(tagged)} |",
+        f"| tagged file, hiertag's entries stripped, equal to torch's | "
+        f"{sum(r['torch']['stripped_equal'] for r in tagged)} of {len(tagged)} |",
+        f"| onnx full check passes; ONNX Runtime outputs identical to torch's file | "
+        f"{sum(r['torch']['checker'] == 'ok' for r in tagged)}; "
+        f"{sum(r['torch']['outputs_identical'] for r in tagged)} of {len(tagged)} |",
         f"| module calls: exact / declared / wrong | {total(tagged, 'tagged', 'exact')} / "
         f"{total(tagged, 'tagged', 'declared')} / {total(tagged, 'tagged', 'wrong')} of "
         f"{total(tagged, 'tagged', 'calls')} |",
@@ -412,17 +479,18 @@ def render(measured):
         f"| torch's metadata (import-dynamo): calls passing of its own table | {total(imported, 'metadata', 'passed')}"
         f" of {total(imported, 'metadata', 'calls')}; of hiertag's {total(imported, 'tagged', 'calls')} calls, "
         f"{total(imported, 'metadata', 'tagged_calls_passing')} pass there |", "",
-        "| model | nodes | tagged | calls | exact | declared | wrong | validate | tables equal / paths in both "
-        "| plain ms | tagged ms | own work ms | share | torch's metadata: calls passing |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "| model | nodes | tagged | torch's file | calls | exact | declared | wrong | validate | tables equal / paths "
+        "in both | plain ms | tagged ms | own work ms | share | torch's metadata: calls passing |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in models:
         if r["tagged"]["export"] != "ok":
             lines.append(f"| {r['model']} | tagged export FAILED (torch exports it untagged): "
-                         f"`{r['tagged']['export']}` |" + " |" * 12)
+                         f"`{r['tagged']['export']}` |" + " |" * 13)
             continue
         t, timing, agreement, metadata = r["tagged"], r["timing"], r["torchscript"], r["metadata"]
         lines.append(
-            f"| {r['model']} | {t['nodes']:,} | {percent(t['nodes_tagged'], t['nodes'])} | {t['calls']} | {t['exact']} "
+            f"| {r['model']} | {t['nodes']:,} | {percent(t['nodes_tagged'], t['nodes'])} | "
+            f"{'same' if same_as_torch(r) else 'DIFFERS'} | {t['calls']} | {t['exact']} "
             f"| {t['declared']} | {t['wrong']} | {'ok' if t['valid'] else 'FAIL'} | "
             + (f"{agreement['paths_equal']} / {agreement['paths_in_both']}" if agreement["export"] == "ok"
                else "TorchScript export fails")
@@ -455,6 +523,16 @@ def model_notes(r):
     t, notes = r["tagged"], []
     if t["export"] != "ok":
         return [f"the tagged export fails where torch's untagged one works: `{t['export']}`"]
+    found = r["torch"]
+    if found["flag_off_equal"] != found["flag_off_files"]:
+        notes.append(f"flag off: {found['flag_off_files'] - found['flag_off_equal']} of {found['flag_off_files']} "
+                     "files differ from torch's bytes")
+    if not found["stripped_equal"]:
+        notes.append("the tagged file differs from torch's beyond hiertag's entries")
+    if found["checker"] != "ok":
+        notes.append(f"onnx full check: `{found['checker']}`")
+    if not found["outputs_identical"]:
+        notes.append("ONNX Runtime's outputs differ from those of torch's file")
     if t["nodes_tagged"] != t["nodes"]:
         notes.append(f"{t['nodes'] - t['nodes_tagged']} nodes without a tag of the table")
     if not t["valid"]:
