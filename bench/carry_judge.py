@@ -75,8 +75,9 @@ RIGHT, WRONG, UNDECIDED = "right", "wrong", "undecided"
 # the drift at which a right value already stops counting (and is undecided,
 # which fails the cell as well), so no drift makes a misplaced value pass
 # unless it also leaves right values undecided. 2 is also the factor carry
-# claims to verify with (on its own generated inputs): the judge holds carry
-# to that claim on independent inputs, no stricter than carry claims.
+# claims to verify with (on its own input sets: the generated one and three
+# seeded draws, carry_check.INPUT_SETS): the judge holds carry to that claim
+# on independent inputs, the eager ones, no stricter than carry claims.
 # Measured on the cells of bench/carry_matrix.py run with it (bert, t5,
 # llama, gpt_style, poolformer, data2vec_audio, mobilenet_v3_style in int8
 # and fp16): right values at 2.0 (data2vec_audio's int8 pad layer) to 90
