@@ -8,17 +8,23 @@ torch.onnx.export(model, args, f, kwargs=..., dynamo=True) (optimize=True):
               plugin (--plain); a model it cannot export, or whose file ONNX
               Runtime refuses, is listed with torch's error and not counted;
   timing      with the plugin loaded, after a warm-up export of a small MLP
-              plain and tagged (one-time imports not counted): three plain
-              exports (HIERTAG unset) and three tagged ones (HIERTAG=1,
-              HIERTAG_REPORT=1), alternating, each the wall time of the export
-              call; hiertag's own work is the report line's `hiertag work`, its
-              share the median work over the median plain export;
-  torch's     the files against torch's untagged one: the plain exports
-              (HIERTAG unset) and one more with HIERTAG=0 byte for byte equal
-              to it (model and external data); the first tagged file, once
-              hiertag's entries are stripped, equal to it; the tagged file
-              through onnx's full check, and ONNX Runtime's outputs of both
-              files identical on the model's inputs;
+              plain and tagged (one-time imports not counted) and one of the
+              model with HIERTAG=0: three plain exports (HIERTAG unset) and
+              three tagged ones (HIERTAG=1, HIERTAG_REPORT=1), alternating,
+              each the wall time of the export call; hiertag's own work is the
+              report line's `hiertag work`, its share the median work over the
+              median plain export;
+  torch's     the files against torch's untagged ones: the --plain process
+              replays the first exports of this one without hiertag (the
+              warm-up, then the model three times), so each file is held
+              against the file made at the same point of a process that never
+              loaded hiertag (torch's stack-trace metadata names FX's generated
+              code by a counter of the process: M2M100's, Speech2Text's files
+              differ from one export to the next). The HIERTAG=0 export and the
+              first plain one byte for byte equal to their twins (model and
+              external data); the first tagged file, once hiertag's entries are
+              stripped, equal to its twin, through onnx's full check, and ONNX
+              Runtime's outputs of both identical on the model's inputs;
   tagged      the first tagged file: nodes, nodes tagged with a tag of its
               table, `hiertag validate`, and every module call through the
               verifier (hiertag.verbs.verify.verify_file): exact (extracted and
@@ -101,23 +107,45 @@ def dynamo_export(build, path):
     return seconds, "".join(printed)
 
 
-def plain(name, sweep, path):
-    """--plain: torch's own dynamo export, in this process that never loads the
-    plugin; on failure PATH.error holds torch's error."""
+# The first exports of a model's measurement, (folder, HIERTAG) in order,
+# after the warm-up: the files held against torch's, which the --plain
+# process makes at the same points without hiertag.
+TWINNED = (("off", "0"), ("plain-0", None), ("tagged-0", "1"))
+
+
+def warm_up(work):
+    """A small MLP exported plain and tagged: one-time imports not counted."""
+    import torch
+    tiny = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).eval()
+    for flag in (None, "1"):
+        flagged(flag)
+        dynamo_export(lambda: (tiny, (torch.randn(1, 8),)), work / "warm-up" / "model.onnx")
+    flagged(None)
+
+
+def plain(name, sweep, work):
+    """--plain: in this process that never loads the plugin, the warm-up and
+    torch's own dynamo exports at the points of TWINNED, into WORK/FOLDER/;
+    on failure WORK/error holds torch's error."""
     warnings.simplefilter("ignore")
     import onnxruntime
     _, build = builder(name, sweep)
+    warm_up(work)
+    first = work / TWINNED[0][0] / "model.onnx"
     try:
-        dynamo_export(build, path)
+        dynamo_export(build, first)
     except Exception as error:  # torch cannot export it: say so in one line
-        path.with_suffix(".error").write_text(torch_error(error))
+        (work / "error").write_text(torch_error(error))
         return
     try:
-        onnxruntime.InferenceSession(str(path))
+        onnxruntime.InferenceSession(str(first))
     except Exception as error:  # torch wrote a file ONNX Runtime refuses
-        path.unlink()
-        path.with_suffix(".error").write_text(
+        (work / "error").write_text(
             f"torch's file does not load in ONNX Runtime: {str(error).strip().splitlines()[0][:200]}")
+        return
+    for folder, _ in TWINNED[1:]:
+        dynamo_export(build, work / folder / "model.onnx")
+    (work / "done").write_text("")
 
 
 def without_hiertag():
@@ -145,25 +173,25 @@ def measure(name, sweep, timeout):
     result = {"model": name, "family": family}
     with tempfile.TemporaryDirectory(prefix="dynamo-") as work:
         work = Path(work)
-        untagged = work / "plain" / "model.onnx"
-        untagged.parent.mkdir()
-        subprocess.run([sys.executable, __file__, "--plain", name, "--result", str(untagged),
+        twins = work / "torch"
+        twins.mkdir()
+        subprocess.run([sys.executable, __file__, "--plain", name, "--result", str(twins),
                         *(["--sweep"] if sweep else [])], env=without_hiertag(), cwd=ROOT, timeout=timeout,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if not untagged.exists():
-            error = untagged.with_suffix(".error")
+        if not (twins / "done").exists():
+            error = twins / "error"
             result.update(exportable=False, error=error.read_text() if error.exists() else "the plain export crashed")
             return result
         result["exportable"] = True
+        untagged = twins / "tagged-0" / "model.onnx"
 
         torch.ops.load_library(hiertag.library_path())
-        tiny = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).eval()
-        for flag in (None, "1"):
-            flagged(flag)
-            dynamo_export(lambda: (tiny, (torch.randn(1, 8),)), work / "warm-up" / "model.onnx")
+        warm_up(work)
         timing = {"plain_seconds": [], "tagged_seconds": [], "work_ms": [], "writing_ms": []}
         tagged = work / "tagged-0" / "model.onnx"
         try:
+            flagged("0")
+            dynamo_export(build, work / "off" / "model.onnx")
             for round_ in range(ROUNDS):
                 for flag in ((None, "1") if round_ % 2 == 0 else ("1", None)):
                     flagged(flag)
@@ -185,13 +213,7 @@ def measure(name, sweep, timeout):
             return result
         finally:
             flagged(None)
-        try:
-            flagged("0")
-            dynamo_export(build, work / "off" / "model.onnx")
-        finally:
-            flagged(None)
-        result["torch"] = against_torch(untagged, tagged, [work / f"plain-{round_}" / "model.onnx" for round_ in
-                                                           range(ROUNDS)] + [work / "off" / "model.onnx"], build)
+        result["torch"] = against_torch(twins, work, build)
         plain_ms = 1000 * statistics.median(timing["plain_seconds"])
         work_ms = statistics.median(timing["work_ms"])
         result["timing"] = {**timing, "plain_ms": plain_ms, "tagged_ms": 1000 * statistics.median(
@@ -210,17 +232,20 @@ def file_bytes(path):
     return path.read_bytes(), data.read_bytes() if data.exists() else b""
 
 
-def against_torch(untagged, tagged, flag_off, build):
-    """The files against torch's untagged one: how many flag-off files are its
-    bytes, whether the stripped tagged file equals it, onnx's full check of the
-    tagged file, and whether ONNX Runtime's outputs of both are identical."""
+def against_torch(twins, work, build):
+    """The files of WORK against their twins in TWINS (TWINNED): how many
+    flag-off files are their twins' bytes, whether the stripped tagged file
+    equals its twin, onnx's full check of the tagged file, and whether ONNX
+    Runtime's outputs of both are identical."""
     import numpy as np
     import onnx
     import onnxruntime
 
     from hiertag import checks
-    theirs = file_bytes(untagged)
-    found = {"flag_off_files": len(flag_off), "flag_off_equal": sum(file_bytes(path) == theirs for path in flag_off)}
+    flag_off = [folder for folder, flag in TWINNED if flag != "1"]
+    found = {"flag_off_files": len(flag_off), "flag_off_equal": sum(
+        file_bytes(work / folder / "model.onnx") == file_bytes(twins / folder / "model.onnx") for folder in flag_off)}
+    tagged, untagged = work / "tagged-0" / "model.onnx", twins / "tagged-0" / "model.onnx"
     stripped = checks.strip_tags(onnx.load(tagged, load_external_data=False))
     found["stripped_equal"] = stripped.SerializeToString() == onnx.load(
         untagged, load_external_data=False).SerializeToString()
@@ -437,13 +462,17 @@ def render(measured):
         "(`torch.onnx.export(model, args, f, kwargs=...)`: the dynamo exporter, `optimize=True`). A model torch's "
         "dynamo exporter cannot export without hiertag (judged in a process that never loaded the plugin), or whose "
         "file ONNX Runtime refuses, is listed with torch's error and not counted. With the plugin loaded, after a "
-        "warm-up export of a small MLP plain and tagged: three plain exports (`HIERTAG` unset) and three tagged ones "
+        "warm-up export of a small MLP plain and tagged and one of the model with `HIERTAG=0`: three plain exports "
+        "(`HIERTAG` unset) and three tagged ones "
         f"(`HIERTAG=1`, `HIERTAG_REPORT=1`), alternating, each timed around the export call; *own work* is the "
         "report line's `hiertag work` (median of three), its *share* that over the median plain export (goal: at "
-        f"most {100 * WORK_GOAL:.0f} %). *torch's file*: the three plain exports and one more with `HIERTAG=0` are byte "
-        "for byte torch's untagged file (model and external data), the first tagged file equals it once hiertag's "
-        "entries are stripped, passes onnx's full check, and gives ONNX Runtime outputs identical to it on the "
-        "model's inputs. The first tagged file: *nodes tagged* with a tag of its table, `hiertag "
+        f"most {100 * WORK_GOAL:.0f} %). *torch's file*: the process that never loaded the plugin replays the "
+        "warm-up and the model's first three exports untagged, and each file is held against its twin made at the "
+        "same point there (torch's stack-trace metadata names FX's generated code by a counter of the process): "
+        "the `HIERTAG=0` export and the first with `HIERTAG` unset are byte for byte their twins (model and "
+        "external data); the first tagged file equals its twin once hiertag's entries are stripped, passes onnx's "
+        "full check, and gives ONNX Runtime outputs identical to it on the model's inputs. The first tagged file: "
+        "*nodes tagged* with a tag of its table, `hiertag "
         "validate`, and every module call through the verifier (`hiertag.verbs.verify.verify_file`): *exact* its "
         "boundary holds against eager PyTorch and its extraction reproduces it; *declared* the file records why it "
         "has no boundary (the export pass that cut it, which `extract` names in its refusal; ran and left no node; "
