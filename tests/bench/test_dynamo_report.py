@@ -62,6 +62,18 @@ def test_own_work_timed_against_the_plain_dynamo_export(run):
         assert 0 < timing["work_share"] < 1
 
 
+def test_files_held_against_torchs_made_at_the_same_point(run):
+    """Check that each model's flag-off files (HIERTAG=0 and unset) were compared
+    byte for byte with torch's, and the tagged file stripped, checked and run in
+    ONNX Runtime against torch's, all equal."""
+    _, results = run
+    for result in results["results"]:
+        found = result["torch"]
+        assert found["flag_off_files"] == found["flag_off_equal"] == 2, found
+        assert found["stripped_equal"] and found["checker"] == "ok", found
+        assert found["outputs"] > 0 and found["outputs_identical"], found
+
+
 def test_tables_compared_with_the_torchscript_path_and_torchs_metadata(run):
     """Check that the TorchScript path's table was read for every module path
     both list, and torch's own metadata scored by the verifier."""
@@ -89,8 +101,9 @@ def test_report_shows_the_measured_values_with_provenance(run):
     assert f"| tables equal to the TorchScript path's | {paths} of {paths} module paths both list" in report
     for result in results["results"]:
         tagged = result["tagged"]
-        assert (f"| {result['model']} | {tagged['nodes']} | 100.0 % | {tagged['calls']} | {tagged['exact']} | "
+        assert (f"| {result['model']} | {tagged['nodes']} | 100.0 % | same | {tagged['calls']} | {tagged['exact']} | "
                 f"{tagged['declared']} | 0 | ok |") in report
+    assert f"| flag off (`HIERTAG` unset and `0`) byte for byte torch's file | {len(MODELS)} of {len(MODELS)} |" in report
     assert "- **cross_module_rewrites**: declared, onnxscript." in report
     rendered = (out / "dynamo.md").read_text()
     (out / "dynamo.md").unlink()
