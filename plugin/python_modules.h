@@ -29,7 +29,9 @@ namespace python __attribute__((visibility("hidden"))) {
 
   namespace py = pybind11;
 
-  // A Python string made once and kept for the process.
+  // The interned Python string of `text`, with a reference kept for the
+  // process. Each call makes the string and looks it up again: call it once
+  // and keep the handle (a static), never per use on a hot path.
   py::handle Interned(const char* text);
 
   // The options of this export, from the environment (HIERTAG, HIERTAG_TORCH_MODULES, ...).
