@@ -344,6 +344,33 @@ class Pass {
   // Loans list owners, never loans that list them back; the bound only stops a cycle a writer might make.
   static constexpr int kLoanDepth = 64;
 
+  // The owners every node of `nodes` is shared with (CSE, or a pass merging
+  // equal nodes, kept one node for them too), following each node's loan to
+  // the owner it records: the nodes are computations those owners made too.
+  Owners SharedByAll(const Indices& nodes) const {
+    Owners common;
+    bool first = true;
+    for (Index i : nodes) {
+      Owners shared;
+      OwnerSet listed;
+      Owner owner = before_.nodes[i].owner;
+      for (int depth = 0; owner != kNoOwner && depth < kLoanDepth; ++depth) {
+        const OwnerLoan* loan = loans_ ? loans_(owner) : nullptr;
+        if (loan == nullptr) break;
+        for (Owner other : loan->shared_with) AddOwner(other, shared, listed, depth + 1);
+        owner = loan->recorded;
+      }
+      if (first) {
+        common = std::move(shared);
+        first = false;
+      } else {
+        std::erase_if(common, [&](Owner o) { return std::find(shared.begin(), shared.end(), o) == shared.end(); });
+      }
+      if (common.empty()) break;
+    }
+    return common;
+  }
+
   // The owners whose computations node i carries as one: its record and what
   // a pass fused into it (not the calls it is merely shared with or folded
   // from: those computed it, or a constant, each on their own).
@@ -467,7 +494,7 @@ class Pass {
       anchors.emplace_back(made, std::move(made_from));
       if (std::find(absorbers.begin(), absorbers.end(), made) == absorbers.end()) absorbers.push_back(made);
     }
-    for (Index absorber : absorbers) Absorb(absorber, OwnersOf(Absorbed(absorber, group, anchors)));
+    for (Index absorber : absorbers) Absorb(absorber, Absorbed(absorber, group, anchors));
     for (Index merger : mergers) {
       for (Owner owner : owners) result_.shares.push_back({merger, owner});
     }
@@ -592,7 +619,7 @@ class Pass {
       Indices bypassed = Between(now[slot], maker);
       if (bypassed.empty()) continue;
       if (own_changed) {
-        Absorb(j, OwnersOf(bypassed));
+        Absorb(j, bypassed);
       } else if (CarriesSeveralOwners(bypassed)) {
         // A node carrying several calls' computations (fused before) read
         // past: the values between those calls are gone, as for a removed group.
@@ -826,6 +853,7 @@ class Pass {
     OwnerLoan loan;
     OwnerSet folded;
     OwnerSet spans;
+    OwnerSet shared;
     bool grown = false;
   };
 
@@ -835,7 +863,7 @@ class Pass {
     Owner owner = after_.nodes[j].owner;
     const OwnerLoan* existing = loans_ ? loans_(owner) : nullptr;
     OwnerLoan loan = existing ? *existing : OwnerLoan{owner, {}, {}, {}, {}};
-    growing_.push_back(Growing{j, std::move(loan), {}, {}, false});
+    growing_.push_back(Growing{j, std::move(loan), {}, {}, {}, false});
     return growing_.back();
   }
 
@@ -848,13 +876,24 @@ class Pass {
     }
   }
 
-  void Absorb(Index absorber, const Owners& owners) {
+  // Node `absorber` (after) took over `nodes` (before): it spans their owners,
+  // but for an owner every one of them was shared with, which it is shared
+  // with too (the fused computation is one that owner made as well: a split
+  // CSE kept for two calls, fused with its unpacks, is still both calls').
+  void Absorb(Index absorber, const Indices& nodes) {
+    Owners owners = OwnersOf(nodes);
     if (owners.empty()) return;
+    Owners shared = SharedByAll(nodes);
     Growing& growing = GrowingOf(absorber);
     OwnerLoan& loan = growing.loan;
     if (loan.recorded == kNoOwner) loan.recorded = owners.front();
     for (Owner owner : owners) {
-      if (owner != loan.recorded && growing.spans.Add(loan.spans, owner)) growing.grown = true;
+      if (owner == loan.recorded) continue;
+      if (std::find(shared.begin(), shared.end(), owner) != shared.end()) {
+        if (growing.shared.Add(loan.shared_with, owner)) growing.grown = true;
+      } else if (growing.spans.Add(loan.spans, owner)) {
+        growing.grown = true;
+      }
     }
     if (loan.spans.empty()) return;
     if (absorbed_.insert(absorber).second) ++result_.fused;

@@ -179,6 +179,50 @@ def test_a_table_computed_from_a_buffer_and_called_twice_extracts_each_call_alon
     assert {f"{tag}#0", f"{tag}#1"} <= set(checked)
 
 
+class SplitTable(torch.nn.Module):
+    """GPT-J's rotary embedding in miniature: sin and cos gathered from a buffer by
+    position and split apart; called once per layer on the same positions."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.arange(16.0).reshape(2, 8), persistent=False)
+
+    def forward(self, x, ids):
+        sincos = torch.gather(self.table.repeat(ids.shape[0], 1, 1), 1, ids.unsqueeze(-1).repeat(1, 1, 8))
+        sin, cos = torch.split(sincos, 4, dim=-1)
+        return x * cos + x * sin
+
+
+class SplitTableTwice(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = SplitTable(), SplitTable()
+
+    def forward(self, x, ids):
+        return self.b(self.a(x, ids), ids)
+
+
+def split_table_twice():
+    return SplitTableTwice().eval(), (torch.randn(1, 2, 4), torch.tensor([[0, 1]]))
+
+
+def test_a_split_cse_shared_between_two_calls_and_fused_with_its_unpacks_stays_shared():
+    # CSE keeps the first call's gather and split for both calls (shared with the
+    # second); the ONNX preprocess then fuses the split with its ListUnpacks into
+    # one Split. That Split is still one computation both calls made: shared with
+    # the second call, not a fusion spanning both (which would refuse both calls, as
+    # GPT-J's and CodeGen's blocks were).
+    model = onnx.load_from_string(export(*split_table_twice(), "1"))
+    (split,) = [n for n in model.graph.node if n.op_type == "Split"]
+    props = checks.node_props(split)
+    assert props[core.TAG_KEY] == "/SplitTableTwice/SplitTable[a]"
+    assert json.loads(props[core.SHARED_KEY]) == ["/SplitTableTwice/SplitTable[b]"]
+    assert not [n.name for n in model.graph.node if core.SPANS_KEY in checks.node_props(n)]
+    assert not checks.rewritten_boundaries(model)
+    checked, skipped = boundaries_checked(model, split_table_twice)
+    assert {"/SplitTableTwice/SplitTable[a]", "/SplitTableTwice/SplitTable[b]"} <= set(checked), skipped
+
+
 def test_scripted_function_loop_belongs_to_the_layer_that_called_it():
     model = tagged("scripted_loop")
     assert tags_of(model, "Loop") == ["/ScriptedLoop/LoopLayer.0", "/ScriptedLoop/LoopLayer.1"]
