@@ -405,13 +405,47 @@ class Proof:
             if not self.o_members.get((tag, call)):
                 return CallResult(key, NO_NODES)
             return self._declared(key, (tag, call), o_inputs, o_outputs, (None, False))
-        problems = [(name, reads) for names, side, reads in ((t_inputs, o_inputs, True), (t_outputs, o_outputs, False))
-                    for name in names if self._original_of(name, side) is None]
+        problems, covered = [], set()
+        for names, side, reads in ((t_inputs, o_inputs, True), (t_outputs, o_outputs, False)):
+            for name in names:
+                original = self._original_of(name, side)
+                if original is None:
+                    problems.append((name, reads))
+                else:
+                    covered |= self._equal_on_side(original, side)
         if o_outputs and not t_outputs:
             problems.append((None, False))
-        if not problems:
-            return CallResult(key, VERIFIED)
-        return self._declared(key, (tag, call), o_inputs, o_outputs, problems[0])
+        if problems:
+            return self._declared(key, (tag, call), o_inputs, o_outputs, problems[0])
+        # Both ways: every value that crossed the tagged boundary still crosses
+        # (a call keeping all but one of what it received is not the call it was).
+        lost = [value for value in o_inputs + o_outputs if value not in covered]
+        if lost:
+            return self._lost(key, (tag, call), o_inputs, o_outputs, lost[0])
+        return CallResult(key, VERIFIED)
+
+    def _equal_on_side(self, original, side):
+        """`original` and the values of `side` equal to it within float32
+        rounding (one value crossing stands for the equal ones: a Reshape's
+        input and output, the same tensor handed on)."""
+        value = self.o_values.get(original)
+        return {original} | {other for other in side if other in self.o_values and
+                             np.shape(self.o_values[other]) == np.shape(value) and
+                             checks.disagreement(self.o_values[other], value) <= checks.FLOAT32_TOLERANCE}
+
+    def _lost(self, key, ref, o_inputs, o_outputs, lost):
+        """A call whose carried boundary keeps all but `lost`, a value that
+        crossed it in the tagged model: the tool's cause when no value of the
+        transformed model is it any more (folded into weights, removed);
+        carry's when one is and crosses elsewhere."""
+        self._search_all_values()
+        side = "received" if lost in o_inputs else "handed out"
+        if not self._has_counterpart(lost):
+            return CallResult(key, DECLARED, TOOL, f"{self.by} removed or converted its boundary: '{lost}', a value "
+                                                   f"it {side} in the tagged model, is no value of the transformed "
+                                                   "model (folded into its weights, or gone)", self._node_of(lost))
+        return CallResult(key, DECLARED, CARRY, f"carry could not establish its boundary: '{lost}', a value it "
+                                                f"{side} in the tagged model, no longer crosses it", self._node_of(lost))
 
     def _declared(self, key, ref, o_inputs, o_outputs, problem):
         """The cause: the tool's when a value of the original boundary has no

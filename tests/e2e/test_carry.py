@@ -42,7 +42,10 @@ CELLS = [("bert", "ort-basic"), ("bert", "onnxsim"), ("bert", "quantize"), ("ber
          # the model's output, nearer in int8 to the residual sum under its final LayerNorm: the output by name
          ("data2vec_audio", "quantize"),
          # ONNX Runtime's NCHWc layout nodes, which no shape inference types: extract types them from carry's run
-         ("mobilevit", "ort-all")]
+         ("mobilevit", "ort-all"),
+         # ONNX Runtime folds two values Funnel's decoder hands its first layer (relative positions computed from
+         # shapes) into weights: the layer keeps every other boundary value, and is declared, not verified
+         ("funnel", "ort-basic")]
 GPT2 = "/GPT2LMHeadModel/GPT2Model"
 
 
@@ -168,6 +171,20 @@ def test_a_block_handing_out_its_layernorms_intermediate_is_declared_by_carry_no
     assert results[norm].cause == results[block].cause == carry_check.CARRY
     assert "hands out '/ln_f/Mul_output_0'" in results[norm].reason
     assert results["/GPTStyle/GPTBlock.0"].status == carry_check.VERIFIED
+
+
+def test_a_call_whose_received_value_the_tool_folded_into_weights_is_declared_as_the_tools(cells, workdir):
+    # Carry's check looked only at what crosses the carried boundary: a call that
+    # kept all it received but one value, which ONNX Runtime folded into an
+    # initializer, was verified, and extracting it baked that value in.
+    result = cells("funnel", "ort-basic")
+    layer = "/FunnelModel/FunnelDecoder/FunnelLayer.0"
+    declared = {entry["call"]: entry for entry in result["declared"]}
+    assert declared[layer]["cause"] == carry_check.TOOL
+    assert "is no value of the transformed model (folded into its weights" in declared[layer]["reason"]
+    refused = run_tool("extract", carried(workdir, "funnel", "ort-basic"), "--module", layer, "-o",
+                       workdir / "layer.onnx")
+    assert refused.returncode == 2 and not (workdir / "layer.onnx").exists()
 
 
 def test_a_fusion_across_two_blocks_leaves_neither_block_claimed(workdir):
