@@ -264,8 +264,9 @@ TEST(ClassifyRewritesTest, FusionOfNodesAllSharedWithAnOwnerStaysSharedWithIt) {
   // later pass into one node, make a node shared with that call, not one spanning it: the fused node is still
   // one computation both calls made (torch's preprocess fusing a shared split with its unpacks).
   constexpr Owner kMerged = 5, kOtherCall = 4;
-  PassGraph before = Graph(
-      {{kConv, kMerged, {1, 7}, {2}}, {kBatchNorm, kMerged, {2, 8}, {3}}, {kRelu, kNormOwner, {3}, {4}}}, {4}, {1, 7, 8});
+  PassGraph before =
+      Graph({{kConv, kMerged, {1, 7}, {2}}, {kBatchNorm, kMerged, {2, 8}, {3}}, {kRelu, kNormOwner, {3}, {4}}}, {4},
+            {1, 7, 8});
   PassGraph after = Graph({{kConv, kConvOwner, {1, 10}, {11}}, {kRelu, kNormOwner, {11}, {4}, 1, 2}}, {4}, {1, 10});
   OwnerLoan merged{kConvOwner, {}, {}, "", {kOtherCall}};
   PassRewrites rewrites = Classify(before, after, [&](Owner owner) { return owner == kMerged ? &merged : nullptr; });
@@ -280,9 +281,9 @@ TEST(ClassifyRewritesTest, FusionOfASharedNodeWithAnotherCallsNodeSpansBoth) {
   // Check that a node shared with a call, fused with a node only a third call computed, spans both: neither
   // computed the fused node on its own, and the value between them is gone.
   constexpr Owner kMerged = 5, kOtherCall = 4;
-  PassGraph before = Graph(
-      {{kConv, kMerged, {1, 7}, {2}}, {kBatchNorm, kNormOwner, {2, 8}, {3}}, {kRelu, kNormOwner, {3}, {4}}}, {4},
-      {1, 7, 8});
+  PassGraph before =
+      Graph({{kConv, kMerged, {1, 7}, {2}}, {kBatchNorm, kNormOwner, {2, 8}, {3}}, {kRelu, kNormOwner, {3}, {4}}}, {4},
+            {1, 7, 8});
   PassGraph after = Graph({{kConv, kConvOwner, {1, 10}, {11}}, {kRelu, kNormOwner, {11}, {4}, 1, 2}}, {4}, {1, 10});
   OwnerLoan merged{kConvOwner, {}, {}, "", {kOtherCall}};
   PassRewrites rewrites = Classify(before, after, [&](Owner owner) { return owner == kMerged ? &merged : nullptr; });
