@@ -3,6 +3,7 @@
 // as text, JSON or CSV.
 #include <algorithm>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <ostream>
 #include <set>
@@ -19,6 +20,12 @@
 
 namespace hiertag {
 namespace {
+
+// Sizes are sums of products the file declares: an initializer's dims may claim
+// INT64_MAX elements (the reader saturates there), so sums saturate too.
+void AddSaturating(int64_t* sum, int64_t value) {
+  if (__builtin_add_overflow(*sum, value, sum)) *sum = std::numeric_limits<int64_t>::max();
+}
 
 struct ModuleStats {
   const ModuleEntry* entry = nullptr;
@@ -164,8 +171,8 @@ class TreeBuilder {
       for (const OnnxInitializer& initializer : graph.initializers) {
         auto found = owner.find(initializer.name);
         if (found == owner.end() || found->second == ModuleStats::kNone) continue;
-        tree_.modules[found->second].own_params += initializer.elements;
-        tree_.modules[found->second].own_bytes += initializer.bytes;
+        AddSaturating(&tree_.modules[found->second].own_params, initializer.elements);
+        AddSaturating(&tree_.modules[found->second].own_bytes, initializer.bytes);
       }
     }
   }
@@ -199,16 +206,16 @@ class TreeBuilder {
                      [&](size_t a, size_t b) { return tree_.modules[a].depth > tree_.modules[b].depth; });
     for (ModuleStats& stats : tree_.modules) {
       stats.total_nodes += stats.own_nodes;
-      stats.total_params += stats.own_params;
-      stats.total_bytes += stats.own_bytes;
+      AddSaturating(&stats.total_params, stats.own_params);
+      AddSaturating(&stats.total_bytes, stats.own_bytes);
     }
     for (size_t i : order) {
       const ModuleStats& stats = tree_.modules[i];
       if (stats.up == ModuleStats::kNone) continue;
       ModuleStats& up = tree_.modules[stats.up];
       up.total_nodes += stats.total_nodes;
-      up.total_params += stats.total_params;
-      up.total_bytes += stats.total_bytes;
+      AddSaturating(&up.total_params, stats.total_params);
+      AddSaturating(&up.total_bytes, stats.total_bytes);
       up.first_node = std::min(up.first_node, stats.first_node);
     }
   }

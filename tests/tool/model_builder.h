@@ -114,7 +114,7 @@ struct InitializerSpec {
       } else {
         AppendVarintField(&tensor, kTensorDims, static_cast<uint64_t>(dim));
       }
-      elements *= dim;
+      if (!external) elements *= dim;  // external dims may declare any size
     }
     if (packed_dims) wire::AppendLengthDelimited(&tensor, kTensorDims, packed);
     AppendVarintField(&tensor, kTensorDataType, data_type);

@@ -1,6 +1,7 @@
 // Tests of `hiertag tree` (RunTree): node, op and parameter counts per module, depth, order, text / JSON / CSV.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -285,6 +286,26 @@ TEST_F(TreeTest, PackedDimsCountElements) {
 TEST_F(TreeTest, BytesFollowDataType) {
   EXPECT_EQ(Get(TreeJson(OneInitializerModel({"w", {6}, kFloat16, false})), "/Net").bytes_own, 12);
   EXPECT_EQ(Get(TreeJson(OneInitializerModel({"w", {6}, kInt64, false})), "/Net").bytes_own, 48);
+}
+
+// Check that sizes a file declares (in dims of external data) past INT64_MAX saturate there, in own and total
+// counts alike, instead of overflowing (a fuzz finding: the sum into /Net overflowed).
+TEST_F(TreeTest, DeclaredSizesPastInt64MaxSaturate) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  ModelSpec model;
+  model.graph.inputs = {"x"};
+  model.graph.initializers.push_back({"a", {kMax / 2, 3}, kFloat, false, ExternalData{"a.bin", 0, 0}});
+  model.graph.initializers.push_back({"b", {kMax}, kFloat, false, ExternalData{"b.bin", 0, 0}});
+  model.graph.Add(Node("n", "Add").In({"x", "a"}).Out({"h"}).Tag("/Net"));
+  model.graph.Add(Node("m", "Add").In({"h", "b"}).Out({"y"}).Tag("/Net/B"));
+  model.graph.outputs = {"y"};
+  model.Module("/Net", "", "test.Net");
+  model.Module("/Net/B", "b", "test.B");
+  std::vector<JsonModule> modules = TreeJson(model);
+  EXPECT_EQ(Get(modules, "/Net").params_own, kMax);
+  EXPECT_EQ(Get(modules, "/Net/B").params_own, kMax);
+  EXPECT_EQ(Get(modules, "/Net").params_total, kMax);
+  EXPECT_EQ(Get(modules, "/Net").bytes_total, kMax);
 }
 
 // Check that a scalar initializer (no dims) is one element.
