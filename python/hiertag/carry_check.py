@@ -116,11 +116,19 @@ def generated_inputs(model, given=None):
     return feeds, notes
 
 
+# Ops that only move, copy or re-type an integer tensor's elements (at their
+# first input): ids read through one are still the same ids.
+_VIEWS = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand", "Transpose", "Cast"}
+
+
 def index_ranges(model):
     """{graph input: n} for each integer input whose values the graph bounds:
     read only as the indices of a Gather from a constant table with n rows
     along its axis (token ids into an embedding; n the smallest such table)
-    or by Shape. Any id in [0, n) is then one the model is made for."""
+    or by Shape, directly or through ops that only move its elements
+    (_VIEWS: a text tower's `input_ids.view(-1, n)` before its embedding;
+    a Cast to a float type ends that). Any id in [0, n) is then one the model
+    is made for."""
     tables = {i.name: tuple(i.dims) for i in model.graph.initializer}
     tables.update({node.output[0]: tuple(attribute.t.dims) for node in model.graph.node if node.op_type == "Constant"
                    for attribute in node.attribute if attribute.name == "value"})
@@ -130,19 +138,32 @@ def index_ranges(model):
             readers[name].append((node, position))
     ranges = {}
     for graph_input in model.graph.input:
-        rows = []
-        for node, position in readers.get(graph_input.name, []):
-            if node.op_type == "Shape":
-                continue
-            table = tables.get(node.input[0]) if node.op_type == "Gather" and position == 1 else None
-            axis = next((attribute.i for attribute in node.attribute if attribute.name == "axis"), 0)
-            if not table or not -len(table) <= axis < len(table):
-                rows = None
-                break
-            rows.append(table[axis])
+        rows, work, seen = [], [graph_input.name], {graph_input.name}
+        while work and rows is not None:
+            for node, position in readers.get(work.pop(), []):
+                if node.op_type == "Shape":
+                    continue
+                if node.op_type in _VIEWS and position == 0 and _keeps_integers(node):
+                    work.extend(o for o in node.output if o and o not in seen)
+                    seen.update(node.output)
+                    continue
+                table = tables.get(node.input[0]) if node.op_type == "Gather" and position == 1 else None
+                axis = next((attribute.i for attribute in node.attribute if attribute.name == "axis"), 0)
+                if not table or not -len(table) <= axis < len(table):
+                    rows = None
+                    break
+                rows.append(table[axis])
         if rows:
             ranges[graph_input.name] = min(rows)
     return ranges
+
+
+def _keeps_integers(node):
+    """A Cast only to another integer type keeps the ids; every other view does."""
+    if node.op_type != "Cast":
+        return True
+    to = next((attribute.i for attribute in node.attribute if attribute.name == "to"), None)
+    return to is not None and np.issubdtype(onnx.helper.tensor_dtype_to_np_dtype(to), np.integer)
 
 
 def drawn_inputs(model, feeds, seed):

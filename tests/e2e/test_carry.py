@@ -631,3 +631,20 @@ def test_ids_read_by_anything_but_a_tables_indices_are_kept_as_given():
     assert carry_check.index_ranges(model) == {}
     feeds, _ = carry_check.generated_inputs(model)
     assert np.array_equal(carry_check.drawn_inputs(model, feeds, 1)["ids"], feeds["ids"])
+
+
+def test_ids_viewed_before_the_tables_gather_are_drawn_from_its_rows():
+    # A text tower reading input_ids.view(-1, n) before its embedding (SigLIP's):
+    # the view moves the ids, it does not change them, so they are still drawn,
+    # not kept all ones on every input set (which measured carry's margin on
+    # one input four times, and verified SigLIP's int8 text MLP at a margin the
+    # judge's eager ids did not give).
+    from onnx import TensorProto, helper
+    model = _ids_model()
+    gather = next(n for n in model.graph.node if n.name == "gather")
+    gather.input[1] = "ids_viewed"
+    model.graph.initializer.append(helper.make_tensor("flat", TensorProto.INT64, [2], [1, 6]))
+    model.graph.node.insert(0, helper.make_node("Reshape", ["ids", "flat"], ["ids_viewed"], name="view"))
+    assert carry_check.index_ranges(model) == {"ids": 5}
+    model.graph.node.append(helper.make_node("Cast", ["ids_viewed"], ["ids_float"], to=TensorProto.FLOAT))
+    assert carry_check.index_ranges(model) == {}  # read as numbers: nothing bounds them
