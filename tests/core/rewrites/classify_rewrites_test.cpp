@@ -259,17 +259,24 @@ TEST(ClassifyRewritesTest, LoanCarryingEveryOwnerAbsorbedGrowsNothing) {
   EXPECT_TRUE(rewrites.loans.empty());
 }
 
-TEST(ClassifyRewritesTest, FusionOfNodesAllSharedWithAnOwnerStaysSharedWithIt) {
-  // Check that nodes CSE merged for two calls (their owner's loan is shared with the other call), fused by a
-  // later pass into one node, make a node shared with that call, not one spanning it: the fused node is still
-  // one computation both calls made (torch's preprocess fusing a shared split with its unpacks).
-  constexpr Owner kMerged = 5, kOtherCall = 4;
+constexpr Owner kMerged = 5, kOtherCall = 4;
+
+// A Conv CSE merged for two calls (its owner kMerged's loan is recorded as kConvOwner, shared with kOtherCall)
+// and a BatchNorm owned by `norm_owner`, fused by a pass into one Conv.
+PassRewrites FuseSharedConvWithNormOf(Owner norm_owner) {
   PassGraph before =
-      Graph({{kConv, kMerged, {1, 7}, {2}}, {kBatchNorm, kMerged, {2, 8}, {3}}, {kRelu, kNormOwner, {3}, {4}}}, {4},
+      Graph({{kConv, kMerged, {1, 7}, {2}}, {kBatchNorm, norm_owner, {2, 8}, {3}}, {kRelu, kNormOwner, {3}, {4}}}, {4},
             {1, 7, 8});
   PassGraph after = Graph({{kConv, kConvOwner, {1, 10}, {11}}, {kRelu, kNormOwner, {11}, {4}, 1, 2}}, {4}, {1, 10});
   OwnerLoan merged{kConvOwner, {}, {}, "", {kOtherCall}};
-  PassRewrites rewrites = Classify(before, after, [&](Owner owner) { return owner == kMerged ? &merged : nullptr; });
+  return Classify(before, after, [&](Owner owner) { return owner == kMerged ? &merged : nullptr; });
+}
+
+TEST(ClassifyRewritesTest, FusionOfNodesAllSharedWithAnOwnerStaysSharedWithIt) {
+  // Check that nodes CSE merged for two calls, fused by a later pass into one node, make a node shared with
+  // that call, not one spanning it: the fused node is still one computation both calls made (torch's
+  // preprocess fusing a shared split with its unpacks).
+  PassRewrites rewrites = FuseSharedConvWithNormOf(kMerged);
   ASSERT_EQ(rewrites.loans.size(), 1u);
   EXPECT_EQ(rewrites.loans[0].loan.recorded, kConvOwner);
   EXPECT_TRUE(rewrites.loans[0].loan.spans.empty());
@@ -280,13 +287,7 @@ TEST(ClassifyRewritesTest, FusionOfNodesAllSharedWithAnOwnerStaysSharedWithIt) {
 TEST(ClassifyRewritesTest, FusionOfASharedNodeWithAnotherCallsNodeSpansBoth) {
   // Check that a node shared with a call, fused with a node only a third call computed, spans both: neither
   // computed the fused node on its own, and the value between them is gone.
-  constexpr Owner kMerged = 5, kOtherCall = 4;
-  PassGraph before =
-      Graph({{kConv, kMerged, {1, 7}, {2}}, {kBatchNorm, kNormOwner, {2, 8}, {3}}, {kRelu, kNormOwner, {3}, {4}}}, {4},
-            {1, 7, 8});
-  PassGraph after = Graph({{kConv, kConvOwner, {1, 10}, {11}}, {kRelu, kNormOwner, {11}, {4}, 1, 2}}, {4}, {1, 10});
-  OwnerLoan merged{kConvOwner, {}, {}, "", {kOtherCall}};
-  PassRewrites rewrites = Classify(before, after, [&](Owner owner) { return owner == kMerged ? &merged : nullptr; });
+  PassRewrites rewrites = FuseSharedConvWithNormOf(kNormOwner);
   ASSERT_EQ(rewrites.loans.size(), 1u);
   EXPECT_EQ(rewrites.loans[0].loan.recorded, kConvOwner);
   std::vector<Owner> spans = rewrites.loans[0].loan.spans;
