@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <iterator>
 #include <memory_resource>
 #include <span>
 #include <string>
@@ -347,6 +348,7 @@ class Pass {
   // The owners every node of `nodes` is shared with (CSE, or a pass merging
   // equal nodes, kept one node for them too), following each node's loan to
   // the owner it records: the nodes are computations those owners made too.
+  // Sorted, so that intersecting and looking up stay n log n on long lists.
   Owners SharedByAll(const Indices& nodes) const {
     Owners common;
     bool first = true;
@@ -360,11 +362,14 @@ class Pass {
         for (Owner other : loan->shared_with) AddOwner(other, shared, listed, depth + 1);
         owner = loan->recorded;
       }
+      std::sort(shared.begin(), shared.end());
       if (first) {
         common = std::move(shared);
         first = false;
       } else {
-        std::erase_if(common, [&](Owner o) { return std::find(shared.begin(), shared.end(), o) == shared.end(); });
+        Owners kept;
+        std::set_intersection(common.begin(), common.end(), shared.begin(), shared.end(), std::back_inserter(kept));
+        common = std::move(kept);
       }
       if (common.empty()) break;
     }
@@ -889,7 +894,7 @@ class Pass {
     if (loan.recorded == kNoOwner) loan.recorded = owners.front();
     for (Owner owner : owners) {
       if (owner == loan.recorded) continue;
-      if (std::find(shared.begin(), shared.end(), owner) != shared.end()) {
+      if (std::binary_search(shared.begin(), shared.end(), owner)) {
         if (growing.shared.Add(loan.shared_with, owner)) growing.grown = true;
       } else if (growing.spans.Add(loan.spans, owner)) {
         growing.grown = true;
