@@ -49,7 +49,9 @@ on one set a value can sit 2 times nearer to its original than to its
 neighbour and on the next 1.5 times (an RMS norm's result and the normalized
 value before its near-one weight, in int8, on all-ones token ids and on
 drawn ones), so the margin of one set establishes nothing; a call whose
-worst margin is under MARGIN is declared, the tool's cause. A graph output
+worst margin is under MARGIN is declared, the tool's cause. MARGIN holds
+headroom over the 2 a call's values are promised on any inputs: margins on a
+few draws spread about 1.3 times from those on new inputs. A graph output
 is the model's output by name.
 
 A pair whose graphs do not correspond is refused (CarryError): an input or
@@ -72,8 +74,12 @@ BY_VALUE, BY_CORRESPONDENCE = "by value", "by correspondence"
 # by correspondence, within which a value can stand for one of the original's.
 UNRELATED = 0.5
 # By correspondence, a value is an original one only when it is at least this
-# many times nearer to it than to any other value of the original.
-MARGIN = 2.0
+# many times nearer to it than to any other value of the original. Not 2, the
+# margin an independent judge holds values to on other inputs (bench/carry_judge.py):
+# a margin measured on a few draws does not carry over to new inputs unchanged
+# (SigLIP's int8 text MLP: at worst 2.46 on carry's four sets, 1.91 on the eager
+# inputs), so carry keeps headroom over what it promises.
+MARGIN = 2.5
 # By correspondence, on this many input sets: the given or generated one and
 # seeded draws (drawn_inputs); the margin must hold on each.
 INPUT_SETS = 4
@@ -442,7 +448,7 @@ class Proof:
         # (a call keeping all but one of what it received is not the call it was).
         lost = [value for value in o_inputs + o_outputs if value not in covered]
         if lost:
-            return self._lost(key, (tag, call), o_inputs, o_outputs, lost[0])
+            return self._lost(key, o_inputs, lost[0])
         return CallResult(key, VERIFIED)
 
     def _equal_on_side(self, original, side):
@@ -454,7 +460,7 @@ class Proof:
                              np.shape(self.o_values[other]) == np.shape(value) and
                              checks.disagreement(self.o_values[other], value) <= checks.FLOAT32_TOLERANCE}
 
-    def _lost(self, key, ref, o_inputs, o_outputs, lost):
+    def _lost(self, key, o_inputs, lost):
         """A call whose carried boundary keeps all but `lost`, a value that
         crossed it in the tagged model: the tool's cause when no value of the
         transformed model is it any more (folded into weights, removed);

@@ -168,8 +168,12 @@ def test_a_block_handing_out_its_layernorms_intermediate_is_declared_by_carry_no
     assert checks.node_props(next(n for n in model.graph.node if n.name == "/ln_f/Add_1"))[core.TAG_KEY] == norm
     results = _proof(workdir, "gpt_style", tool, "/ln_f/Add_1_output_0", block)
     assert results[norm].status == results[block].status == carry_check.DECLARED
-    assert results[norm].cause == results[block].cause == carry_check.CARRY
     assert "hands out '/ln_f/Mul_output_0'" in results[norm].reason
+    if tool == "onnxslim":
+        # By value the Mul is the Mul: carry's placement is the cause. In int8
+        # whether it is told apart from the result at carry's margin depends on
+        # the kernels' rounding: either cause, never verified.
+        assert results[norm].cause == results[block].cause == carry_check.CARRY
     assert results["/GPTStyle/GPTBlock.0"].status == carry_check.VERIFIED
 
 
