@@ -20,6 +20,10 @@
 //                      rule `hiertag extract` cuts by, and the calls whose boundary
 //                      a recorded rewrite removed, the weights (tool/module_boundaries.h)
 //   value types        main_graph_value_infos: an inferred model's types without its graph
+//   an opened file     TaggedFile: validate, tree, extract over one read of the
+//                      file (core/file/file_commands.h), results as the objects
+//                      `--json` prints, refusals as TaggedFileError's subclasses
+//   the command line   run_tool: the native tool's commands in process
 //
 // A malformed argument raises ValueError with the core's one-line reason.
 #include <nanobind/nanobind.h>
@@ -33,6 +37,7 @@
 #include <functional>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -40,6 +45,9 @@
 #include <vector>
 
 #include "hiertag/core/export/export_options.h"
+#include "hiertag/core/file/file_commands.h"
+#include "hiertag/core/file/module_boundaries.h"
+#include "hiertag/core/file/tagged_file.h"
 #include "hiertag/core/format/call_tags.h"
 #include "hiertag/core/format/json.h"
 #include "hiertag/core/format/module_table.h"
@@ -47,8 +55,7 @@
 #include "hiertag/core/format/tag_format.h"
 #include "hiertag/core/format/tagged_entries.h"
 #include "hiertag/core/onnx/onnx_model.h"
-#include "hiertag/tool/module_boundaries.h"
-#include "hiertag/tool/tagged_file.h"
+#include "hiertag/tool/tool_commands.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -225,6 +232,143 @@ std::vector<std::tuple<int, std::string>> PlacedRows(
   result.reserve(placements.size());
   for (const Placement& placement : placements) result.emplace_back(placement.tag, TagRuleName(placement.rule));
   return result;
+}
+
+// A JSON value as Python objects (objects keep their order).
+nb::object ToPython(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::null:
+      return nb::none();
+    case Json::value_t::boolean:
+      return nb::bool_(value.get<bool>());
+    case Json::value_t::number_integer:
+      return nb::int_(value.get<int64_t>());
+    case Json::value_t::number_unsigned:
+      return nb::int_(value.get<uint64_t>());
+    case Json::value_t::number_float:
+      return nb::float_(value.get<double>());
+    case Json::value_t::string:
+      return nb::str(value.get_ref<const std::string&>().c_str(), value.get_ref<const std::string&>().size());
+    case Json::value_t::array: {
+      nb::list items;
+      for (const Json& item : value) items.append(ToPython(item));
+      return items;
+    }
+    case Json::value_t::object: {
+      nb::dict members;
+      for (const auto& [key, item] : value.items()) members[nb::str(key.c_str(), key.size())] = ToPython(item);
+      return members;
+    }
+    default:
+      throw std::logic_error("a JSON value of no JSON type");
+  }
+}
+
+// The Python exceptions a tagged file's operations raise: TaggedFileError
+// (a ValueError: the file cannot be read as a tagged file), and for extract
+// one subclass per refusal kind. Each carries the one line the tool prints.
+struct FileErrors {
+  nb::object file, unknown_module, refused, overwrites_input, bad_input, write_failed;
+};
+FileErrors& Errors() {
+  static FileErrors* errors = new FileErrors;  // never destroyed: Python may be gone by then
+  return *errors;
+}
+
+[[noreturn]] void Raise(const nb::object& type, const std::string& line) {
+  PyErr_SetString(type.ptr(), line.c_str());
+  throw nb::python_error();
+}
+
+// A tagged file opened once: the file layer's operations over it.
+class OpenedFile {
+ public:
+  explicit OpenedFile(std::string path) : path_(std::move(path)) {
+    std::string error;
+    std::optional<TaggedFile> file = LoadTaggedFile(path_, &error);
+    if (!file) Raise(Errors().file, error);
+    file_ = std::move(*file);
+  }
+
+  nb::object Validate() const { return ToPython(ValidationJson(file_, path_, hiertag::Validate(file_))); }
+
+  nb::object Tree(int depth) const {
+    std::string error;
+    std::optional<Json> tree = TreeJson(file_, path_, depth, &error);
+    if (!tree) Raise(Errors().file, error);
+    return ToPython(*tree);
+  }
+
+  nb::object Extract(const std::string& module, std::optional<int64_t> call, const std::string& out,
+                     const std::string& external_data, const nb::object& value_types) const {
+    ExtractOptions options;
+    options.call = call;
+    options.out_path = out;
+    options.external_data = ModeOf(external_data);
+    options.infer_types = InferFrom(value_types);
+    ExtractError error;
+    std::optional<Json> result = hiertag::Extract(file_, path_, module, options, &error);
+    if (!result) Raise(ErrorOf(error.kind), error.line);
+    return ToPython(*result);
+  }
+
+  const std::string& path() const { return path_; }
+  size_t node_count() const { return file_.model.nodes.size(); }
+
+  // `value_types`: None, or a callable taking the serialized model the file
+  // holds and returning a serialized ModelProto whose main graph types its
+  // values (or None), asked on extract's first need.
+  static InferTypes InferFrom(const nb::object& value_types) {
+    if (value_types.is_none()) return {};
+    return [value_types](const OnnxModel& model, std::string* error) -> std::optional<ValueTypeMap> {
+      nb::object given = value_types(nb::bytes(model.bytes().data(), model.bytes().size()));
+      if (given.is_none()) {
+        *error = "shape inference gave no types";
+        return std::nullopt;
+      }
+      nb::bytes bytes = nb::cast<nb::bytes>(given);
+      std::optional<OnnxModel> types = OnnxModel::Parse(std::string(bytes.c_str(), bytes.size()), error);
+      if (!types) return std::nullopt;
+      return RecordedValueTypes(*types);
+    };
+  }
+
+ private:
+  static ExternalDataMode ModeOf(const std::string& mode) {
+    if (mode == "auto") return ExternalDataMode::kAuto;
+    if (mode == "inline") return ExternalDataMode::kInline;
+    if (mode == "copy") return ExternalDataMode::kCopy;
+    if (mode == "reference") return ExternalDataMode::kReference;
+    throw nb::value_error(("external_data takes auto, inline, copy or reference, not '" + mode + "'").c_str());
+  }
+
+  static const nb::object& ErrorOf(ExtractError::Kind kind) {
+    switch (kind) {
+      case ExtractError::Kind::kUnknownModule:
+        return Errors().unknown_module;
+      case ExtractError::Kind::kOverwritesInput:
+        return Errors().overwrites_input;
+      case ExtractError::Kind::kBadInput:
+        return Errors().bad_input;
+      case ExtractError::Kind::kWriteFailed:
+        return Errors().write_failed;
+      case ExtractError::Kind::kRefused:
+        break;
+    }
+    return Errors().refused;
+  }
+
+  std::string path_;
+  TaggedFile file_;
+};
+
+// The native tool's command line, in process: (exit status, stdout, stderr).
+std::tuple<int, nb::bytes, nb::bytes> RunToolInProcess(const std::vector<std::string>& args,
+                                                       const nb::object& value_types) {
+  std::ostringstream out, err;
+  int status = RunTool(args, OpenedFile::InferFrom(value_types), out, err);
+  std::string printed = out.str(), said = err.str();
+  return {status, nb::bytes(printed.data(), printed.size()), nb::bytes(said.data(), said.size())};
 }
 
 }  // namespace
@@ -408,4 +552,46 @@ NB_MODULE(_core, m) {
       .def("common_ancestor", &CallTags::CommonAncestor, "a"_a, "b"_a)
       .def("tag", &CallTags::Tag, "id"_a,
            "The entry's tag; settles every segment on first use, so add every call first.");
+
+  FileErrors& errors = Errors();
+  auto new_error = [&](const char* name, const nb::object& base, const char* doc) {
+    nb::object type =
+        nb::steal(PyErr_NewExceptionWithDoc(("hiertag._core." + std::string(name)).c_str(), doc, base.ptr(), nullptr));
+    m.attr(name) = type;
+    return type;
+  };
+  errors.file = new_error("TaggedFileError", nb::borrow(PyExc_ValueError),
+                          "The file cannot be read as a tagged file, or an operation on it is refused (one line).");
+  errors.unknown_module = new_error("UnknownModule", errors.file, "extract: no module has that tag (closest listed).");
+  errors.refused = new_error("ExtractRefused", errors.file,
+                             "extract: the module (call) cannot stand alone: a call out of range, a boundary a "
+                             "rewrite removed, no nodes, nothing used outside it, not convex, untyped values.");
+  errors.overwrites_input = new_error("OverwritesInput", errors.file,
+                                      "extract: the output (or its data file) is the input or one of its data files.");
+  errors.bad_input = new_error("BadValueTypes", errors.file, "extract: the value types given cannot be read.");
+  errors.write_failed = new_error("WriteFailed", errors.file, "extract: the output could not be written.");
+
+  nb::class_<OpenedFile>(m, "TaggedFile",
+                         "A tagged ONNX file opened once (external data located, not read): validate, tree and "
+                         "extract over it (core/file/file_commands.h), each result the object the native tool's "
+                         "--json prints. TaggedFileError (a ValueError) with the tool's one line when the file "
+                         "cannot be read as a tagged file.")
+      .def(nb::init<std::string>(), "path"_a)
+      .def_prop_ro("path", &OpenedFile::path)
+      .def_prop_ro("node_count", &OpenedFile::node_count, "Nodes of every graph, nested ones too.")
+      .def("validate", &OpenedFile::Validate,
+           "{'file', 'valid', 'nodes', 'modules', 'problems': [{'node', 'op_type' | 'subject', 'problem'}]}.")
+      .def("tree", &OpenedFile::Tree, "depth"_a = -1,
+           "{'file', 'modules': [...]} as `hiertag tree --json` prints it; depth < 0: no limit.")
+      .def("extract", &OpenedFile::Extract, "module"_a, "call"_a = nb::none(), "out"_a = "", "external_data"_a = "auto",
+           "value_types"_a = nb::none(),
+           "Writes the module (its call `call`) as a standalone model to `out` (default MODEL.<tag>.onnx) and "
+           "returns what `hiertag extract --json` prints. `value_types`: a callable taking the serialized model "
+           "the file holds and returning a serialized ModelProto whose main graph types the values the file does not "
+           "(or None), asked on the first "
+           "such value. Raises UnknownModule, ExtractRefused, OverwritesInput, BadValueTypes or WriteFailed "
+           "with the tool's one line; nothing is written then.");
+  m.def("run_tool", &RunToolInProcess, "args"_a, "value_types"_a = nb::none(),
+        "The native tool's command line (validate, tree, extract) in process: (exit status, stdout, stderr) as "
+        "bytes. `value_types`: as TaggedFile.extract's.");
 }

@@ -90,18 +90,20 @@ int UsageError(const std::string& message, std::ostream& err, const std::string&
   return 2;
 }
 
-int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int RunCommand(const std::vector<std::string>& args, const InferTypes& infer_types, std::ostream& out,
+               std::ostream& err);
 
 }  // namespace
 
 // Every line a command writes on err says which command: "hiertag COMMAND: ...",
 // as the Python verbs' do (a line that already says so is left as it is).
-int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int RunTool(const std::vector<std::string>& args, const InferTypes& infer_types, std::ostream& out, std::ostream& err) {
   if (args.empty()) return UsageError("no command given", err);
   const std::string& command = args[0];
-  if (command != "validate" && command != "tree" && command != "extract") return RunCommand(args, out, err);
+  if (command != "validate" && command != "tree" && command != "extract")
+    return RunCommand(args, infer_types, out, err);
   std::ostringstream said;
-  int status = RunCommand(args, out, said);
+  int status = RunCommand(args, infer_types, out, said);
   const std::string prefix = "hiertag " + command + ": ";
   std::istringstream lines(said.str());
   for (std::string line; std::getline(lines, line);) err << (line.rfind(prefix, 0) == 0 ? "" : prefix) << line << "\n";
@@ -110,7 +112,8 @@ int RunTool(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 
 namespace {
 
-int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int RunCommand(const std::vector<std::string>& args, const InferTypes& infer_types, std::ostream& out,
+               std::ostream& err) {
   const std::string& command = args[0];
   bool help = false;
   for (const std::string& arg : args) help |= arg == "--help" || arg == "-h";
@@ -185,8 +188,8 @@ int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     return RunTree(model, csv ? TreeFormat::kCsv : json ? TreeFormat::kJson : TreeFormat::kText, depth, out, err);
   }
   if (module.empty()) return UsageError("needs --module TAG", err, command);
-  extract.json = json;
-  return RunExtract(model, module, extract, out, err);
+  extract.infer_types = infer_types;
+  return RunExtract(model, module, extract, json, out, err);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // InferValueTypes in a build without an ONNX library (the Python package's
 // wheel): the file's types and a types file's are all extract has.
-#include "hiertag/tool/value_types.h"
+#include "hiertag/tool/shape_inference.h"
 
 namespace hiertag {
 

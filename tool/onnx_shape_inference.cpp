@@ -5,7 +5,7 @@
 
 #include <map>
 
-#include "hiertag/tool/value_types.h"
+#include "hiertag/tool/shape_inference.h"
 
 namespace hiertag {
 

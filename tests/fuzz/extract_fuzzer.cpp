@@ -8,7 +8,8 @@
 #include <cstdlib>
 
 #include "fuzz_support.h"
-#include "hiertag/tool/tagged_file.h"
+#include "hiertag/core/file/tagged_file.h"
+#include "hiertag/tool/shape_inference.h"
 #include "hiertag/tool/tool_commands.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -50,7 +51,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // folder), or extract's default name derived from the tag.
   std::string out_path = (hash >> 30) & 1 ? "" : (folder.model_folder() / "extracted.onnx").string();
   fuzz::NullStream out, err;
-  int code = hiertag::RunExtract(path, tag, call, out_path, mode, (hash >> 31) & 1, out, err);
+  int code =
+      hiertag::RunExtract(path, tag, hiertag::ExtractOptions{call, out_path, mode, "", hiertag::NativeInferTypes()},
+                          (hash >> 31) & 1, out, err);
   if (code != 0 && code != 2) {
     std::fprintf(stderr, "fuzz: extract exited %d\n", code);
     std::abort();

@@ -257,7 +257,9 @@ TEST_F(BadInputTest, InlineExternalDataPastTwoGibIsRefused) {
   std::string path = WriteModel(model);
   std::string out_path = (dir_ / "layer1.onnx").string();
   std::ostringstream out, err;
-  EXPECT_EQ(RunExtract(path, "/Net/Layer.1", std::nullopt, out_path, ExternalDataMode::kInline, false, out, err), 2);
+  EXPECT_EQ(RunExtract(path, "/Net/Layer.1", ExtractOptions{std::nullopt, out_path, ExternalDataMode::kInline}, false,
+                       out, err),
+            2);
   EXPECT_NE(err.str().find("(3221225472 bytes) cannot be inlined: a model passes protobuf's 2 GiB limit; use "
                            "--external-data copy"),
             std::string::npos)

@@ -1360,7 +1360,8 @@ class ExtractExternalDataTest : public ExtractTest {
   RunResult ExtractWith(const std::string& path, ExternalDataMode mode, const std::string& out) {
     RunResult result;
     std::ostringstream out_stream, err_stream;
-    result.code = RunExtract(path, kLayer1, std::nullopt, out, mode, false, out_stream, err_stream);
+    result.code = RunExtract(path, kLayer1, ExtractOptions{std::nullopt, out, mode, "", NativeInferTypes()}, false,
+                             out_stream, err_stream);
     result.out = out_stream.str();
     result.err = err_stream.str();
     return result;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "hiertag/tool/shape_inference.h"
 #include "hiertag/tool/tool_commands.h"
 #include "model_builder.h"
 
@@ -137,7 +138,7 @@ class ToolTest : public ::testing::Test {
   static RunResult Tree(const std::string& path, bool json = false, int depth = -1) {
     RunResult result;
     std::ostringstream out, err;
-    result.code = RunTree(path, json, depth, out, err);
+    result.code = RunTree(path, json ? TreeFormat::kJson : TreeFormat::kText, depth, out, err);
     result.out = out.str();
     result.err = err.str();
     return result;
@@ -148,7 +149,8 @@ class ToolTest : public ::testing::Test {
                            bool json = false, std::optional<int64_t> call = std::nullopt) {
     RunResult result;
     std::ostringstream out, err;
-    result.code = RunExtract(path, tag, call, out_path, json, out, err);
+    result.code = RunExtract(path, tag, ExtractOptions{call, out_path, ExternalDataMode::kAuto, "", NativeInferTypes()},
+                             json, out, err);
     result.out = out.str();
     result.err = err.str();
     return result;
@@ -157,7 +159,7 @@ class ToolTest : public ::testing::Test {
   static RunResult Tool(const std::vector<std::string>& args) {
     RunResult result;
     std::ostringstream out, err;
-    result.code = RunTool(args, out, err);
+    result.code = RunTool(args, NativeInferTypes(), out, err);
     result.out = out.str();
     result.err = err.str();
     return result;

@@ -1,5 +1,7 @@
 // Value types: the file's own, a types file's, then ONNX shape inference.
-#include "hiertag/tool/value_types.h"
+#include "hiertag/core/file/value_types.h"
+
+#include <utility>
 
 #include "hiertag/core/onnx/onnx_fields.h"
 #include "hiertag/core/onnx/proto_wire.h"
@@ -34,8 +36,8 @@ ValueTypeMap RecordedValueTypes(const OnnxModel& model) {
   return types;
 }
 
-ValueTypes::ValueTypes(const OnnxModel& model, ValueTypeMap supplied)
-    : model_(model), known_(RecordedValueTypes(model)) {
+ValueTypes::ValueTypes(const OnnxModel& model, ValueTypeMap supplied, InferTypes infer)
+    : model_(model), known_(RecordedValueTypes(model)), infer_(std::move(infer)) {
   known_.merge(supplied);  // the file's own type wins where both have one
 }
 
@@ -43,7 +45,11 @@ std::optional<std::string_view> ValueTypes::Find(const std::string& name) {
   if (auto known = known_.find(name); known != known_.end()) return std::string_view(known->second);
   if (!inferred_once_) {
     inferred_once_ = true;
-    inferred_ = InferValueTypes(model_.bytes(), &inference_error_);
+    if (infer_) {
+      inferred_ = infer_(model_, &inference_error_);
+    } else {
+      inference_error_ = "no shape inference was asked";
+    }
   }
   if (!inferred_) return std::nullopt;
   auto inferred = inferred_->find(name);

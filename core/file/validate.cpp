@@ -13,11 +13,11 @@
 #include <set>
 #include <unordered_map>
 
+#include "hiertag/core/file/file_commands.h"
+#include "hiertag/core/file/tagged_file.h"
 #include "hiertag/core/format/printable.h"
 #include "hiertag/core/format/tag_format.h"
 #include "hiertag/core/onnx/external_data.h"
-#include "hiertag/tool/tagged_file.h"
-#include "hiertag/tool/tool_commands.h"
 
 namespace hiertag {
 namespace {
@@ -37,11 +37,7 @@ std::string PathOfQualifier(const TagSegment& segment, const std::string& parent
   return parent_path + "." + *segment.qualifier;
 }
 
-struct Problem {
-  const OnnxNode* node = nullptr;  // nullptr: a problem of a model entry, named by `subject`
-  std::string subject;
-  std::string text;
-};
+using Problem = ValidationProblem;
 
 class Validator {
  public:
@@ -356,51 +352,26 @@ class Validator {
 
 }  // namespace
 
-int RunValidate(const std::string& path, bool json, std::ostream& out, std::ostream& err) {
-  std::string error;
-  std::optional<TaggedFile> file = LoadTaggedFile(path, &error);
-  if (!file) {
-    err << Printable(error) << "\n";
-    return 2;
-  }
-  std::vector<Problem> problems = Validator(*file).Run();
-  size_t nodes = file->model.nodes.size();
-  size_t modules = file->table.size();
-  if (json) {
-    Json listed = Json::array();
-    for (const Problem& problem : problems) {
-      Json item = Json::object();
-      if (problem.node != nullptr) {
-        item["node"] = problem.node->name;
-        item["op_type"] = problem.node->op_type;
-      } else {
-        item["subject"] = problem.subject;
-      }
-      item["problem"] = problem.text;
-      listed.push_back(std::move(item));
-    }
-    Json result = {{"file", path},
-                   {"valid", problems.empty()},
-                   {"nodes", nodes},
-                   {"modules", modules},
-                   {"problems", std::move(listed)}};
-    out << WriteJson(result) << "\n";
-  } else {
-    // Tags, paths and node names hold what Python allows: each problem is one
-    // line through Printable (--json carries the exact text).
-    for (const Problem& problem : problems) {
-      out << Printable(path + ": " + (problem.node ? "node " + DescribeNode(*problem.node) : problem.subject) + ": " +
-                       problem.text)
-          << "\n";
-    }
-    if (problems.empty()) {
-      out << Printable(path) << ": valid: " << nodes << " nodes tagged, " << modules << " modules\n";
+std::vector<ValidationProblem> Validate(const TaggedFile& file) { return Validator(file).Run(); }
+
+Json ValidationJson(const TaggedFile& file, const std::string& path, const std::vector<ValidationProblem>& problems) {
+  Json listed = Json::array();
+  for (const ValidationProblem& problem : problems) {
+    Json item = Json::object();
+    if (problem.node != nullptr) {
+      item["node"] = problem.node->name;
+      item["op_type"] = problem.node->op_type;
     } else {
-      out << Printable(path) << ": invalid: " << problems.size() << " problems (" << nodes << " nodes, " << modules
-          << " modules)\n";
+      item["subject"] = problem.subject;
     }
+    item["problem"] = problem.text;
+    listed.push_back(std::move(item));
   }
-  return problems.empty() ? 0 : 1;
+  return {{"file", path},
+          {"valid", problems.empty()},
+          {"nodes", file.model.nodes.size()},
+          {"modules", file.table.size()},
+          {"problems", std::move(listed)}};
 }
 
 }  // namespace hiertag

@@ -35,8 +35,8 @@
 #include <utility>
 #include <vector>
 
-#include "hiertag/tool/module_calls_in_file.h"
-#include "hiertag/tool/tagged_file.h"
+#include "hiertag/core/file/module_calls_in_file.h"
+#include "hiertag/core/file/tagged_file.h"
 
 namespace hiertag {
 

@@ -13,10 +13,10 @@
 #include <unordered_set>
 #include <vector>
 
+#include "hiertag/core/file/file_commands.h"
+#include "hiertag/core/file/tagged_file.h"
 #include "hiertag/core/format/printable.h"
 #include "hiertag/core/format/tag_format.h"
-#include "hiertag/tool/tagged_file.h"
-#include "hiertag/tool/tool_commands.h"
 
 namespace hiertag {
 namespace {
@@ -404,41 +404,48 @@ class TreePrinter {
   std::ostream& out_;
 };
 
-}  // namespace
-
-int RunTree(const std::string& path, TreeFormat format, int depth, std::ostream& out, std::ostream& err) {
-  std::string error;
-  std::optional<TaggedFile> file = LoadTaggedFile(path, &error);
-  if (!file) {
-    err << Printable(error) << "\n";
-    return 2;
-  }
-  Tree tree = TreeBuilder(*file).Build();
+// The one root module of the tree, or kNone with a one-line *error.
+size_t RootOf(const Tree& tree, const std::string& path, std::string* error) {
   std::vector<size_t> roots;
   for (size_t module = 0; module < tree.modules.size(); ++module) {
     if (ParentTag(tree.Tag(module)).empty()) roots.push_back(module);
   }
-  if (roots.size() != 1) {
-    err << Printable(path) << ": the module table has " << roots.size() << " root tags, not one\n";
-    return 2;
+  if (roots.size() == 1) return roots[0];
+  *error = path + ": the module table has " + std::to_string(roots.size()) + " root tags, not one";
+  return ModuleStats::kNone;
+}
+
+}  // namespace
+
+std::optional<Json> TreeJson(const TaggedFile& file, const std::string& path, int depth, std::string* error) {
+  Tree tree = TreeBuilder(file).Build();
+  size_t root = RootOf(tree, path, error);
+  if (root == ModuleStats::kNone) return std::nullopt;
+  std::ostringstream unused;
+  Json listed = Json::array();
+  TreePrinter(tree, depth, unused).AddJson(root, &listed);
+  return Json{{"file", path}, {"modules", std::move(listed)}};
+}
+
+bool PrintTree(const TaggedFile& file, const std::string& path, TreeFormat format, int depth, std::ostream& out,
+               std::string* error) {
+  if (format == TreeFormat::kJson) {
+    std::optional<Json> json = TreeJson(file, path, depth, error);
+    if (!json) return false;
+    out << WriteJson(*json) << "\n";
+    return true;
   }
+  Tree tree = TreeBuilder(file).Build();
+  size_t root = RootOf(tree, path, error);
+  if (root == ModuleStats::kNone) return false;
   TreePrinter printer(tree, depth, out);
-  switch (format) {
-    case TreeFormat::kJson: {
-      Json listed = Json::array();
-      printer.AddJson(roots[0], &listed);
-      out << WriteJson({{"file", path}, {"modules", std::move(listed)}}) << "\n";
-      break;
-    }
-    case TreeFormat::kCsv:
-      out << kCsvHeader;
-      printer.PrintCsv(roots[0]);
-      break;
-    case TreeFormat::kText:
-      printer.PrintText(roots[0]);
-      break;
+  if (format == TreeFormat::kCsv) {
+    out << kCsvHeader;
+    printer.PrintCsv(root);
+  } else {
+    printer.PrintText(root);
   }
-  return 0;
+  return true;
 }
 
 }  // namespace hiertag

@@ -6,10 +6,10 @@
 // 185 values of the bundled BERT). The others come, in this order, from a
 // types file (another ONNX model whose main graph lists them: the same model
 // after onnx.shape_inference, as the Python package's verbs pass it), then
-// from ONNX shape inference run on the model once, on first need, in a build
-// that has an ONNX library (InferValueTypes).
+// from shape inference run on the model once, on first need (InferTypes).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -23,19 +23,20 @@ namespace hiertag {
 // (inputs, outputs, value_info), by value name.
 using ValueTypeMap = std::map<std::string, std::string, std::less<>>;
 
-// ONNX shape inference (with data propagation) over a serialized model: the
-// types it gives the main graph's values, or std::nullopt with `error`. One of
-// tool/onnx_shape_inference.cpp (ONNX's) and tool/no_shape_inference.cpp (a
-// build without an ONNX library: always std::nullopt) implements it.
-std::optional<ValueTypeMap> InferValueTypes(std::string_view model, std::string* error);
+// Shape inference over a model: the types it gives the main graph's values,
+// or std::nullopt with *error. ONNX's own over the model's bytes, in the native
+// tool where its build has an ONNX library (tool/shape_inference.h), in the
+// Python package through the onnx package (hiertag.core.value_types).
+using InferTypes = std::function<std::optional<ValueTypeMap>(const OnnxModel& model, std::string* error)>;
 
 // The types a model's main graph records (inputs, outputs, value_info).
 ValueTypeMap RecordedValueTypes(const OnnxModel& model);
 
 class ValueTypes {
  public:
-  // `supplied`: types from a types file, consulted after the model's own.
-  explicit ValueTypes(const OnnxModel& model, ValueTypeMap supplied = {});
+  // `supplied`: types from a types file, consulted after the model's own;
+  // `infer`: asked once, after both, on the first value they do not type.
+  explicit ValueTypes(const OnnxModel& model, ValueTypeMap supplied = {}, InferTypes infer = {});
 
   // The serialized ValueInfoProto of `name`, or std::nullopt when neither the
   // file, the types file nor shape inference gives it a type.
@@ -47,6 +48,7 @@ class ValueTypes {
  private:
   const OnnxModel& model_;
   ValueTypeMap known_;  // the file's own, then the supplied ones
+  InferTypes infer_;
   std::optional<ValueTypeMap> inferred_;
   bool inferred_once_ = false;
   std::string inference_error_;

@@ -1,5 +1,5 @@
 // A tagged file: model + module table + rewrites, with one-line errors for bad input.
-#include "hiertag/tool/tagged_file.h"
+#include "hiertag/core/file/tagged_file.h"
 
 #include <set>
 

@@ -31,20 +31,27 @@
 #include <string>
 #include <tuple>
 
+#include "hiertag/core/file/file_commands.h"
+#include "hiertag/core/file/module_boundaries.h"
+#include "hiertag/core/file/tagged_file.h"
+#include "hiertag/core/file/value_types.h"
 #include "hiertag/core/format/printable.h"
 #include "hiertag/core/format/tag_format.h"
 #include "hiertag/core/onnx/external_data.h"
 #include "hiertag/core/onnx/onnx_fields.h"
 #include "hiertag/core/onnx/proto_wire.h"
-#include "hiertag/tool/module_boundaries.h"
-#include "hiertag/tool/tagged_file.h"
-#include "hiertag/tool/tool_commands.h"
-#include "hiertag/tool/value_types.h"
 
 namespace hiertag {
 namespace {
 
 using namespace onnx_field;  // NOLINT: the field numbers read as in onnx.proto
+
+// A range of an external data file to copy into the output's data file.
+struct DataCopy {
+  std::filesystem::path source;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
 
 size_t EditDistance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
@@ -73,7 +80,7 @@ std::string ClosestTags(const TaggedFile& file, const std::string& tag) {
 class Extractor {
  public:
   Extractor(const TaggedFile& file, std::string tag, std::optional<int64_t> call, std::string target,
-            ExternalDataMode mode, ValueTypeMap supplied_types)
+            ExternalDataMode mode, ValueTypeMap supplied_types, InferTypes infer_types)
       : file_(file),
         output_path_(std::move(target)),
         mode_(mode),
@@ -82,7 +89,7 @@ class Extractor {
         target_{tag_, call_},
         entry_(*file.FindModule(tag_)),
         index_(file),
-        types_(file.model, std::move(supplied_types)) {}
+        types_(file.model, std::move(supplied_types), std::move(infer_types)) {}
 
   // Builds the extracted model into *bytes; false with a one-line reason.
   bool Run(std::string* bytes, std::string* error) {
@@ -511,87 +518,72 @@ bool WriteDataFile(const std::string& path, const std::vector<DataCopy>& copies,
   return true;
 }
 
-int RunExtract(const std::string& path, const std::string& tag, std::optional<int64_t> call,
-               const std::string& out_path, bool json, std::ostream& out, std::ostream& err) {
-  return RunExtract(path, tag, call, out_path, ExternalDataMode::kAuto, json, out, err);
-}
-
-int RunExtract(const std::string& path, const std::string& tag, std::optional<int64_t> call,
-               const std::string& out_path, ExternalDataMode external_data, bool json, std::ostream& out,
-               std::ostream& err) {
-  return RunExtract(path, tag, ExtractOptions{call, out_path, external_data, "", json}, out, err);
-}
-
-int RunExtract(const std::string& path, const std::string& requested, const ExtractOptions& options, std::ostream& out,
-               std::ostream& err) {
+std::optional<Json> Extract(const TaggedFile& file, const std::string& path, const std::string& requested,
+                            const ExtractOptions& options, ExtractError* failure) {
   const std::optional<int64_t>& call = options.call;
-  const bool json = options.json;
-  // Names come from Python and from the command line: every line goes out
-  // through Printable, so it stays one line.
-  auto fail = [&err](const std::string& line) {
-    err << Printable(line) << "\n";
-    return 2;
+  auto fail = [failure](ExtractError::Kind kind, std::string line) -> std::optional<Json> {
+    *failure = {kind, std::move(line)};
+    return std::nullopt;
   };
-  std::string error;
-  std::optional<TaggedFile> file = LoadTaggedFile(path, &error);
-  if (!file) return fail(error);
-  const ModuleEntry* module = file->ResolveModule(requested);
+  using Kind = ExtractError::Kind;
+  const ModuleEntry* module = file.ResolveModule(requested);
   if (module == nullptr) {
-    return fail(path + ": unknown module '" + requested + "'; closest: " + ClosestTags(*file, requested));
+    return fail(Kind::kUnknownModule,
+                path + ": unknown module '" + requested + "'; closest: " + ClosestTags(file, requested));
   }
+  std::string error;
   ValueTypeMap supplied_types;
   if (!options.value_types_path.empty()) {
     std::optional<OnnxModel> types_model = OnnxModel::Load(options.value_types_path, &error);
-    if (!types_model) return fail(options.value_types_path + ": " + error);
+    if (!types_model) return fail(Kind::kBadInput, options.value_types_path + ": " + error);
     supplied_types = RecordedValueTypes(*types_model);
   }
   const std::string tag = module->tag;
   std::string target = options.out_path.empty() ? DefaultOutputPath(path, tag, call) : options.out_path;
-  if (std::optional<std::string> refused = OverwrittenInput(target, path, file->model)) {
-    return fail("hiertag extract: " + *refused);
+  if (std::optional<std::string> refused = OverwrittenInput(target, path, file.model)) {
+    return fail(Kind::kOverwritesInput, "hiertag extract: " + *refused);
   }
-  Extractor extractor(*file, tag, call, target, options.external_data, std::move(supplied_types));
+  Extractor extractor(file, tag, call, target, options.external_data, std::move(supplied_types), options.infer_types);
   std::string bytes;
-  if (!extractor.Run(&bytes, &error)) return fail(path + ": " + error);
+  if (!extractor.Run(&bytes, &error)) return fail(Kind::kRefused, path + ": " + error);
   // The data file first, then the model that names it: a model is never
   // written that references a file not there.
   std::string data_path;
   if (!extractor.data_copies().empty()) {
     data_path = (std::filesystem::path(target).parent_path() / extractor.data_file_name()).string();
-    if (std::optional<std::string> refused = OverwrittenInput(data_path, path, file->model)) {
-      return fail("hiertag extract: " + *refused);
+    if (std::optional<std::string> refused = OverwrittenInput(data_path, path, file.model)) {
+      return fail(Kind::kOverwritesInput, "hiertag extract: " + *refused);
     }
     std::string partial = data_path + ".hiertag-partial";
     if (!WriteDataFile(partial, extractor.data_copies(), &error) ||
         std::rename(partial.c_str(), data_path.c_str()) != 0) {
       std::remove(partial.c_str());
-      return fail(path + ": " + (error.empty() ? "cannot write " + data_path : error));
+      return fail(Kind::kWriteFailed, path + ": " + (error.empty() ? "cannot write " + data_path : error));
     }
   }
   if (!WriteFileAtomically(target, bytes, &error)) {
     if (!data_path.empty()) std::remove(data_path.c_str());
-    return fail(path + ": " + error);
+    return fail(Kind::kWriteFailed, path + ": " + error);
   }
-  if (json) {
-    Json result = {{"file", path}, {"module", tag}};
-    if (call) result["call"] = *call;
-    result["output"] = target;
-    result["nodes"] = extractor.node_count();
-    result["inputs"] = extractor.inputs();
-    result["outputs"] = extractor.outputs();
-    result["initializers"] = extractor.initializer_count();
-    if (!data_path.empty()) result["data_file"] = data_path;
-    out << WriteJson(result) << "\n";
-  } else {
-    out << Printable(target + ": " + DisplayTag(tag) + (call ? " call " + std::to_string(*call) : std::string()) +
-                     ": " + std::to_string(extractor.node_count()) + " nodes, " +
-                     std::to_string(extractor.inputs().size()) + " inputs, " +
-                     std::to_string(extractor.outputs().size()) + " outputs, " +
-                     std::to_string(extractor.initializer_count()) + " initializers" +
-                     (data_path.empty() ? "" : " (data in " + data_path + ")"))
-        << "\n";
-  }
-  return 0;
+  Json result = {{"file", path}, {"module", tag}};
+  if (call) result["call"] = *call;
+  result["output"] = target;
+  result["nodes"] = extractor.node_count();
+  result["inputs"] = extractor.inputs();
+  result["outputs"] = extractor.outputs();
+  result["initializers"] = extractor.initializer_count();
+  if (!data_path.empty()) result["data_file"] = data_path;
+  return result;
+}
+
+std::string ExtractSummary(const Json& result) {
+  std::string summary = result["output"].get<std::string>() + ": " + DisplayTag(result["module"].get<std::string>());
+  if (result.contains("call")) summary += " call " + std::to_string(result["call"].get<int64_t>());
+  summary += ": " + std::to_string(result["nodes"].get<size_t>()) + " nodes, " +
+             std::to_string(result["inputs"].size()) + " inputs, " + std::to_string(result["outputs"].size()) +
+             " outputs, " + std::to_string(result["initializers"].get<size_t>()) + " initializers";
+  if (result.contains("data_file")) summary += " (data in " + result["data_file"].get<std::string>() + ")";
+  return summary;
 }
 
 }  // namespace hiertag

@@ -1,5 +1,5 @@
 // Module boundaries: members, inputs and outputs of a module call (module_boundaries.h).
-#include "hiertag/tool/module_boundaries.h"
+#include "hiertag/core/file/module_boundaries.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // Module calls in a tagged file: references, call ancestry, placement.
-#include "hiertag/tool/module_calls_in_file.h"
+#include "hiertag/core/file/module_calls_in_file.h"
 
 #include "hiertag/core/format/json.h"
 

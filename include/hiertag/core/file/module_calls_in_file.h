@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "hiertag/core/file/tagged_file.h"
 #include "hiertag/core/format/tag_format.h"
-#include "hiertag/tool/tagged_file.h"
 
 namespace hiertag {
 
