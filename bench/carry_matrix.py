@@ -177,8 +177,11 @@ def export_tagged(name, path):
 
 
 def run_tool(tool, *arguments):
-    from hiertag import native
-    return native.run_tool([tool, *arguments], capture_output=True, text=True)
+    """The native tool's command `tool` in process (core.run_tool), its result
+    as subprocess.run's with text output."""
+    from hiertag import core
+    status, out, err = core.run_tool([tool, *arguments])
+    return subprocess.CompletedProcess([tool, *arguments], status, out.decode(), err.decode())
 
 
 class Eager:

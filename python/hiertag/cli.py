@@ -1,7 +1,8 @@
 """The `hiertag` command: one entry point for every verb.
 
-validate, tree and extract are the native tool's (no torch needed; in a
-checkout also build/hiertag); the others are Python modules of this package,
+validate, tree and extract are the native tool's, run in process over the
+C++ file layer (hiertag._core; no torch needed; the same commands as the
+`hiertag` binary, build/hiertag in a checkout); the others are Python modules of this package,
 each with a `main(argv) -> exit status`. Every verb takes --help and --json;
 bad input gives one line on stderr and exit status 2."""
 
@@ -36,12 +37,14 @@ def usage():
 
 
 def run_native(argv):
-    from hiertag import native
-    try:
-        return native.run_tool(argv).returncode
-    except FileNotFoundError as error:
-        print(error, file=sys.stderr)
-        return 2
+    from hiertag import core
+    status, out, err = core.run_tool(argv)
+    sys.stdout.flush()
+    sys.stdout.buffer.write(out)
+    sys.stdout.buffer.flush()
+    sys.stderr.buffer.write(err)
+    sys.stderr.buffer.flush()
+    return status
 
 
 def main(argv=None):
@@ -54,10 +57,8 @@ def main(argv=None):
         print(f"hiertag: unknown verb '{verb}' (one of {', '.join(VERBS)})", file=sys.stderr)
         return 2
     module = VERBS[verb][0]
-    if module is None:
-        return run_native(argv)
     try:
-        return importlib.import_module(module).main(argv[1:])
+        return run_native(argv) if module is None else importlib.import_module(module).main(argv[1:])
     except BrokenPipeError:
         # The reader stopped reading (| head): nothing more to say, and
         # Python's final flush must not fail on the closed pipe either.

@@ -77,6 +77,45 @@ calls_of_readers = _core.calls_of_readers
 unplaced = _core.unplaced
 main_graph_value_infos = _core.main_graph_value_infos  # an inferred model's types without its graph
 
+# A tagged file opened once (core/file/file_commands.h): validate, tree and
+# extract, results as the native tool's --json prints them; refusals raise
+# TaggedFileError (a ValueError) or, for extract, its subclass of the kind.
+TaggedFile = _core.TaggedFile
+TaggedFileError = _core.TaggedFileError
+UnknownModule = _core.UnknownModule
+ExtractRefused = _core.ExtractRefused
+OverwritesInput = _core.OverwritesInput
+BadValueTypes = _core.BadValueTypes
+WriteFailed = _core.WriteFailed
+
+
+def value_types():
+    """What TaggedFile.extract and run_tool take as `value_types`, for one
+    file: a callable that, given the serialized model the file holds, returns
+    it as ONNX's shape inference (the onnx package's C++, with data
+    propagation) types it, serialized, bytes to bytes (the model is never
+    parsed into Python objects), asked once; None when inference fails
+    (extract then names the first value it cannot type). The native tool's own
+    build may have no ONNX library (a wheel's has none)."""
+    inferred = []
+
+    def infer(model):
+        if not inferred:
+            from onnx.onnx_cpp2py_export import shape_inference
+            try:
+                inferred.append(shape_inference.infer_shapes(model, False, False, True))
+            except Exception:  # what inference cannot type stays untyped; extract names the value
+                inferred.append(None)
+        return inferred[0]
+    return infer
+
+
+def run_tool(arguments):
+    """The native tool's command line (validate, tree, extract) run in process
+    over core/file, as the `hiertag` binary runs it: (exit status, stdout,
+    stderr) as bytes; extract types values its file does not by value_types()."""
+    return _core.run_tool([str(argument) for argument in arguments], value_types())
+
 
 def inferred_value_infos(path, **options):
     """ONNX's shape inference of the model file at `path`

@@ -26,11 +26,12 @@ import onnxruntime
 import pytest
 import torch
 
-from hiertag import OPSET, checks, core, native, zoo
+from hiertag import OPSET, checks, core, zoo
 from hiertag.verbs import verify
 from hiertag.checks import dynamo_arguments
 from tests.e2e import expected_skips
 from tests.e2e.exportable import DYNAMO_EXPORT
+from tests.e2e.native_tool import run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -188,7 +189,7 @@ def test_checker_accepts_and_runtime_gives_identical_outputs(exported):
 
 def test_validate_passes(exported):
     name, _, _, tagged, _, _ = exported
-    done = native.run_tool(["validate", tagged], capture_output=True, text=True)
+    done = run_tool("validate", tagged)
     assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
 
 

@@ -18,8 +18,9 @@ import torch
 
 import hiertag
 from hiertag import checks, core
-from hiertag import OPSET, native, zoo
+from hiertag import OPSET, zoo
 from tests.e2e.exportable import skip_unless_torch_exports
+from tests.e2e.native_tool import run_tool
 
 
 def export(model, args, flag):
@@ -368,24 +369,19 @@ def test_extract_cuts_each_call_where_the_boundary_check_draws_its_boundary(expo
     model = onnx.load_from_string(tagged)
     table = checks.module_table(model)
     cut = []
-    with native.value_types_file(path) as types:
-        for (tag, call), (inputs, outputs) in sorted(checks.module_boundaries(model).items()):
-            command = ["extract", path, "--module", tag, "-o", tmp_path / "call.onnx", "--json", "--value-types", types]
-            if checks.call_count(table, tag) > 1:
-                command += ["--call", str(call)]
-            done = native.run_tool(command, capture_output=True, text=True)
-            if done.returncode != 0:
-                assert done.returncode == 2 and any(reason in done.stderr for reason in EXTRACT_REFUSALS), \
-                    f"{name}: {tag}#{call}: {done.stderr}"
-                continue
-            result = json.loads(done.stdout)
-            assert (sorted(result["inputs"]), sorted(result["outputs"])) == (inputs, outputs), f"{name}: {tag}#{call}"
-            cut.append((tag, call))
+    for (tag, call), (inputs, outputs) in sorted(checks.module_boundaries(model).items()):
+        command = ["extract", path, "--module", tag, "-o", tmp_path / "call.onnx", "--json"]
+        if checks.call_count(table, tag) > 1:
+            command += ["--call", str(call)]
+        done = run_tool(*command)
+        if done.returncode != 0:
+            assert done.returncode == 2 and any(reason in done.stderr for reason in EXTRACT_REFUSALS), \
+                f"{name}: {tag}#{call}: {done.stderr}"
+            continue
+        result = json.loads(done.stdout)
+        assert (sorted(result["inputs"]), sorted(result["outputs"])) == (inputs, outputs), f"{name}: {tag}#{call}"
+        cut.append((tag, call))
     assert cut, f"{name}: extract cut no call"
-
-def run_tool(*args):
-    return native.run_tool(args, capture_output=True, text=True)
-
 
 def test_hiertag_validate_accepts_the_tagged_file_and_rejects_the_plain_one(exported, tmp_path):
     _, _, _, tagged, plain = exported

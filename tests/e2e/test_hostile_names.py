@@ -16,8 +16,9 @@ import pytest
 import torch
 from torch import nn
 
-from hiertag import OPSET, checks, core, native
+from hiertag import OPSET, checks, core
 from hiertag.zoo import corner_cases
+from tests.e2e import native_tool
 from tests.e2e.exportable import zoo_model
 
 ROOT_TAG = "/HostileNames"
@@ -25,7 +26,7 @@ ROOT_TAG = "/HostileNames"
 
 def run_tool(*args):
     """(exit status, stdout, stderr), output as bytes: nothing decoded away."""
-    done = native.run_tool(args, capture_output=True)
+    done = native_tool.run_tool(*args, text=False)
     return done.returncode, done.stdout, done.stderr
 
 

@@ -20,9 +20,10 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, core, native, verbs, zoo
+from hiertag import OPSET, checks, core, verbs, zoo
 from hiertag.verbs import import_dynamo, verify
 from tests.e2e.exportable import skip_unless_dynamo_export, zoo_model
+from tests.e2e.native_tool import run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,10 +44,6 @@ def dynamo_export(name, path):
 def run_import(*arguments):
     return subprocess.run([sys.executable, "-m", "hiertag", "import-dynamo", *map(str, arguments)],
                           capture_output=True, text=True, cwd=ROOT)
-
-
-def run_tool(*arguments):
-    return native.run_tool(arguments, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")

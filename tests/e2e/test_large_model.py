@@ -15,12 +15,13 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, core, native
+from hiertag import OPSET, checks, core
 from large_model import LargeTable  # bench/large_model.py: the same model, measured
+from tests.e2e import native_tool
 
 
 def tool(*args):
-    return native.run_tool(args, capture_output=True, text=True)
+    return native_tool.run_tool(*args)
 
 
 def hiertag_command(*args):

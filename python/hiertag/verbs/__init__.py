@@ -1,6 +1,6 @@
 """What every verb of the hiertag command shares: one-line errors (exit
 status 2, never a traceback), loading a tagged file with the native tool's
-wording, the native tool's JSON, refusing an output that is one of the verb's
+wording, the tagged file opened in process (core.TaggedFile), refusing an output that is one of the verb's
 inputs, and writing a result (a model too, over 2 GiB as well) atomically."""
 
 import argparse
@@ -14,7 +14,7 @@ from pathlib import Path
 import onnx
 from onnx import external_data_helper
 
-from hiertag import checks, core, native
+from hiertag import checks, core
 
 
 class UsageError(Exception):
@@ -241,16 +241,23 @@ def load_tagged(path, read_data=True):
     return model, table
 
 
-def native_json(*arguments):
-    """The JSON the native tool prints for `arguments` (tree FILE --json, validate FILE --json)."""
+def open_tagged(path):
+    """The tagged file at `path` opened once (core.TaggedFile: validate, tree,
+    extract), or a UsageError with the native tool's one line."""
     try:
-        result = native.run_tool(arguments, capture_output=True, text=True)
-    except FileNotFoundError as error:
-        fail(str(error).removeprefix("hiertag: "))
+        return core.TaggedFile(str(path))
+    except core.TaggedFileError as error:
+        fail(str(error))
+
+
+def module_tree(file, depth=-1):
+    """The modules `hiertag tree --json` lists for `file`, a path or an opened
+    core.TaggedFile; a UsageError with the native tool's one line."""
+    opened = file if isinstance(file, core.TaggedFile) else open_tagged(file)
     try:
-        return json.loads(result.stdout)
-    except json.JSONDecodeError:
-        fail(native.error_line(result.stderr) if result.stderr.strip() else f"hiertag {arguments[0]} printed no JSON")
+        return opened.tree(depth)["modules"]
+    except core.TaggedFileError as error:
+        fail(str(error))
 
 
 def same_file(a, b):

@@ -60,7 +60,7 @@ import onnx
 import onnx.helper
 
 from hiertag import checks, core
-from hiertag.verbs import Parser, fail, first_line, is_tagged, load_model, load_tagged, native_json, run_verb
+from hiertag.verbs import Parser, fail, first_line, is_tagged, load_model, load_tagged, module_tree, run_verb
 
 
 # ---------------------------------------------------------------------------
@@ -88,12 +88,12 @@ def ops_change(before, after):
 
 def module_counts(path_a, model_a, table_a, path_b, model_b):
     """(rows, notes): per module of A (tree order, then B's own tags), the counts in A and B."""
-    tree_a = native_json("tree", path_a, "--json")["modules"]
+    tree_a = module_tree(path_a)
     ops_a = ops_by_module(model_a, table_a)
     notes = []
     tree_b, ops_b = {}, {}
     if is_tagged(model_b):
-        tree_b = {m["tag"]: m for m in native_json("tree", path_b, "--json")["modules"]}
+        tree_b = {m["tag"]: m for m in module_tree(path_b)}
         ops_b = ops_by_module(model_b, checks.module_table(model_b))
         untagged = sum(1 for node in checks.walk_nodes(model_b.graph) if core.TAG_KEY not in checks.node_props(node))
         if untagged:
@@ -220,7 +220,7 @@ def compare_values(path_a, model_a, table_a, path_b, model_b, specs, tolerance, 
             errors[name] = value_error(values_a[name], values_b[name])
     position = {name: index for index, node in enumerate(model_a.graph.node) for name in node.output}
 
-    order = [m["tag"] for m in native_json("tree", path_a, "--json")["modules"]]
+    order = [m["tag"] for m in module_tree(path_a)]
     rows = []
     for tag in order:
         for call in range(checks.call_count(table_a, tag)):

@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 import hiertag
-from hiertag import models, native, verbs
+from hiertag import core, models, verbs
 
 
 class ExportError(verbs.UsageError):
@@ -93,13 +93,6 @@ def _plugin_line(text, flag_given):
     when the flag set the variable."""
     text = text.strip().removeprefix("hiertag: ")
     return text.replace("HIERTAG_TORCH_MODULES", "--torch-modules", 1) if flag_given else text
-
-
-def _tool(*arguments):
-    try:
-        return native.run_tool(arguments, capture_output=True, text=True)
-    except FileNotFoundError as error:
-        fail(str(error).removeprefix("hiertag: "))
 
 
 def _export_once(model, args, path, opset, torch_modules, input_names, output_names, dynamo=False):
@@ -198,13 +191,12 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
             fail(f"torch cannot export this model: {models.describe_error(error)}")
         if input_names is not None and graph_inputs != input_names:
             fail(f"the exported graph's inputs are {graph_inputs}, not the chosen {input_names}")
-        validated = _tool("validate", staged, "--json")
         try:
-            validation = json.loads(validated.stdout)
-        except json.JSONDecodeError:
-            validation = {}
-        if validated.returncode != 0 or not validation.get("valid"):
-            problems = validation.get("problems") or [native.error_line(validated.stderr) or validated.stdout.strip()]
+            validation = core.TaggedFile(str(staged)).validate()
+        except core.TaggedFileError as error:
+            validation = {"valid": False, "problems": [str(error)]}
+        if not validation["valid"]:
+            problems = validation["problems"]
             fail(f"the tagged file is not valid: {str(problems[0]).replace(str(staged), str(output))}")
         for extra in staging.iterdir():  # external data first, the model last
             if extra != staged:
@@ -214,12 +206,12 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
         shutil.rmtree(staging, ignore_errors=True)
     for note in notes:
         print(f"hiertag export: {_plugin_line(note, torch_modules is not None)}", file=sys.stderr)
-    tree = _tool("tree", output, "--depth", "2", "--json")
-    if tree.returncode != 0:
-        fail(f"hiertag tree failed on {output}: {native.error_line(tree.stderr)}")
+    try:
+        tree = core.TaggedFile(str(output)).tree(2)
+    except core.TaggedFileError as error:
+        fail(f"hiertag tree failed on {output}: {error}")
     return {"model": str(model_spec), "output": str(output), "nodes": validation["nodes"],
-            "modules": validation["modules"], "inputs": graph_inputs, "opset": _opset(output),
-            "tree": json.loads(tree.stdout)}
+            "modules": validation["modules"], "inputs": graph_inputs, "opset": _opset(output), "tree": tree}
 
 
 # ---------------------------------------------------------------------------
@@ -268,8 +260,9 @@ def run(options):
         print(json.dumps(summary))
         return 0
     print(f"{summary['output']}: {summary['nodes']} nodes tagged, {summary['modules']} modules ({summary['model']})")
-    tree = _tool("tree", summary["output"], "--depth", "2")
-    sys.stdout.write(tree.stdout)
+    _, tree, _ = core.run_tool(["tree", summary["output"], "--depth", "2"])
+    sys.stdout.flush()
+    sys.stdout.buffer.write(tree)
     return 0
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import onnx
 
 from hiertag import checks, core
-from hiertag.verbs import Parser, fail, load_tagged, native_json, refuse_overwriting, run_verb, write_atomically
+from hiertag.verbs import Parser, fail, load_tagged, module_tree, open_tagged, refuse_overwriting, run_verb, write_atomically
 
 ELEMENT_TYPES = {value: name.lower() for name, value in onnx.TensorProto.DataType.items()}
 
@@ -57,8 +57,9 @@ def facts(path, verify_json=None):
     nodes = list(checks.walk_nodes(model.graph))
     nested = len(nodes) - len(model.graph.node)  # walk_nodes includes If/Loop bodies
     props = [checks.node_props(node) for node in nodes]
-    tree = native_json("tree", path, "--json")["modules"]
-    validation = native_json("validate", path, "--json")
+    opened = open_tagged(path)
+    tree = module_tree(opened)
+    validation = opened.validate()
     initializers = {i.name for i in model.graph.initializer}
     shared = [{"node": node.name, "op_type": node.op_type, "tag": p[core.TAG_KEY],
                "shared_with": json.loads(p[core.SHARED_KEY])}

@@ -42,7 +42,7 @@ import onnxruntime
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, native, verbs
+from hiertag import OPSET, checks, core, verbs
 from hiertag.verbs import fail
 
 
@@ -68,18 +68,15 @@ def build(options):
 def extract_all(source, table, out_dir):
     """{boundary key: (path, extract's JSON) or (None, its error line)}, one per call."""
     extracted = {}
-    with native.value_types_file(source) as types:
-        for index, tag in enumerate(table):
-            for call in range(checks.call_count(table, tag)):
-                key = checks.boundary_key(table, tag, call)
-                out = Path(out_dir) / f"module{index}_{call}.onnx"
-                command = ["extract", source, "--module", tag, "-o", out, "--json",
-                           *(["--value-types", types] if types is not None else [])]
-                if key != tag:
-                    command += ["--call", str(call)]
-                result = native.run_tool(command, capture_output=True, text=True)
-                extracted[key] = ((out, json.loads(result.stdout)) if result.returncode == 0
-                                  else (None, result.stderr.strip()))
+    opened, types = core.TaggedFile(str(source)), core.value_types()
+    for index, tag in enumerate(table):
+        for call in range(checks.call_count(table, tag)):
+            key = checks.boundary_key(table, tag, call)
+            out = Path(out_dir) / f"module{index}_{call}.onnx"
+            try:
+                extracted[key] = (out, opened.extract(tag, call if key != tag else None, str(out), value_types=types))
+            except core.TaggedFileError as error:
+                extracted[key] = (None, f"hiertag extract: {str(error).removeprefix('hiertag extract: ')}")
     return extracted
 
 
