@@ -16,6 +16,7 @@ import hiertag
 from hiertag import OPSET, checks, core
 from hiertag.models import quiet
 from tests.e2e.exportable import zoo_model
+from tests.e2e.native_tool import run_tool
 
 PACKAGE = Path(hiertag.__file__).parent
 
@@ -37,11 +38,6 @@ def binary(*arguments):
     return subprocess.run([hiertag.tool_path(), *map(str, arguments)], capture_output=True)
 
 
-def in_process(*arguments):
-    status, out, err = core.run_tool([str(argument) for argument in arguments])
-    return subprocess.CompletedProcess(arguments, status, out, err)
-
-
 def a_layer(path):
     """A module call extract writes: the first non-root tag of the table."""
     table = checks.module_table(onnx.load(path))
@@ -53,12 +49,12 @@ def test_the_binary_and_the_package_print_the_same(tagged):
     for arguments in (["validate", path], ["validate", path, "--json"], ["tree", path], ["tree", path, "--csv"],
                       ["tree", path, "--json", "--depth", "1"], ["validate", tagged / "plain.onnx"],
                       ["extract", path, "--module", "/Nope"], ["tree", path, "--depth", "x"], ["frobnicate"]):
-        native, mine = binary(*arguments), in_process(*arguments)
+        native, mine = binary(*arguments), run_tool(*arguments, text=False)
         assert (mine.returncode, mine.stdout, mine.stderr) == (native.returncode, native.stdout, native.stderr), \
             arguments
     layer = a_layer(path)
     native = binary("extract", path, "--module", layer, "-o", tagged / "a.onnx", "--json")
-    mine = in_process("extract", path, "--module", layer, "-o", tagged / "b.onnx", "--json")
+    mine = run_tool("extract", path, "--module", layer, "-o", tagged / "b.onnx", "--json", text=False)
     assert native.returncode == mine.returncode == 0, (native.stderr, mine.stderr)
     written = [json.loads(done.stdout) for done in (native, mine)]
     assert [{k: v for k, v in result.items() if k != "output"} for result in written] == \
