@@ -164,27 +164,65 @@ class Pass {
   // pass only bypassed (their readers read a value from further up) stay:
   // those reads are classified as reads past kept nodes.
   void MarkReplacedAsRemoved() {
-    std::vector<std::pair<ValueId, Index>> readers_after;  // (value, reader after)
-    for (Index j = 0; j < after_.size(); ++j) {
-      for (ValueId input : after_.InputsOf(j)) readers_after.emplace_back(input, j);
+    // A node is unread when something read it before and no node after the
+    // pass does: no node the pass made, no node whose reads it changed, and no
+    // node it left as it was (those read what they read before) reads it, or
+    // each that does is unread itself. Only a producer of a removed node, of a
+    // node the pass rewired, or of an unread node can be one (the last unread
+    // node in graph order has no reader left as it was): those are the
+    // candidates, walked from the back, so a node's readers are settled first.
+    // The reads of the nodes the pass made or rewired: (value, reader after).
+    std::vector<std::pair<ValueId, Index>> new_reads;
+    for (uint32_t made_index = 0; made_index < s_.made.size(); ++made_index) {
+      Index j = s_.made[made_index];
+      for (ValueId input : after_.InputsOf(j)) new_reads.emplace_back(input, j);
     }
-    std::sort(readers_after.begin(), readers_after.end());
-    std::vector<uint8_t> unread(before_.size(), 0);
-    // Before indices are in graph order: every reader of a node comes after it.
+    std::vector<uint8_t> unread(before_.size(), 0);  // 1: a candidate, 2: unread
+    constexpr uint8_t kCandidate = 1, kUnread = 2;
+    auto mark_producers = [&](Index i) {
+      for (ValueId input : before_.InputsOf(i)) {
+        Index producer = ProducerBefore(input);
+        if (producer != kNone && unread[producer] == 0) unread[producer] = kCandidate;
+      }
+    };
+    bool any_candidate = false;
+    for (Index i = 0; i < before_.size(); ++i) {
+      if (Alive(i) && !s_.inputs_changed[i]) continue;
+      mark_producers(i);
+      any_candidate = true;
+      if (!Alive(i)) continue;
+      for (ValueId input : after_.InputsOf(s_.after_of[i])) new_reads.emplace_back(input, s_.after_of[i]);
+    }
+    if (!any_candidate) return;
+    std::sort(new_reads.begin(), new_reads.end());
+    bool any_unread = false;
     for (Index i = before_.size(); i-- > 0;) {
-      if (!Alive(i) || before_.nodes[i].is_return) continue;
-      bool read_then = false, read_now = false;
-      for (ValueId output : before_.OutputsOf(i)) {
-        auto first = std::lower_bound(s_.reads_before.begin(), s_.reads_before.end(), Read{output, 0, 0});
-        read_then |= first != s_.reads_before.end() && first->value == output;
-        auto reader = std::lower_bound(readers_after.begin(), readers_after.end(), std::make_pair(output, Index{0}));
-        for (; reader != readers_after.end() && reader->first == output && !read_now; ++reader) {
-          Index j = reader->second;
-          read_now = Made(j) || after_.nodes[j].is_return || !unread[after_.nodes[j].before];
+      if (unread[i] != kCandidate) continue;
+      unread[i] = 0;
+      if (!Alive(i) || before_.nodes[i].is_return || UsesOf(i).empty()) continue;
+      bool read_now = false;
+      for (const Read& use : UsesOf(i)) {
+        Index r = use.reader;
+        if (Alive(r) && !s_.inputs_changed[r] && (before_.nodes[r].is_return || unread[r] != kUnread)) {
+          read_now = true;
+          break;
         }
       }
-      unread[i] = read_then && !read_now;
+      for (ValueId output : before_.OutputsOf(i)) {
+        if (read_now) break;
+        auto reader = std::lower_bound(new_reads.begin(), new_reads.end(), std::make_pair(output, Index{0}));
+        for (; reader != new_reads.end() && reader->first == output && !read_now; ++reader) {
+          Index j = reader->second;
+          read_now = Made(j) || after_.nodes[j].is_return || unread[after_.nodes[j].before] != kUnread;
+        }
+      }
+      if (read_now) continue;
+      unread[i] = kUnread;
+      any_unread = true;
+      mark_producers(i);
     }
+    if (!any_unread) return;
+    for (uint8_t& mark : unread) mark = mark == kUnread;
     // Each set of unread nodes connected through values, and whether a former
     // reader outside it now reads a made node's value in its place.
     std::vector<uint8_t> visited(before_.size(), 0);
