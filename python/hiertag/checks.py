@@ -304,11 +304,6 @@ def _implicit_inputs(node):
     return names
 
 
-def node_tags(node):
-    """The node's tag followed by the tags of its hiertag.shared_with references."""
-    return [tag for tag, _ in node_refs(node)]
-
-
 def module_boundaries(model, members=None):
     """{(tag, call): (values consumed from outside, values produced for outside)}
     over the main graph, for every call of every tag in the table, sorted: the
@@ -751,9 +746,3 @@ def _nearest(value, tensors, assigned, what, tolerance):
     if distance <= tolerance or index in assigned.values():
         return f"the tensor it equals ({what} #{index}) is another boundary value's"
     return f"not a tensor it {what} (nearest: #{index}, off by {distance:.1e} of its magnitude)"
-
-
-def check_module_boundaries(model, torch_model, args, feeds):
-    """module_boundary_results as (checked keys, {key: why not checked}, failures)."""
-    results, skipped = module_boundary_results(model, torch_model, args, feeds)
-    return list(results), skipped, [failure for failures in results.values() for failure in failures]

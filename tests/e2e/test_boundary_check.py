@@ -47,7 +47,8 @@ def failures(model, torch_model, args):
 
 
 def _muls(model):
-    return [node for node in model.graph.node if node.op_type == "Mul" and checks.node_tags(node) == ["/Net/Pair"]]
+    return [node for node in model.graph.node
+            if node.op_type == "Mul" and [tag for tag, _ in checks.node_refs(node)] == ["/Net/Pair"]]
 
 
 def test_check_that_the_export_passes(exported):

@@ -395,10 +395,11 @@ def boundaries_checked(model, factory):
     eager PyTorch; fails on any call whose boundary differs."""
     torch_model, args = factory()
     plain = export(*factory(), "0")
-    checked, skipped, failures = checks.check_module_boundaries(model, checks.eager_reference(torch_model), args,
-                                                                checks.feeds_for(plain, torch_model, args))
+    results, skipped = checks.module_boundary_results(model, checks.eager_reference(torch_model), args,
+                                                      checks.feeds_for(plain, torch_model, args))
+    failures = [failure for lines in results.values() for failure in lines]
     assert not failures, "\n".join(failures)
-    return checked, skipped
+    return list(results), skipped
 
 
 @pytest.mark.parametrize("layer", ["SplitHeads.0", "SplitHeads.1"])
