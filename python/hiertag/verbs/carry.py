@@ -1,6 +1,4 @@
-"""hiertag carry: tag a transformed copy of a tagged model from the tagged original.
-
-usage: hiertag carry TAGGED.onnx TRANSFORMED.onnx -o OUT.onnx [--by NAME] [--json]
+"""hiertag carry: tag a transformed copy (optimized, simplified, quantized) from the tagged original.
 
 The tools that come after the export (ONNX Runtime's optimizers, quantization,
 fp16 conversion, onnxsim, onnxslim, the version converter) keep the model's
@@ -76,7 +74,6 @@ object. OUT is written beside itself, then renamed: nothing half-written is
 left. Exit status 0, or 2 with one line on
 stderr."""
 
-import argparse
 import functools
 import json
 import sys
@@ -1212,9 +1209,7 @@ def report_lines(out, summary, tagged):
     return lines
 
 
-def main(argv=None):
-    parser = verbs.Parser(prog="hiertag carry", description=__doc__.split("\n")[0],
-                          epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser):
     parser.add_argument("tagged", metavar="TAGGED.onnx", help="the model as hiertag tagged it")
     parser.add_argument("transformed", metavar="TRANSFORMED.onnx", help="a model a tool made from it")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="the transformed model, tagged")
@@ -1222,7 +1217,6 @@ def main(argv=None):
                                      "(default: TRANSFORMED's producer when it differs from TAGGED's, else its "
                                      "file name)")
     parser.add_argument("--json", action="store_true", help="print the counts as one JSON object")
-    return verbs.run_verb("hiertag carry", parser, run, argv)
 
 
 def run(options):
@@ -1251,6 +1245,10 @@ def run(options):
     else:
         print("\n".join(report_lines(options.output, summary, options.tagged)))
     return 0
+
+
+VERB = verbs.Verb(__doc__, arguments, run)
+main = VERB.main
 
 
 if __name__ == "__main__":

@@ -1,7 +1,4 @@
-"""hiertag export: export a HuggingFace model with every node tagged.
-
-usage: hiertag export MODEL -o OUT.onnx [--config JSON] [--task TASK] [--input NAME=SPEC ...]
-                      [--opset N] [--torch-modules 0|1|A,B] [--json]
+"""hiertag export: export a HuggingFace model (id, directory or class + config) with tags.
 
 MODEL is one of
   BertModel, transformers:CLASS   a transformers model class (or a config class, with --task)
@@ -29,7 +26,6 @@ OUT only then; on any error nothing is left. Prints `OUT: N nodes tagged, M
 modules (MODEL)` and the module tree to depth 2 (--json: one JSON object).
 Exit status 0, or 2 with one line on stderr."""
 
-import argparse
 import json
 import os
 import shutil
@@ -218,15 +214,16 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
 # The command
 
 
-def _parser():
+def _tasks():
+    """--help's list of the TASK names, by the transformers class each builds."""
     by_class = {}
     for task, auto in models.TASKS.items():
         by_class.setdefault(auto, []).append(task)
     tasks = "\n".join(f"  {' | '.join(names):<46}  transformers.{auto}" for auto, names in by_class.items())
-    epilog = (__doc__.split("\n", 2)[2] + "\n\nTASK (default: a directory's or hub id's config.architectures[0], else AutoModel):\n"
-              + tasks)
-    parser = verbs.Parser(prog="hiertag export", description=__doc__.split("\n")[0],
-                          epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return "TASK (default: a directory's or hub id's config.architectures[0], else AutoModel):\n" + tasks
+
+
+def arguments(parser):
     parser.add_argument("model", metavar="MODEL",
                         help="a transformers class (BertModel, transformers:GPT2LMHeadModel), a save_pretrained "
                              "directory, a cached hub id, or FILE.py:FUNCTION")
@@ -248,10 +245,12 @@ def _parser():
                         help="torch.nn modules in the tags: 0 none, 1 all, or a comma list of class names "
                              "(default: HIERTAG_TORCH_MODULES, else 0)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    return parser
 
 
 def run(options):
+    # Nothing is ever downloaded: the hub is offline for this process.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     opset = options.opset if options.opset is not None or options.dynamo else hiertag.OPSET
     summary = export_model(options.model, options.output, config=options.config, task=options.task,
                            inputs=options.input, opset=opset, torch_modules=options.torch_modules,
@@ -266,11 +265,8 @@ def run(options):
     return 0
 
 
-def main(argv=None):
-    # Nothing is ever downloaded: the hub is offline for this process.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    return verbs.run_verb("hiertag export", _parser(), run, sys.argv[1:] if argv is None else argv)
+VERB = verbs.Verb(__doc__, arguments, run, epilog=_tasks())
+main = VERB.main
 
 
 if __name__ == "__main__":

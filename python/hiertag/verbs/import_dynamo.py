@@ -6,8 +6,6 @@ calls apart, names no module entered through .forward(), and the ONNX optimizer 
 and merges across modules without a record). For exact tags, export with the plugin
 loaded and HIERTAG=1: it tags the dynamo exporter itself (README "The dynamo exporter").
 
-usage: hiertag import-dynamo IN.onnx -o OUT.onnx [--torch-modules 0|1|A,B] [--json]
-
 torch's default exporter (`torch.onnx.export(..., dynamo=True)`, torch >= 2.5) writes on
 every node it converts `pkg.torch.onnx.name_scopes` (the repr of a list: the qualified
 paths of the module calls running when the FX node was traced, root "" first, the FX
@@ -39,7 +37,6 @@ are read in) unless it is too big for one file (2 GiB), then its weights go to
 OUT.data; both are written in a folder beside OUT and renamed only when complete.
 Exit status 0, or 2 with one line on stderr."""
 
-import argparse
 import ast
 import contextlib
 import json
@@ -320,16 +317,13 @@ export_arguments = checks.dynamo_arguments
 
 # ---- The command ----
 
-def _parser():
-    parser = verbs.Parser(prog="hiertag import-dynamo", description=__doc__.split("\n")[0],
-                          epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser):
     parser.add_argument("input", metavar="IN.onnx", help="a file of torch.onnx.export(..., dynamo=True)")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="the tagged file to write")
     parser.add_argument("--torch-modules", default=None, metavar="0|1|A,B",
                         help="torch.nn modules in the tags: 0 none, 1 all, or a comma list of class names "
                              "(default: HIERTAG_TORCH_MODULES, else 0)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    return parser
 
 
 @contextlib.contextmanager
@@ -405,8 +399,8 @@ def run(options):
     return 0
 
 
-def main(argv=None):
-    return verbs.run_verb("hiertag import-dynamo", _parser(), run, sys.argv[1:] if argv is None else argv)
+VERB = verbs.Verb(__doc__, arguments, run)
+main = VERB.main
 
 
 if __name__ == "__main__":

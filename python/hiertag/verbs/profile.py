@@ -1,8 +1,4 @@
-"""hiertag profile: time every module of a tagged model in ONNX Runtime's profiler.
-
-usage: hiertag profile MODEL.onnx [--input NAME=SPEC ...] [--runs N] [--warmup N] [--threads N]
-                       [--level disabled|basic|extended|all] [--median] [--top N] [--json | --csv]
-                       [--plot FILE.png]
+"""hiertag profile: time every module in ONNX Runtime's profiler.
 
 Runs MODEL in ONNX Runtime (CPU) with its profiler on, --warmup runs first
 (not counted), then --runs measured runs, and attributes the time of every
@@ -36,7 +32,6 @@ draw the chart for want of matplotlib (the profile is printed all the same,
 and one line on stderr says so); or 2 with one line on stderr (missing,
 non-ONNX or untagged file, unknown input, a model ONNX Runtime refuses)."""
 
-import argparse
 import csv
 import io
 import json
@@ -267,9 +262,7 @@ def csv_report(result):
     return buffer.getvalue()
 
 
-def main(argv=None):
-    parser = verbs.Parser(prog="hiertag profile", description=__doc__.split("\n")[0],
-                          epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser):
     parser.add_argument("model", metavar="MODEL.onnx", help="a model tagged by hiertag")
     parser.add_argument("--input", action="append", default=[], metavar="NAME=SPEC", help="an input (repeatable)")
     parser.add_argument("--runs", type=int, default=10, help="measured runs (default 10)")
@@ -284,7 +277,6 @@ def main(argv=None):
     output.add_argument("--json", action="store_true", help="print every module as one JSON object")
     output.add_argument("--csv", action="store_true", help="print every module as CSV")
     parser.add_argument("--plot", metavar="FILE.png", help="write the module tree as an icicle chart")
-    return verbs.run_verb("hiertag profile", parser, run, argv)
 
 
 def run(options):
@@ -318,6 +310,10 @@ def run(options):
               f"'{options.plot}' not written", file=sys.stderr)
         return 1
     return 0
+
+
+VERB = verbs.Verb(__doc__, arguments, run)
+main = VERB.main
 
 
 if __name__ == "__main__":
