@@ -99,6 +99,7 @@ def worker(method, layers, path):
 
 def score(path, tagged):
     import onnx
+
     from hiertag import checks
     model = onnx.load(str(path), load_external_data=False)
     nodes = [node for graph in checks.walk_graphs(model.graph) for node in graph.node]

@@ -38,9 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 import onnx  # noqa: E402,F401  (legacy uses it in its timed part; import it outside for all)
 import torch  # noqa: E402
 
-import suite  # noqa: E402
-
 import hiertag  # noqa: E402
+import suite  # noqa: E402
 from hiertag import OPSET  # noqa: E402
 
 METHODS = ("plain", "hiertag", "legacy")

@@ -16,9 +16,9 @@ import gc
 import io
 import os
 import re
-import tempfile
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path

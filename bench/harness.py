@@ -89,7 +89,7 @@ def machine(state=None):
             "memory_gib": round(int(memory_kib.split()[0]) / MIB, 1) if memory_kib else None,
             "os": os_name, "kernel": platform.release(), "python": python,
             "versions": versions, **(provenance.state() if state is None else state),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def benchmark_model(name, runs, scratch, failures):

@@ -70,6 +70,7 @@ def worker(name, out_json, build_dir):
     import onnx
     import onnxruntime
     import torch
+
     import hiertag
     from hiertag import checks, core
     from hiertag.verbs import verify

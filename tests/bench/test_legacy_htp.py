@@ -10,8 +10,8 @@ from pathlib import Path
 
 import onnx
 
-from tests.e2e.test_export import export
 from hiertag import zoo
+from tests.e2e.test_export import export
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 import metrics

@@ -9,8 +9,8 @@ import torch
 
 from hiertag import checks, core, zoo
 from hiertag.zoo import corner_cases
-from tests.e2e.test_export import export, run_tool
 from tests.e2e.exportable import zoo_model
+from tests.e2e.test_export import export, run_tool
 
 
 def tagged(name):

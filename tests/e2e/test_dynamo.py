@@ -27,8 +27,8 @@ import pytest
 import torch
 
 from hiertag import OPSET, checks, core, zoo
-from hiertag.verbs import verify
 from hiertag.checks import dynamo_arguments
+from hiertag.verbs import verify
 from tests.e2e import expected_skips
 from tests.e2e.exportable import DYNAMO_EXPORT
 from tests.e2e.native_tool import run_tool

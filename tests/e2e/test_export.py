@@ -17,8 +17,7 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import checks, core
-from hiertag import OPSET, zoo
+from hiertag import OPSET, checks, core, zoo
 from tests.e2e.exportable import skip_unless_torch_exports
 from tests.e2e.native_tool import run_tool
 

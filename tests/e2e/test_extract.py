@@ -8,10 +8,9 @@ import onnx
 import onnxruntime
 import pytest
 
-from hiertag import checks
-from tests.e2e.test_export import export, run_tool
-from hiertag import zoo
+from hiertag import checks, zoo
 from tests.e2e.exportable import zoo_model
+from tests.e2e.test_export import export, run_tool
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "resnet", "vit"])

@@ -23,8 +23,7 @@ import torch
 from onnx import numpy_helper
 
 import hiertag
-from hiertag import checks, core
-from hiertag import models
+from hiertag import checks, core, models
 from tests.e2e.exportable import hf_export_error
 from tests.e2e.without_module import hiertag_without
 

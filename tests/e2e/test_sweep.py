@@ -13,7 +13,6 @@ import transformers
 
 import hiertag
 import provenance
-
 from tests.e2e import expected_skips
 from tests.e2e.exportable import skip_unless_torch_exports
 

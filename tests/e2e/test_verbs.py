@@ -20,8 +20,8 @@ import torch
 
 import hiertag
 from hiertag import OPSET, checks, cli
-from hiertag.verbs import import_dynamo, verify
 from hiertag.models import quiet
+from hiertag.verbs import import_dynamo, verify
 from tests.e2e.exportable import DYNAMO_EXPORT, skip_unless_dynamo_export, zoo_model
 
 MODEL = "containers"  # small, same-class siblings: quick to export, profile and carry
@@ -333,6 +333,7 @@ def test_save_model_copies_each_range_once_or_reads_the_weights_in(tmp_path, mon
     data file once (a and b share theirs) and the large inline tensor after it,
     the model computing what the source computes either way."""
     import numpy as np
+
     from hiertag import verbs
     if limit is not None:
         monkeypatch.setattr(verbs, "INLINE_LIMIT", limit)

@@ -30,7 +30,7 @@ import sys
 import tempfile
 
 import onnx
-from onnx import helper, TensorProto
+from onnx import TensorProto, helper
 
 from hiertag import checks
 
@@ -203,8 +203,9 @@ def hand_made_models(out):
 
 def export(name, path):
     import torch
+
     import hiertag
-    from hiertag import zoo, OPSET
+    from hiertag import OPSET, zoo
     if hiertag.library_path() not in torch.ops.loaded_libraries:
         torch.ops.load_library(hiertag.library_path())
     module, args = zoo.ALL[name]()

@@ -89,7 +89,6 @@ import onnx
 
 from hiertag import carry_check, checks, core, verbs
 
-
 EXACT, SHARED, SPAN, RULE = "exact", "shared", "span", "rule"
 CONVERSION, WEIGHTS, ENCLOSING, NEIGHBOURS, ROOT = "conversion", "weights", "enclosing", "neighbours", "root"
 

@@ -62,7 +62,6 @@ import onnx.helper
 from hiertag import checks, core
 from hiertag.verbs import Parser, fail, first_line, is_tagged, load_model, load_tagged, module_tree, run_verb
 
-
 # ---------------------------------------------------------------------------
 # Counts
 

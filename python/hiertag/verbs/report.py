@@ -38,7 +38,16 @@ from pathlib import Path
 import onnx
 
 from hiertag import checks, core
-from hiertag.verbs import Parser, fail, load_tagged, module_tree, open_tagged, refuse_overwriting, run_verb, write_atomically
+from hiertag.verbs import (
+    Parser,
+    fail,
+    load_tagged,
+    module_tree,
+    open_tagged,
+    refuse_overwriting,
+    run_verb,
+    write_atomically,
+)
 
 ELEMENT_TYPES = {value: name.lower() for name, value in onnx.TensorProto.DataType.items()}
 

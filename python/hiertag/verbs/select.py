@@ -28,7 +28,6 @@ import fnmatch
 import json
 import sys
 
-
 from hiertag import checks
 from hiertag.verbs import Parser, fail, load_tagged, run_verb
 
