@@ -261,7 +261,7 @@ def against_torch(twins, work, build):
     found["outputs"] = len(torchs)
     found["outputs_identical"] = len(ours) == len(torchs) and all(
         mine.dtype == other.dtype and mine.shape == other.shape and np.array_equal(mine, other, equal_nan=mine.dtype.kind in "fc")
-        for mine, other in zip(ours, torchs))
+        for mine, other in zip(ours, torchs, strict=True))
     return found
 
 

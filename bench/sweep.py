@@ -136,7 +136,7 @@ def worker(name, out_json, build_dir):
         feeds = checks.feeds_for(plain_bytes, torch_model, args)
         ours = onnxruntime.InferenceSession(str(source)).run(None, feeds)
         theirs = onnxruntime.InferenceSession(plain_bytes).run(None, feeds)
-        result["runtime"] = all(np.array_equal(a, b) for a, b in zip(ours, theirs))
+        result["runtime"] = all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
         result["stripped"] = (checks.strip_tags(model).SerializeToString() ==
                               onnx.load_from_string(twin_bytes).SerializeToString())
         # The check runs the model again: a fresh one, as models cache state

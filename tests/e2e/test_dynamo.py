@@ -183,7 +183,7 @@ def test_checker_accepts_and_runtime_gives_identical_outputs(exported):
     feeds = checks.feeds_for(str(plain_path), model, args)
     ours = onnxruntime.InferenceSession(str(tagged)).run(None, feeds)
     theirs = onnxruntime.InferenceSession(str(plain_path)).run(None, feeds)
-    for mine, torchs in zip(ours, theirs):
+    for mine, torchs in zip(ours, theirs, strict=True):
         np.testing.assert_array_equal(mine, torchs)
 
 

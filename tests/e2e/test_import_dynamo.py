@@ -118,7 +118,7 @@ def test_weights_torch_put_in_external_data_are_read_in(files, tmp_path):
     assert run_tool("validate", out).returncode == 0
     feeds = checks.feeds_for(out.read_bytes(), *zoo_model("bert"))
     expected = onnxruntime.InferenceSession(str(source)).run(None, feeds)
-    for got, want in zip(onnxruntime.InferenceSession(out.read_bytes()).run(None, feeds), expected):
+    for got, want in zip(onnxruntime.InferenceSession(out.read_bytes()).run(None, feeds), expected, strict=True):
         assert (got == want).all()
 
 
@@ -196,7 +196,7 @@ def common_ancestor(tags):
     """The longest segment-wise prefix of tags: an oracle for the rules."""
     split = [tag.split("/") for tag in tags]
     common = []
-    for segments in zip(*split):
+    for segments in zip(*split, strict=False):
         if len(set(segments)) > 1:
             break
         common.append(segments[0])

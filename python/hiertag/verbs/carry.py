@@ -593,7 +593,8 @@ class _Correspondence:
         if node.op_type != original.op_type or list(node.attribute) != list(original.attribute):
             return {}
         kept = {}
-        for name, read in zip(node.input, original.input):
+        # Optional trailing inputs may be listed on one side only: the inputs both list.
+        for name, read in zip(node.input, original.input, strict=False):
             value = self.corr(name) if name else None
             if value is None or not read or value == read or read not in self.o.producer or read in self.o.weights:
                 continue
@@ -701,12 +702,12 @@ def _same_shape(a, b):
     """Whether two inferred shapes can be one value's (unknown dims match anything)."""
     if a is None or b is None or len(a) != len(b):
         return False
-    return all(x is None or y is None or x == y for x, y in zip(a, b))
+    return all(x is None or y is None or x == y for x, y in zip(a, b, strict=True))
 
 
 def _common_prefix(a, b):
     length = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         length += 1
@@ -746,7 +747,7 @@ class Carrier:
             placement.category = EXACT
             return placement
         spanned, callers = [], []
-        for index, entries in zip(nodes, props):
+        for index, entries in zip(nodes, props, strict=True):
             own, *others = checks.node_refs(self.c.o.nodes[index])
             makes = any(name in outs for name in self.c.o.nodes[index].output)
             listed = [own] + [checks.parse_ref(text) for text in json.loads(entries.get(core.SPANS_KEY, "[]"))]
@@ -912,7 +913,7 @@ class Carrier:
         names = {"consumers": WEIGHTS, "neighbours": NEIGHBOURS, "root": ROOT}
         # Computed in full before any is set: a neighbour that is a Placement stays as it was given.
         placed = core.place_by_rules(rows, root, common)
-        for (index, _, _), (ident, rule) in zip(nodes, placed):
+        for (index, _, _), (ident, rule) in zip(nodes, placed, strict=True):
             tag, call = refs[ident]
             self.placements[index] = Placement(tag, call, category=RULE, rule=names[rule])
 
@@ -928,7 +929,8 @@ class Carrier:
     def _pair_inputs(self, t_index, o_index, seen):
         c, t = self.c, self.c.t
         t_node, o_node = t.nodes[t_index], c.o.nodes[o_index]
-        for x, y in zip(t_node.input, o_node.input):
+        # Optional trailing inputs may be listed on one side only: the inputs both list.
+        for x, y in zip(t_node.input, o_node.input, strict=False):
             if not x or not y or x == y or y in t.values or not c.known(x) or x in t.weights:
                 continue
             maker, original_maker = t.producer.get(x), c.o.producer.get(y)

@@ -93,7 +93,7 @@ class GraphmlWriter:
                 if output:
                     producers.setdefault(output, node_id)
         # Direct inputs only: a body's nodes are leaves too and draw their own edges.
-        for node, node_id in zip(nodes, node_ids):
+        for node, node_id in zip(nodes, node_ids, strict=True):
             for name in dict.fromkeys(name for name in node.input if name):
                 if name in producers:
                     self._edge(producers[name], node_id, name)
