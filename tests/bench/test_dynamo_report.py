@@ -36,7 +36,7 @@ def test_every_call_is_exact_or_declared_and_every_node_tagged(run):
     _, results = run
     measured = by_model(results)
     assert set(measured) == set(MODELS)
-    for name, result in measured.items():
+    for result in measured.values():
         tagged = result["tagged"]
         assert result["exportable"] and tagged["export"] == "ok", result
         assert tagged["nodes"] > 0 and tagged["nodes_tagged"] == tagged["nodes"]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import onnx
 
+import metrics
 from hiertag import zoo
 from tests.e2e.test_export import export
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-import metrics
 
 
 def legacy_export(name, path):

@@ -435,7 +435,7 @@ def test_reachability_answers_as_the_transitive_closure_on_random_graphs():
         reach = carry._Reachability(graph)
         upstream = {}
 
-        def closure(index):
+        def closure(index, graph=graph, upstream=upstream):  # bound now: B023 cannot see it runs in this trial only
             if index not in upstream:
                 made = set(graph.nodes[index].output)
                 for name in graph.reads[index]:

@@ -393,7 +393,7 @@ class _Correspondence:
         # A weight only one original node computes with names that node, whatever
         # the op the tool turned it into (a Gemm into MatMul and Add).
         self.readers = self._weight_readers()
-        for t_index, node in enumerate(self.t.nodes):
+        for t_index, _node in enumerate(self.t.nodes):
             if t_index in self.matched:
                 continue
             found = self.weight_anchors(t_index) - taken
@@ -405,7 +405,7 @@ class _Correspondence:
         changed = True
         while changed:
             changed = False
-            for t_index, node in enumerate(self.t.nodes):
+            for t_index, _node in enumerate(self.t.nodes):
                 if t_index in self.matched or all(self.known(name) for name in self.t.used_outputs(t_index)):
                     continue
                 o_index = self._structural_match(t_index, taken)
