@@ -375,7 +375,8 @@ def render(report):
     every = totals(cells)
     lines = ["# hiertag carry: tags after the tools that come next", "",
              f"Command: `.venv/bin/python bench/carry_matrix.py{report['arguments']}` ({report['date']}, "
-             f"{provenance.describe(report)}, " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ").", "",
+             f"{provenance.describe(report)}, "
+             + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ").", "",
              f"{len(models)} models (trained-like weights) by {len(report['tools'])} tools: "
              f"**{sum(c['passed'] for c in cells)} of {len(cells)} cells pass** (every node tagged, `hiertag "
              f"validate` and `tree` accept the file, no call wrong or undecided, `extract` as the file says). Of "

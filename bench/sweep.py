@@ -213,7 +213,8 @@ def render(results, meta):
     ]
     for r in exportable:
         if "nodes" not in r:
-            lines.append(f"| {r['model']} | {r.get('family', '')} | | | | | | | | | | FAIL | | {r.get('seconds', '')} |")
+            lines.append(f"| {r['model']} | {r.get('family', '')} | | | | | | | | | | FAIL | | "
+                         f"{r.get('seconds', '')} |")
             continue
         lines.append(
             f"| {r['model']} | {r['family']} | {r['nodes']} | {r['modules']} | {_mark(r['tagged'])} | "

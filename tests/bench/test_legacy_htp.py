@@ -94,6 +94,6 @@ def test_contamination_counts_a_node_named_in_one_layer_and_tagged_in_another():
     other.metadata_props.add(key="hierarchy_tag", value="/M/L.0")
     graph = onnx.helper.make_graph([node, other], "g", [], [])
     model = onnx.helper.make_model(graph)
-    model.metadata_props.add(key="hiertag.modules",
-                             value='{"/M": {"path": "", "class": "M"}, "/M/L.0": {"path": "encoder.layer.0", "class": "L"}}')
+    table = '{"/M": {"path": "", "class": "M"}, "/M/L.0": {"path": "encoder.layer.0", "class": "L"}}'
+    model.metadata_props.add(key="hiertag.modules", value=table)
     assert metrics.cross_layer_contamination(model) == ["/encoder/layer.1/attention/Relu"]

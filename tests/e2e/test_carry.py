@@ -427,7 +427,8 @@ def test_reachability_answers_as_the_transitive_closure_on_random_graphs():
             values += made
         if trial % 2:
             rng.shuffle(nodes)
-        inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in ["x0", "x1", "x2", "w1"][:3 + trial % 2]]
+        inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1])
+                  for n in ["x0", "x1", "x2", "w1"][:3 + trial % 2]]
         model = helper.make_model(helper.make_graph(
             nodes, "g", inputs, [helper.make_tensor_value_info(values[-1], TensorProto.FLOAT, [1])],
             [helper.make_tensor(w, TensorProto.FLOAT, [1], [1.0]) for w in ("w0", "w1")]))

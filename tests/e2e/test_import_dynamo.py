@@ -302,7 +302,8 @@ def test_untagged_torchscript_file_is_refused(tmp_path):
 def test_missing_file_is_refused(tmp_path):
     """Check that a missing input is one line, exit 2."""
     out = tmp_path / "out.onnx"
-    assert_refused(run_import(tmp_path / "nothing.onnx", "-o", out), out, "cannot open the file (missing or unreadable)")
+    assert_refused(run_import(tmp_path / "nothing.onnx", "-o", out), out,
+                   "cannot open the file (missing or unreadable)")
 
 
 def test_every_refusal_of_import_file_is_a_dynamo_import_error(files, tmp_path):

@@ -245,7 +245,8 @@ def test_an_unknown_option_is_named_not_the_missing_arguments(verb, capfd):
     ("report", ["m.onnx", "--bad\nflag"], "unrecognized arguments: --bad\\nflag"),
     ("verify", [], "the following arguments are required: model"),
     ("export", ["BertModel", "--bogus"], "unrecognized arguments: --bogus"),
-    ("import-dynamo", ["d.onnx", "--torch-classes", "1", "-o", "out.onnx"], "unrecognized arguments: --torch-classes 1"),
+    ("import-dynamo", ["d.onnx", "--torch-classes", "1", "-o", "out.onnx"],
+     "unrecognized arguments: --torch-classes 1"),
 ])
 def test_every_usage_error_names_its_problem_in_one_line(files, capfd, monkeypatch, verb, arguments, problem):
     """Check that each kind of bad command line says what is wrong, one line prefixed

@@ -189,7 +189,8 @@ class _Graph:
 
     def used_outputs(self, index):
         graph_outputs = set(self.outputs)
-        used = [name for name in self.nodes[index].output if name and (self.consumers.get(name) or name in graph_outputs)]
+        used = [name for name in self.nodes[index].output
+                if name and (self.consumers.get(name) or name in graph_outputs)]
         return used or [name for name in self.nodes[index].output if name]
 
 
@@ -816,7 +817,8 @@ class Carrier:
         for index in reversed(range(len(t.nodes))):
             if index not in self.placements or any(c.corr(n) is not None for n in t.used_outputs(index)):
                 continue
-            consumers = sorted({consumer for name in t.nodes[index].output for consumer, _ in t.consumers.get(name, [])})
+            consumers = sorted({consumer for name in t.nodes[index].output
+                                for consumer, _ in t.consumers.get(name, [])})
             placements = [self.placements[i] for i in consumers if i in self.placements]
             if len(placements) < 2 or len({p.key() for p in placements}) == 1:
                 continue
@@ -1050,7 +1052,8 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
             count(inner, inner_placement)
 
     records = _kept_records(original, carrier, model) + records
-    _set_props(model, {core.TABLE_KEY: _table_for(model, props[core.TABLE_KEY]), core.FORMAT_VERSION_KEY: core.FORMAT_VERSION})
+    _set_props(model, {core.TABLE_KEY: _table_for(model, props[core.TABLE_KEY]),
+                       core.FORMAT_VERSION_KEY: core.FORMAT_VERSION})
     # The check reads each call's boundary from the file with its fusions recorded.
     _set_props(model, {core.REWRITES_KEY: core.write_rewrites(records)} if records else {})
     if feeds is None:
@@ -1219,9 +1222,9 @@ def main(argv=None):
     parser.add_argument("tagged", metavar="TAGGED.onnx", help="the model as hiertag tagged it")
     parser.add_argument("transformed", metavar="TRANSFORMED.onnx", help="a model a tool made from it")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="the transformed model, tagged")
-    parser.add_argument("--by", metavar="NAME", help="the transformation's name for hiertag.rewrite and the rewrite records "
-                                     "(default: TRANSFORMED's producer when it differs from TAGGED's, else its "
-                                     "file name)")
+    parser.add_argument("--by", metavar="NAME",
+                        help="the transformation's name for hiertag.rewrite and the rewrite records "
+                             "(default: TRANSFORMED's producer when it differs from TAGGED's, else its file name)")
     parser.add_argument("--json", action="store_true", help="print the counts as one JSON object")
     return verbs.run_verb("hiertag carry", parser, run, argv)
 

@@ -223,8 +223,8 @@ def _parser():
     for task, auto in models.TASKS.items():
         by_class.setdefault(auto, []).append(task)
     tasks = "\n".join(f"  {' | '.join(names):<46}  transformers.{auto}" for auto, names in by_class.items())
-    epilog = (__doc__.split("\n", 2)[2] + "\n\nTASK (default: a directory's or hub id's config.architectures[0], else AutoModel):\n"
-              + tasks)
+    epilog = (__doc__.split("\n", 2)[2]
+              + "\n\nTASK (default: a directory's or hub id's config.architectures[0], else AutoModel):\n" + tasks)
     parser = verbs.Parser(prog="hiertag export", description=__doc__.split("\n")[0],
                           epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL",

@@ -117,7 +117,8 @@ class GraphmlWriter:
         realizers = ElementTree.SubElement(graphics, y("Realizers"), {"active": "0"})
         for closed in ("false", "true"):
             group = ElementTree.SubElement(realizers, y("GroupNode"))
-            ElementTree.SubElement(group, y("NodeLabel"), {"modelName": "internal", "modelPosition": "t"}).text = segment
+            label = ElementTree.SubElement(group, y("NodeLabel"), {"modelName": "internal", "modelPosition": "t"})
+            label.text = segment
             ElementTree.SubElement(group, y("State"), {"closed": closed})
         nested = ElementTree.SubElement(element, g("graph"), {"id": f"{group_id}:", "edgedefault": "directed"})
         self.groups[tag] = (group_id, nested)
