@@ -23,15 +23,12 @@ baseline never patched."""
 import json
 import sys
 import warnings
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import onnx
+import onnxruntime
 
-import onnx  # noqa: E402
-import onnxruntime  # noqa: E402
-
-import metrics  # noqa: E402
-import suite  # noqa: E402
+import metrics
+import suite
 from hiertag import checks
 
 

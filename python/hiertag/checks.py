@@ -218,7 +218,7 @@ def _keyword_call_class():
             self.model, self.positional, self.traced, self.fixed = model, positional, traced, fixed
 
         def forward(self, *tensors):
-            given = dict(zip(self.traced, tensors[self.positional:]))
+            given = dict(zip(self.traced, tensors[self.positional:], strict=True))
             return self.model(*tensors[:self.positional], **given, **self.fixed)
 
     return KeywordCall
@@ -257,7 +257,7 @@ def record_module_io(model, args, dynamo=False):
             # Results handed out otherwise: inputs changed in place, tensors put
             # into argument containers (a list the caller reads), tensors set on
             # the module's own attributes (an attention map kept for the caller).
-            returned.extend(t.detach().clone() for t, v in zip(given, versions) if t._version != v)
+            returned.extend(t.detach().clone() for t, v in zip(given, versions, strict=True) if t._version != v)
             known = {id(t) for t in given}
             returned.extend(t.detach().clone() for t in flatten_tensors(arguments, [], copy=False)
                             if id(t) not in known)
@@ -354,7 +354,8 @@ def _fits(graph_input, array):
     if names.get(expected, expected) != str(array.dtype):
         return False
     shape = graph_input.shape
-    return len(shape) == array.ndim and all(not isinstance(d, int) or d == n for d, n in zip(shape, array.shape))
+    return len(shape) == array.ndim and all(not isinstance(d, int) or d == n
+                                            for d, n in zip(shape, array.shape, strict=True))
 
 
 def with_outputs(model, names):
@@ -548,9 +549,9 @@ def _session_values(model, names, feeds, data_folder=None):
             path = os.path.join(folder, "probe.onnx")
             onnx.save(probe, path, save_as_external_data=True, all_tensors_to_one_file=True, location="probe.data")
             del probe
-            return dict(zip(wanted, onnxruntime.InferenceSession(path, options).run(wanted, feeds)))
+            return dict(zip(wanted, onnxruntime.InferenceSession(path, options).run(wanted, feeds), strict=True))
     del probe
-    return dict(zip(wanted, onnxruntime.InferenceSession(serialized, options).run(wanted, feeds)))
+    return dict(zip(wanted, onnxruntime.InferenceSession(serialized, options).run(wanted, feeds), strict=True))
 
 
 # A value equals a tensor when every element is within this share of its own

@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 
+
 class UsageError(Exception):
     """Bad input or usage: one line on stderr, exit status 2."""
 

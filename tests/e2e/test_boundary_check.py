@@ -41,7 +41,7 @@ def exported(tmp_path_factory):
 
 
 def failures(model, torch_model, args):
-    feeds = {i.name: a.numpy() for i, a in zip(model.graph.input, args)}
+    feeds = {i.name: a.numpy() for i, a in zip(model.graph.input, args, strict=True)}
     results, _ = checks.module_boundary_results(model, torch_model, args, feeds)
     return results["/Net/Pair"]
 

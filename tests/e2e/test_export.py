@@ -17,8 +17,7 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import checks, core
-from hiertag import OPSET, zoo
+from hiertag import OPSET, checks, core, zoo
 from tests.e2e.exportable import skip_unless_torch_exports
 from tests.e2e.native_tool import run_tool
 
@@ -98,7 +97,7 @@ def test_checker_accepts_and_runtime_gives_identical_outputs(exported):
     _, torch_model, args, tagged, plain = exported
     onnx.checker.check_model(onnx.load_from_string(tagged), full_check=True)
     feeds = checks.feeds_for(plain, torch_model, args)
-    for ours, theirs in zip(run(tagged, feeds), run(plain, feeds)):
+    for ours, theirs in zip(run(tagged, feeds), run(plain, feeds), strict=True):
         np.testing.assert_array_equal(ours, theirs)
 
 

@@ -21,8 +21,8 @@ import torch
 
 import hiertag
 from hiertag import OPSET, checks, cli, core
-from hiertag.verbs import import_dynamo, verify
 from hiertag.models import quiet
+from hiertag.verbs import import_dynamo, verify
 from tests.e2e.exportable import DYNAMO_EXPORT, skip_unless_dynamo_export, zoo_model
 
 MODEL = "containers"  # small, same-class siblings: quick to export, profile and carry
@@ -269,7 +269,8 @@ def test_an_unknown_option_is_named_not_the_missing_arguments(verb, capfd):
     ("report", ["m.onnx", "--bad\nflag"], "unrecognized arguments: --bad\\nflag"),
     ("verify", [], "the following arguments are required: model"),
     ("export", ["BertModel", "--bogus"], "unrecognized arguments: --bogus"),
-    ("import-dynamo", ["d.onnx", "--torch-classes", "1", "-o", "out.onnx"], "unrecognized arguments: --torch-classes 1"),
+    ("import-dynamo", ["d.onnx", "--torch-classes", "1", "-o", "out.onnx"],
+     "unrecognized arguments: --torch-classes 1"),
 ])
 def test_every_usage_error_names_its_problem_in_one_line(files, capfd, monkeypatch, verb, arguments, problem):
     """Check that each kind of bad command line says what is wrong, one line prefixed
@@ -357,6 +358,7 @@ def test_save_model_copies_each_range_once_or_reads_the_weights_in(tmp_path, mon
     data file once (a and b share theirs) and the large inline tensor after it,
     the model computing what the source computes either way."""
     import numpy as np
+
     from hiertag import verbs
     if limit is not None:
         monkeypatch.setattr(verbs, "INLINE_LIMIT", limit)

@@ -13,8 +13,7 @@ import onnx
 from onnx import external_data_helper
 
 from hiertag import checks, core
-from hiertag.verb import (  # noqa: F401 (every verb's verbs.fail, verbs.Parser, ...)
-    Parser, UsageError, Verb, fail, first_line, one_line, run_verb)
+from hiertag.verb import Parser, UsageError, Verb, fail, first_line, one_line, run_verb  # noqa: F401 (every verb's verbs.fail, verbs.Parser, ...)
 
 
 def load_model(path, data_directory=None, read_data=True):

@@ -59,7 +59,6 @@ import onnx.helper
 from hiertag import checks, core
 from hiertag.verbs import Verb, fail, first_line, is_tagged, load_model, load_tagged, module_tree
 
-
 # ---------------------------------------------------------------------------
 # Counts
 
@@ -322,8 +321,8 @@ def print_values(values):
                 ("..." if len(row["missing"]) > 3 else "")
         if row["shape_differs"]:
             trailer += f"{'; ' if trailer else ''}shape differs: {', '.join(row['shape_differs'][:3])}"
-        print(f"{mark} {row['module']:<{width}}  {counted:>6}  {number(row['max_abs']):>8}  {number(row['max_rel']):>8}  "
-              f"{number(row['in_rel']):>8}  {trailer}".rstrip())
+        print(f"{mark} {row['module']:<{width}}  {counted:>6}  {number(row['max_abs']):>8}  "
+              f"{number(row['max_rel']):>8}  {number(row['in_rel']):>8}  {trailer}".rstrip())
     tolerance = f"{values['tolerance']:.0e}"
     first = values["first_above_tolerance"]
     if first is None:
@@ -373,7 +372,8 @@ def run(options):
 def arguments(parser):
     parser.add_argument("a", metavar="A.onnx", help="the reference, tagged by hiertag")
     parser.add_argument("b", metavar="B.onnx", help="another file of the same model (tagged or not)")
-    parser.add_argument("--values", action="store_true", help="run both and compare the values at A's module boundaries")
+    parser.add_argument("--values", action="store_true",
+                        help="run both and compare the values at A's module boundaries")
     parser.add_argument("--input", action="append", default=[], metavar="NAME=SPEC",
                         help="an input's value: int64[1,16]:0..1000, float32[1,3,224,224], ones[1,16] (repeatable)")
     parser.add_argument("--tolerance", type=float, default=1e-4, metavar="T",

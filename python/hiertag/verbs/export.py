@@ -179,7 +179,7 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
             if _TORCH_MODULES_LINE in text:
                 fail(_plugin_line(text[text.index(_TORCH_MODULES_LINE):].splitlines()[0], torch_modules is not None))
             if getattr(error, "hiertag_raised_by_model", False):
-                shapes = ", ".join(f"{n}{list(v.shape)}" for n, v in zip(input_names or [], values))
+                shapes = ", ".join(f"{n}{list(v.shape)}" for n, v in zip(input_names or [], values, strict=False))
                 fail(f"{type(model).__name__} fails on the example inputs{f' ({shapes})' if shapes else ''}: "
                      f"{models.describe_error(error)}")
             if str(error).lstrip().startswith("hiertag"):

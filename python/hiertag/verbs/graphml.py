@@ -90,7 +90,7 @@ class GraphmlWriter:
                 if output:
                     producers.setdefault(output, node_id)
         # Direct inputs only: a body's nodes are leaves too and draw their own edges.
-        for node, node_id in zip(nodes, node_ids):
+        for node, node_id in zip(nodes, node_ids, strict=True):
             for name in dict.fromkeys(name for name in node.input if name):
                 if name in producers:
                     self._edge(producers[name], node_id, name)
@@ -114,7 +114,8 @@ class GraphmlWriter:
         realizers = ElementTree.SubElement(graphics, y("Realizers"), {"active": "0"})
         for closed in ("false", "true"):
             group = ElementTree.SubElement(realizers, y("GroupNode"))
-            ElementTree.SubElement(group, y("NodeLabel"), {"modelName": "internal", "modelPosition": "t"}).text = segment
+            label = ElementTree.SubElement(group, y("NodeLabel"), {"modelName": "internal", "modelPosition": "t"})
+            label.text = segment
             ElementTree.SubElement(group, y("State"), {"closed": closed})
         nested = ElementTree.SubElement(element, g("graph"), {"id": f"{group_id}:", "edgedefault": "directed"})
         self.groups[tag] = (group_id, nested)

@@ -90,7 +90,7 @@ def module_chain(node):
     if len(scopes) != len(classes):
         fail(f"node '{node.name}' ({node.op_type}): {NAME_SCOPES_KEY} and {CLASS_HIERARCHY_KEY} differ in length")
     # The last item is the FX node itself (its name, its op), not a module.
-    chain = list(zip(scopes[:-1], classes[:-1]))
+    chain = list(zip(scopes[:-1], classes[:-1], strict=True))
     if not chain:
         return None
     if chain[0][0] != "":
@@ -160,7 +160,7 @@ def tag_dynamo_model(model, torch_modules=None):
              "torch.onnx.export(..., dynamo=True)")
 
     classes = {}
-    for (node, _), chain in zip(visits, chains):
+    for (node, _), chain in zip(visits, chains, strict=True):
         for path, qualified in chain or []:
             if classes.setdefault(path, qualified) != qualified:
                 fail(f"node '{node.name}' ({node.op_type}): module '{path}' is {qualified} here and "
@@ -206,7 +206,7 @@ def tag_dynamo_model(model, torch_modules=None):
             table[call_tags.tag(entry)] = row
             entry = call_tags.parent(entry)
 
-    for (node, _), entry, call in zip(visits, tags, node_calls):
+    for (node, _), entry, call in zip(visits, tags, node_calls, strict=True):
         node.metadata_props.add(key=core.TAG_KEY, value=call_tags.tag(entry))
         if len(calls.get(entry, ([0], [0]))[0]) > 1:
             node.metadata_props.add(key=core.CALL_KEY, value=str(call))
@@ -286,7 +286,7 @@ def _settle_by_rules(graph, visits, tags, rules, call_tags):
             elif name in producer:
                 neighbours.append(ref(producer[name]))
         rows.append((None, any(node.input), neighbours))
-    for i, (tag, rule) in zip(waiting, core.place_by_rules(rows, call_tags)):
+    for i, (tag, rule) in zip(waiting, core.place_by_rules(rows, call_tags), strict=True):
         tags[i], rules[i] = tag, rule
 
 
@@ -307,7 +307,7 @@ def _inherit_calls(visits, tags, rules, node_calls, calls):
         refs = [(core.unplaced(place[reader]), 0) if reader in place else (tags[reader], node_calls[reader])
                 for name in visits[i][0].output for reader in readers.get(name, [])]
         rows.append((tags[i], node_calls[i], refs))
-    for i, call in zip(listed, core.calls_of_readers(rows)):
+    for i, call in zip(listed, core.calls_of_readers(rows), strict=True):
         node_calls[i] = call
 
 

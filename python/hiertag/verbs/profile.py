@@ -225,7 +225,8 @@ def text_report(result, top):
     lines = [f"{result['model']}: {result['runs']} runs ({result['warmup']} warm-up), ONNX Runtime "
              f"{result['onnxruntime']} at level {result['level']}"
              f"{', intra-op threads ' + str(result['threads']) if result['threads'] else ''}: "
-             f"{result['total_ms']:.3f} ms of node time per run ({result['statistic']}) in {result['optimized_nodes']} nodes "
+             f"{result['total_ms']:.3f} ms of node time per run ({result['statistic']}) "
+             f"in {result['optimized_nodes']} nodes "
              f"(the model has {result['nodes']}; carried {result['carry']['exact']} exact, "
              f"{result['carry']['shared']} shared, {result['carry']['span']} span, {result['carry']['rule']} by rule)",
              f"attributed to modules: {100 * (1 - result['unattributed_share']):.1f} % "
@@ -289,8 +290,8 @@ def run(options):
                      "median" if options.median else "mean")
     plotted = True
     if options.plot:
-        title = (f"{Path(options.model).name}: {result['total_ms']:.3f} ms of node time per run ({result['statistic']}) "
-                 f"(ONNX Runtime {result['onnxruntime']}, level {result['level']})")
+        title = (f"{Path(options.model).name}: {result['total_ms']:.3f} ms of node time per run "
+                 f"({result['statistic']}) (ONNX Runtime {result['onnxruntime']}, level {result['level']})")
         try:
             verbs.write_atomically(options.plot, lambda path: plot_icicle(result["modules"], title, path))
         except ModuleNotFoundError as error:

@@ -60,7 +60,7 @@ def facts(path, verify_json=None):
     initializers = {i.name for i in model.graph.initializer}
     shared = [{"node": node.name, "op_type": node.op_type, "tag": p[core.TAG_KEY],
                "shared_with": json.loads(p[core.SHARED_KEY])}
-              for node, p in zip(nodes, props) if core.SHARED_KEY in p]
+              for node, p in zip(nodes, props, strict=True) if core.SHARED_KEY in p]
     rewritten = checks.rewritten_boundaries(model)
     verify = None
     if verify_json is not None:

@@ -25,7 +25,6 @@ import fnmatch
 import json
 import sys
 
-
 from hiertag import checks
 from hiertag.verbs import Verb, fail, load_tagged
 

@@ -147,8 +147,8 @@ def run_extracted(path, info, eager):
     types = {i.name: i.type for i in session.get_inputs()}
     feeds = {name: received[name].numpy().astype(_numpy_type(types[name])) for name in info["inputs"]}
     produced = session.run(info["outputs"], feeds)
-    worst = max((checks.disagreement(value, returned[name].numpy()) for value, name in zip(produced, info["outputs"])),
-                default=0.0)
+    worst = max((checks.disagreement(value, returned[name].numpy())
+                 for value, name in zip(produced, info["outputs"], strict=True)), default=0.0)
     return f"{'ok' if worst <= checks.FLOAT32_TOLERANCE else 'FAIL'} (max rel {worst:.1e})"
 
 
