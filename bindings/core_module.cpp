@@ -497,6 +497,9 @@ NB_MODULE(_core, m) {
           },
           "text"_a, "'0' or '': none; '1': all; 'A,B': those classes. ValueError with the reason otherwise.")
       .def("keeps_segment", &TorchModuleSegments::KeepsSegment, "qualified"_a, "short_name"_a);
+  m.def("unknown_torch_modules_note", &UnknownTorchModulesNote, "names"_a, "source"_a,
+        "What to say of names in a torch-modules list that no torch.nn / torch.ao class has (the plugin's "
+        "hiertag.unknown_torch_modules finds them), naming `source`: one line, '' for none.");
 
   nb::class_<CallTable>(m, "CallTable",
                         "A tagged model's module calls (tool/module_calls_in_file.h): which calls of an ancestor a "

@@ -16,6 +16,20 @@ from hiertag import checks, core
 from hiertag.verb import Parser, UsageError, Verb, fail, first_line, one_line, run_verb  # noqa: F401 (every verb's verbs.fail, verbs.Parser, ...)
 
 
+def torch_modules_option(given):
+    """A verb's --torch-modules (`given`; None: HIERTAG_TORCH_MODULES's value, as
+    the plugin reads it), parsed once, by the core's parser the plugin reads the
+    variable with: (its text, where it came from: "--torch-modules" or
+    "HIERTAG_TORCH_MODULES", its core.TorchModuleSegments). A malformed value is a
+    UsageError in the plugin's words, naming where it came from."""
+    text, source = ((given, "--torch-modules") if given is not None
+                    else (os.environ.get("HIERTAG_TORCH_MODULES", ""), "HIERTAG_TORCH_MODULES"))
+    try:
+        return text, source, core.TorchModuleSegments.parse(text)
+    except ValueError as error:
+        fail(f"{source}={error}")
+
+
 def load_model(path, data_directory=None, read_data=True):
     """The ONNX model at `path`, its external data read in from `data_directory`
     (default: the model's folder), or only checked when not `read_data`; a

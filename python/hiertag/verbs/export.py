@@ -69,33 +69,12 @@ def _opset(path):
     return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), None)
 
 
-def _torch_modules(value):
-    """None (the environment's HIERTAG_TORCH_MODULES), False, True or the
-    variable's text. The text is not checked here: the plugin reads it at the
-    export as it reads HIERTAG_TORCH_MODULES (core/export/export_options.cpp), and its
-    error or warning is reported (_plugin_line)."""
-    if value is None or value is True or value is False or isinstance(value, str):
-        return value
-    return ",".join(value)
-
-
-# The plugin's lines about HIERTAG_TORCH_MODULES (an invalid value, or names
-# that are no torch.nn class) start so.
-_TORCH_MODULES_LINE = "hiertag: HIERTAG_TORCH_MODULES"
-
-
-def _plugin_line(text, flag_given):
-    """The plugin's line about HIERTAG_TORCH_MODULES, naming --torch-modules
-    when the flag set the variable."""
-    text = text.strip().removeprefix("hiertag: ")
-    return text.replace("HIERTAG_TORCH_MODULES", "--torch-modules", 1) if flag_given else text
-
-
 def _export_once(model, args, path, opset, torch_modules, input_names, output_names, dynamo=False):
-    """Returns the plugin's lines about HIERTAG_TORCH_MODULES (torch's own output is silenced).
-    `dynamo`: torch's dynamo exporter (its default opset when `opset` is None)."""
+    """Exports with tags, torch's output (and the plugin's own note on `torch_modules`,
+    which the verb words itself) silenced. `dynamo`: torch's dynamo exporter (its
+    default opset when `opset` is None)."""
     import torch
-    with models.quiet() as printed, hiertag.tagging(torch_modules=torch_modules):
+    with models.quiet(), hiertag.tagging(torch_modules=torch_modules):
         if dynamo:
             positional, keywords = (args[:-1], args[-1]) if args and isinstance(args[-1], dict) else (args, None)
             torch.onnx.export(model, tuple(positional), str(path), kwargs=keywords, dynamo=True,
@@ -104,7 +83,6 @@ def _export_once(model, args, path, opset, torch_modules, input_names, output_na
         else:
             torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
                               input_names=input_names, output_names=output_names)
-    return [line for text in printed for line in text.splitlines() if line.startswith(_TORCH_MODULES_LINE)]
 
 
 def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset=hiertag.OPSET,
@@ -122,7 +100,7 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
     if not output.parent.is_dir():
         fail(f"output directory '{output.parent}' does not exist")
     verbs.refuse_overwriting([output], inputs=_input_files(model_spec))
-    modules = _torch_modules(torch_modules)
+    modules, modules_source, _ = verbs.torch_modules_option(hiertag.torch_modules_text(torch_modules))
     import torch
     from torch.onnx import _constants
     low, high = _constants.ONNX_BASE_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
@@ -142,6 +120,8 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
     complaint = next((line for line in "".join(printed).splitlines() if line.startswith("hiertag:")), None)
     if complaint:
         fail(complaint.removeprefix("hiertag: "))
+    # Names no torch class has: the plugin finds them as the export will; said once the file is written.
+    note = core.unknown_torch_modules_note(hiertag.unknown_torch_modules(modules), modules_source)
 
     try:
         model, args = models.build(model_spec, config=config, task=task, inputs=inputs)
@@ -166,18 +146,15 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
     staged = staging / output.name
     try:
         try:
-            notes = _export_once(model, args, staged, opset, modules, input_names, output_names, dynamo)
+            _export_once(model, args, staged, opset, modules, input_names, output_names, dynamo)
             graph_inputs, output_count = _graph_inputs(staged)
             if output_names and output_count != len(output_names):
                 # The outputs did not flatten as their names: torch's names then.
-                notes = _export_once(model, args, staged, opset, modules, input_names, None, dynamo)
+                _export_once(model, args, staged, opset, modules, input_names, None, dynamo)
                 graph_inputs, output_count = _graph_inputs(staged)
         except ExportError:
             raise
         except Exception as error:
-            text = str(error)
-            if _TORCH_MODULES_LINE in text:
-                fail(_plugin_line(text[text.index(_TORCH_MODULES_LINE):].splitlines()[0], torch_modules is not None))
             if getattr(error, "hiertag_raised_by_model", False):
                 shapes = ", ".join(f"{n}{list(v.shape)}" for n, v in zip(input_names or [], values, strict=False))
                 fail(f"{type(model).__name__} fails on the example inputs{f' ({shapes})' if shapes else ''}: "
@@ -200,8 +177,8 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
         os.replace(staged, output)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    for note in notes:
-        print(f"hiertag export: {_plugin_line(note, torch_modules is not None)}", file=sys.stderr)
+    if note:
+        print(f"hiertag export: {note}", file=sys.stderr)
     try:
         tree = core.TaggedFile(str(output)).tree(2)
     except core.TaggedFileError as error:

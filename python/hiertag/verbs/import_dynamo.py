@@ -40,7 +40,6 @@ Exit status 0, or 2 with one line on stderr."""
 import ast
 import contextlib
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -384,13 +383,7 @@ def describe(summary):
 
 
 def run(options):
-    given, source = options.torch_modules, "--torch-modules"
-    if given is None:
-        given, source = os.environ.get("HIERTAG_TORCH_MODULES", ""), "HIERTAG_TORCH_MODULES"
-    try:
-        torch_modules = core.TorchModuleSegments.parse(given.strip())
-    except ValueError as error:
-        fail(f"{source} {error}")
+    _, _, torch_modules = verbs.torch_modules_option(options.torch_modules)
     summary = import_file(options.input, options.output, torch_modules)
     if options.json:
         print(json.dumps(summary))
