@@ -332,7 +332,7 @@ def run(model, feeds, names):
     session = onnxruntime.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
     wanted = [o.name for o in session.get_outputs()]
     fed = {name: np.asarray(value).astype(types[name]) for name, value in feeds.items() if name in types}
-    return dict(zip(wanted, session.run(wanted, fed)))
+    return dict(zip(wanted, session.run(wanted, fed), strict=True))
 
 
 def extraction(judgement, path, pass_name, run_tool):

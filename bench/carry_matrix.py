@@ -169,6 +169,7 @@ TOOLS = {
 
 def export_tagged(name, path):
     import torch
+
     import hiertag
     from hiertag import OPSET
     model, args = build(name)
@@ -190,6 +191,7 @@ class Eager:
 
     def __init__(self, name, source):
         import onnx
+
         from hiertag import checks
         torch_model, self.args = build(name)
         self.model = checks.eager_reference(torch_model)
@@ -220,6 +222,7 @@ def plain_export_error(name, directory):
     default options, as bench/sweep.py checks), or None."""
     import onnxruntime
     import torch
+
     from hiertag import OPSET
     path = Path(directory) / f"{name}.plain.onnx"
     try:
@@ -233,9 +236,10 @@ def plain_export_error(name, directory):
 
 def cell(name, tool, source, directory, eager):
     import onnx
+
     from hiertag import checks, core
-    from hiertag.verbs import carry
     from hiertag.models import quiet
+    from hiertag.verbs import carry
     started = time.perf_counter()
     target = Path(directory) / f"{name}.{tool}.onnx"
     try:
@@ -289,6 +293,7 @@ def worker(name, tools, out_json):
     """One model through every tool, in this process: the cells as JSON lines."""
     import onnxruntime
     import torch
+
     import hiertag
     from hiertag.models import quiet
     warnings.simplefilter("ignore")
@@ -370,7 +375,8 @@ def render(report):
     every = totals(cells)
     lines = ["# hiertag carry: tags after the tools that come next", "",
              f"Command: `.venv/bin/python bench/carry_matrix.py{report['arguments']}` ({report['date']}, "
-             f"{provenance.describe(report)}, " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ").", "",
+             f"{provenance.describe(report)}, "
+             + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ").", "",
              f"{len(models)} models (trained-like weights) by {len(report['tools'])} tools: "
              f"**{sum(c['passed'] for c in cells)} of {len(cells)} cells pass** (every node tagged, `hiertag "
              f"validate` and `tree` accept the file, no call wrong or undecided, `extract` as the file says). Of "

@@ -99,6 +99,7 @@ def worker(method, layers, path):
 
 def score(path, tagged):
     import onnx
+
     from hiertag import checks
     model = onnx.load(str(path), load_external_data=False)
     nodes = [node for graph in checks.walk_graphs(model.graph) for node in graph.node]
@@ -220,7 +221,8 @@ def summarize(runs):
                                            for p in whole]
         plain_s = summary["plain"]["seconds"]["median"]
         summary["hiertag_over_plain"] = summary["hiertag"]["seconds"]["median"] / plain_s
-        summary["peak_rss_ratio"] = summary["hiertag"]["peak_rss_mib"]["median"] / summary["plain"]["peak_rss_mib"]["median"]
+        summary["peak_rss_ratio"] = (summary["hiertag"]["peak_rss_mib"]["median"]
+                                     / summary["plain"]["peak_rss_mib"]["median"])
         summary["hiertag_work_share"] = summary["hiertag"]["hiertag_work_ms"]["median"] / 1000 / plain_s
     return summary
 

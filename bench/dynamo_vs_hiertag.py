@@ -260,8 +260,9 @@ def against_torch(twins, work, build):
     torchs = onnxruntime.InferenceSession(str(untagged)).run(None, feeds)
     found["outputs"] = len(torchs)
     found["outputs_identical"] = len(ours) == len(torchs) and all(
-        mine.dtype == other.dtype and mine.shape == other.shape and np.array_equal(mine, other, equal_nan=mine.dtype.kind in "fc")
-        for mine, other in zip(ours, torchs))
+        mine.dtype == other.dtype and mine.shape == other.shape
+        and np.array_equal(mine, other, equal_nan=mine.dtype.kind in "fc")
+        for mine, other in zip(ours, torchs, strict=True))
     return found
 
 
@@ -424,7 +425,8 @@ def summary_line(result):
     agreement = result["torchscript"]
     tables = (f"{agreement['paths_equal']}/{agreement['paths_in_both']} paths equal" if agreement["export"] == "ok"
               else "TorchScript export fails")
-    return (f"{tagged['nodes_tagged']}/{tagged['nodes']} nodes tagged, {tagged['calls']} calls: {tagged['exact']} exact "
+    return (f"{tagged['nodes_tagged']}/{tagged['nodes']} nodes tagged, {tagged['calls']} calls: "
+            f"{tagged['exact']} exact "
             f"{tagged['declared']} declared {tagged['wrong']} wrong, validate {'ok' if tagged['valid'] else 'FAIL'}, "
             f"torch's file {'same' if same_as_torch(result) else 'DIFFERS: ' + json.dumps(result['torch'])}, "
             f"work {result['timing']['median_work_ms']:.1f} ms = {100 * result['timing']['work_share']:.2f} % "

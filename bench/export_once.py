@@ -31,17 +31,13 @@ import re
 import sys
 import time
 import warnings
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import onnx  # noqa: F401  (legacy uses it in its timed part; import it outside for all)
+import torch
 
-import onnx  # noqa: E402,F401  (legacy uses it in its timed part; import it outside for all)
-import torch  # noqa: E402
-
-import suite  # noqa: E402
-
-import hiertag  # noqa: E402
-from hiertag import OPSET  # noqa: E402
+import hiertag
+import suite
+from hiertag import OPSET
 
 METHODS = ("plain", "hiertag", "legacy")
 _REPORT = re.compile(r"root (\d+);.*hiertag work ([0-9.]+) ms(?: \(([^)]*)\))?")

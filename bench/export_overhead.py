@@ -16,16 +16,14 @@ import gc
 import io
 import os
 import re
-import tempfile
 import statistics
 import sys
+import tempfile
 import time
 import warnings
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
 import hiertag
 from hiertag import OPSET
 from hiertag.models import prepare_for_torchscript_export

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def worker(layers, method, collect):
     import torch
+
     import hiertag
     sys.path.insert(0, str(ROOT / "bench"))
     import deep_decoder

@@ -89,7 +89,7 @@ def machine(state=None):
             "memory_gib": round(int(memory_kib.split()[0]) / MIB, 1) if memory_kib else None,
             "os": os_name, "kernel": platform.release(), "python": python,
             "versions": versions, **(provenance.state() if state is None else state),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def benchmark_model(name, runs, scratch, failures):
@@ -227,7 +227,8 @@ def summary_lines(results):
         f"on the root by its fallback, {sum(o['contaminated'] for o in legacy)} contaminated, "
         f"{sum(o['boundary_passed'] for o in legacy)} of {sum(o['boundary_checked'] for o in legacy)} modules pass.",
         f"- **Overhead against plain export.** hiertag's own work is {100 * min(shares):.2f}-"
-        f"{100 * max(shares):.2f} % of the plain export (issue 17 asks for <= 0.5 % on every model). The wall-clock ratio of the medians "
+        f"{100 * max(shares):.2f} % of the plain export (issue 17 asks for <= 0.5 % on every model). "
+        "The wall-clock ratio of the medians "
         f"is {statistics.median(ratios):.3f} over the models (from {min(ratios):.3f} to {max(ratios):.3f}), "
         f"while identical exports of one method spread by a median {100 * statistics.median(spreads):.0f} % "
         "of their median (max - min) on this machine.",
@@ -242,7 +243,8 @@ def write_markdown(report, path):
     lines = [
         "# hiertag benchmark",
         "",
-        f"Command: `{report['command']}` ({report['runs']} round{'s' if report['runs'] != 1 else ''} per model, every export in a fresh process,",
+        f"Command: `{report['command']}` ({report['runs']} round{'s' if report['runs'] != 1 else ''} per model, "
+        "every export in a fresh process,",
         "the order of the methods rotating per round; took "
         f"{report['minutes']:.0f} min). Definitions and method: README, section Benchmark.",
         "",

@@ -105,7 +105,7 @@ def main():
     started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory() as out_dir, ThreadPoolExecutor(max_workers=2) as pool:
-            counts = dict(zip(MODES, pool.map(lambda mode: count_instructions(mode, out_dir), MODES)))
+            counts = dict(zip(MODES, pool.map(lambda mode: count_instructions(mode, out_dir), MODES), strict=True))
     except RuntimeError as error:
         sys.exit(str(error))
     results = {**state, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": harness.machine(state),

@@ -29,7 +29,7 @@ def cross_layer_contamination(model):
     names block M != N of that container: the seeds' definition."""
     table = module_table(model)
     contaminated = []
-    for node, tag in zip(model.graph.node, node_tags(model)):
+    for node, tag in zip(model.graph.node, node_tags(model), strict=True):
         if tag is None or tag not in table:
             continue
         named = _indexed_atoms(node.name.rsplit("/", 1)[0])

@@ -10,9 +10,8 @@ import warnings
 
 import torch
 
-from export_overhead import build_bert
-
 import hiertag
+from export_overhead import build_bert
 from hiertag import OPSET
 
 

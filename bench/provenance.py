@@ -118,7 +118,8 @@ def describe(state):
         described = f"commit {state['commit']}" + {True: " (with uncommitted changes)",
                                                    False: ", clean tree"}.get(clean, "")
     if state.get("binaries"):
-        described += ("; binaries (sha256) " + " ".join(f"{name}={digest}" for name, digest in state["binaries"].items())
+        described += ("; binaries (sha256) "
+                      + " ".join(f"{name}={digest}" for name, digest in state["binaries"].items())
                       + (f" from {state['binaries_from']}" if state.get("binaries_from") else ""))
     return described
 

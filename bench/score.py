@@ -23,22 +23,19 @@ baseline never patched."""
 import json
 import sys
 import warnings
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import onnx
+import onnxruntime
 
-import onnx  # noqa: E402
-import onnxruntime  # noqa: E402
-
-import metrics  # noqa: E402
-import suite  # noqa: E402
+import metrics
+import suite
 from hiertag import checks
 
 
 def owning_paths(model):
     """Module paths of the table that at least one node of the main graph lies within."""
     table = checks.module_table(model)
-    used = {tag for node in model.graph.node for tag in checks.node_tags(node)}
+    used = {tag for node in model.graph.node for tag, _ in checks.node_refs(node)}
     return {entry["path"] for tag, entry in table.items() if any(checks.is_within(u, tag) for u in used)}
 
 

@@ -70,6 +70,7 @@ def worker(name, out_json, build_dir):
     import onnx
     import onnxruntime
     import torch
+
     import hiertag
     from hiertag import checks, core
     from hiertag.verbs import verify
@@ -135,7 +136,7 @@ def worker(name, out_json, build_dir):
         feeds = checks.feeds_for(plain_bytes, torch_model, args)
         ours = onnxruntime.InferenceSession(str(source)).run(None, feeds)
         theirs = onnxruntime.InferenceSession(plain_bytes).run(None, feeds)
-        result["runtime"] = all(np.array_equal(a, b) for a, b in zip(ours, theirs))
+        result["runtime"] = all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
         result["stripped"] = (checks.strip_tags(model).SerializeToString() ==
                               onnx.load_from_string(twin_bytes).SerializeToString())
         # The check runs the model again: a fresh one, as models cache state
@@ -212,7 +213,8 @@ def render(results, meta):
     ]
     for r in exportable:
         if "nodes" not in r:
-            lines.append(f"| {r['model']} | {r.get('family', '')} | | | | | | | | | | FAIL | | {r.get('seconds', '')} |")
+            lines.append(f"| {r['model']} | {r.get('family', '')} | | | | | | | | | | FAIL | | "
+                         f"{r.get('seconds', '')} |")
             continue
         lines.append(
             f"| {r['model']} | {r['family']} | {r['nodes']} | {r['modules']} | {_mark(r['tagged'])} | "

@@ -44,6 +44,7 @@ def _largest_child(model, hiertag):
 def command_costs(model):
     """{"graph_bytes", "weight_bytes", "rows": [{"command", "seconds", "peak_rss"}]} for the tagged file `model`."""
     import onnx
+
     from hiertag import checks
     model = Path(model).resolve()
     hiertag = [sys.executable, "-m", "hiertag"]

@@ -23,7 +23,7 @@
 //   an opened file     TaggedFile: validate, tree, extract over one read of the
 //                      file (core/file/file_commands.h), results as the objects
 //                      `--json` prints, refusals as TaggedFileError's subclasses
-//   the command line   run_tool: the native tool's commands in process
+//   the command line   run_tool: the native tool's commands in process; tool_commands: their names and summaries
 //
 // A malformed argument raises ValueError with the core's one-line reason.
 #include <nanobind/nanobind.h>
@@ -52,6 +52,7 @@
 #include "hiertag/core/format/json.h"
 #include "hiertag/core/format/module_table.h"
 #include "hiertag/core/format/placement_rules.h"
+#include "hiertag/core/format/printable.h"
 #include "hiertag/core/format/tag_format.h"
 #include "hiertag/core/format/tagged_entries.h"
 #include "hiertag/core/onnx/onnx_model.h"
@@ -391,6 +392,11 @@ NB_MODULE(_core, m) {
   m.attr("SOURCE_KEY") = std::string(kSourceKey);
   m.attr("CARRY_KEY") = std::string(kCarryKey);
 
+  m.def(
+      "printable", [](const nb::bytes& text) { return Printable(std::string_view(text.c_str(), text.size())); },
+      "text"_a,
+      "UTF-8 bytes as every line hiertag prints quotes a name (core/format/printable.h): control characters and "
+      "ill-formed UTF-8 escaped, so the text stays one line.");
   m.def("escape_class_name", &EscapeClassName, "raw"_a, "A class name as a tag segment spells it (%-escaped).");
   m.def("escape_qualifier", &EscapeQualifier, "raw"_a, "A module path as a segment's [qualifier] spells it.");
   m.def("canonical_tag", &CanonicalTag, "tag"_a, "The tag as this writer spells it; None when it does not parse.");
@@ -491,6 +497,9 @@ NB_MODULE(_core, m) {
           },
           "text"_a, "'0' or '': none; '1': all; 'A,B': those classes. ValueError with the reason otherwise.")
       .def("keeps_segment", &TorchModuleSegments::KeepsSegment, "qualified"_a, "short_name"_a);
+  m.def("unknown_torch_modules_note", &UnknownTorchModulesNote, "names"_a, "source"_a,
+        "What to say of names in a torch-modules list that no torch.nn / torch.ao class has (the plugin's "
+        "hiertag.unknown_torch_modules finds them), naming `source`: one line, '' for none.");
 
   nb::class_<CallTable>(m, "CallTable",
                         "A tagged model's module calls (tool/module_calls_in_file.h): which calls of an ancestor a "
@@ -594,4 +603,15 @@ NB_MODULE(_core, m) {
   m.def("run_tool", &RunToolInProcess, "args"_a, "value_types"_a = nb::none(),
         "The native tool's command line (validate, tree, extract) in process: (exit status, stdout, stderr) as "
         "bytes. `value_types`: as TaggedFile.extract's.");
+  m.def(
+      "tool_commands",
+      [] {
+        std::vector<std::tuple<std::string, std::string>> commands;
+        for (const ToolCommand& command : ToolCommands()) {
+          commands.emplace_back(std::string(command.name), std::string(command.summary));
+        }
+        return commands;
+      },
+      "The native tool's commands as (name, summary), in its order (tool_commands.h ToolCommand): the "
+      "`hiertag` command's table lists them.");
 }

@@ -70,6 +70,8 @@ constexpr const char* kOnnxIrPasses = "onnx_ir.passes";
 constexpr const char* kTorchOnnx = "torch.onnx";
 constexpr const char* kInstalledMarker = "_hiertag_plugin_installed";
 constexpr const char* kInstallFailureMarker = "_hiertag_plugin_install_failure";
+// torch._C's function for the `hiertag` command's verbs (hiertag.unknown_torch_modules).
+constexpr const char* kUnknownTorchModules = "_hiertag_unknown_torch_modules";
 #ifndef HIERTAG_TORCH_VERSION
 #define HIERTAG_TORCH_VERSION "unknown"
 #endif
@@ -514,6 +516,20 @@ void Install() {
     owners[i].attr(site.name) = site.owner_class ? py::cpp_function(call, py::name(site.name), py::is_method(owners[i]))
                                                  : py::cpp_function(call, py::name(site.name));
   }
+  // The names of a HIERTAG_TORCH_MODULES value that no torch.nn / torch.ao class
+  // has, found as an export finds them; ValueError with the core's reason for a
+  // malformed value. The `hiertag` command's verbs parse their option once
+  // with it, and word what they find themselves.
+  c.attr(kUnknownTorchModules) = py::cpp_function(
+      [](const std::string& text) {
+        std::string error;
+        std::optional<TorchModuleSegments> segments = ParseTorchModuleSegments(text, &error);
+        if (!segments) throw py::value_error(error);
+        py::list names;
+        for (const std::string& name : python::UnknownTorchModules(*segments)) names.append(name);
+        return names;
+      },
+      py::name(kUnknownTorchModules));
   c.attr(kInstalledMarker) = true;
 }
 

@@ -258,11 +258,10 @@ ExportOptions ReadOptionsOrThrow() {
 
 std::string TorchVersion() { return py::str(py::module_::import("torch").attr("__version__")).cast<std::string>(); }
 
-// The HIERTAG_TORCH_MODULES names that are no torch.nn / torch.ao class, on
-// stderr: every such class is a subclass of torch.nn.Module, and `import torch`
-// imports them all (torch.ao.nn too).
-void WarnOfUnknownTorchModules(const TorchModuleSegments& segments) {
-  if (segments.classes.empty()) return;
+// Every torch.nn / torch.ao class is a subclass of torch.nn.Module, and
+// `import torch` imports them all (torch.ao.nn too).
+std::vector<std::string> UnknownTorchModules(const TorchModuleSegments& segments) {
+  if (segments.classes.empty()) return {};
   py::module_ torch = py::module_::import("torch");
   py::object typename_of = torch.attr("typename");
   std::set<std::string, std::less<>> torch_classes;
@@ -279,9 +278,12 @@ void WarnOfUnknownTorchModules(const TorchModuleSegments& segments) {
       work.push_back(py::reinterpret_borrow<py::object>(subclass));
     }
   }
-  std::string warning =
-      UnknownTorchModulesWarning(segments, [&](std::string_view name) { return torch_classes.count(name) > 0; });
-  if (!warning.empty()) py::module_::import("sys").attr("stderr").attr("write")(warning);
+  return hiertag::UnknownTorchModules(segments, [&](std::string_view name) { return torch_classes.count(name) > 0; });
+}
+
+void WarnOfUnknownTorchModules(const TorchModuleSegments& segments) {
+  std::string note = UnknownTorchModulesNote(UnknownTorchModules(segments), "HIERTAG_TORCH_MODULES");
+  if (!note.empty()) py::module_::import("sys").attr("stderr").attr("write")("hiertag: " + note + "\n");
 }
 
 ModelModules ReadModelModules(const py::handle& model, const ExportOptions& options,

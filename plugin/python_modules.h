@@ -39,7 +39,9 @@ namespace python __attribute__((visibility("hidden"))) {
   ExportOptions ReadOptionsOrThrow();
   std::string TorchVersion();
 
-  // The HIERTAG_TORCH_MODULES names that are no torch.nn / torch.ao class, on stderr.
+  // The names of the list that are no torch.nn / torch.ao class (core's UnknownTorchModules).
+  std::vector<std::string> UnknownTorchModules(const TorchModuleSegments& segments);
+  // Those names, on stderr (core's UnknownTorchModulesNote, naming HIERTAG_TORCH_MODULES).
   void WarnOfUnknownTorchModules(const TorchModuleSegments& segments);
 
   struct ModelModules {

@@ -6,11 +6,9 @@ wav2vec2, and the corner-case models)."""
 
 import sys
 import warnings
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
 import hiertag
 from hiertag import OPSET, zoo
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The fast lane's first step (scripts/test.sh): the Python's lint (ruff, pyflakes'
-# rules: pyproject.toml) and the C++'s format (clang-format against .clang-format,
-# over the files git tracks). Both run; any finding of either exits 1.
+# The fast lane's first step (scripts/test.sh): the Python's lint (ruff: pyflakes,
+# bugbear, pycodestyle, isort and pyupgrade rules, pyproject.toml) and the C++'s format
+# (clang-format against .clang-format, over the files git tracks). Both run; any
+# finding of either exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 failed=()
 if .venv/bin/ruff check --quiet .; then
-  echo "lint (ruff, pyflakes' rules): clean"
+  echo "lint (ruff: pyflakes, bugbear, pycodestyle, isort, pyupgrade): clean"
 else
   failed+=(ruff)
 fi

@@ -42,8 +42,10 @@ if ! cmake --build "$build" -j2 --target "${targets[@]}" >>"$log" 2>&1; then
   tail -60 "$log"; echo "sanitize: build failed (log: $log)"; exit 1
 fi
 built=$((SECONDS - start))
-if ! (cd "$build" && ctest --output-on-failure -j2) >>"$log" 2>&1; then
-  grep -E "ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY:|\*\*\*Failed|Failed  " "$log" | head -40
+# ctest's output on a failure whole (every failing test's own output and the sanitizer's report).
+if ! (cd "$build" && ctest --output-on-failure -j2) >"$build/ctest.log" 2>&1; then
+  tee -a "$log" <"$build/ctest.log"
   echo "sanitize: tests failed under ASan+UBSan (log: $log)"; exit 1
 fi
+cat "$build/ctest.log" >>"$log"
 echo "sanitize (ASan+UBSan): $(grep -o '[0-9]*% tests passed.*' "$log" | tail -1); build ${built}s, tests $((SECONDS - start - built))s"

@@ -31,8 +31,8 @@ grep -o '[0-9]*% tests passed.*' build/ctest.log | tail -1
 # The core and the tool alone: configured with no torch and no Python in sight.
 env -i PATH=/usr/bin:/bin cmake -S . -B build/tool-only -DHIERTAG_BUILD_PLUGIN=OFF >build/tool-only.log 2>&1 ||
   { cat build/tool-only.log; exit 1; }
-cmake --build build/tool-only -j2 >>build/tool-only.log 2>&1 || { tail -40 build/tool-only.log; exit 1; }
-(cd build/tool-only && ctest --output-on-failure >>../tool-only.log 2>&1) || { tail -60 build/tool-only.log; exit 1; }
+cmake --build build/tool-only -j2 >>build/tool-only.log 2>&1 || { cat build/tool-only.log; exit 1; }
+(cd build/tool-only && ctest --output-on-failure >>../tool-only.log 2>&1) || { cat build/tool-only.log; exit 1; }
 echo "tool-only build (no torch): $(grep -o '[0-9]*% tests passed.*' build/tool-only.log | tail -1)"
 lane "fast: the plugin's lane on torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
 .venv/bin/python -m pytest -q "${parallel[@]}" -m plugin tests/e2e

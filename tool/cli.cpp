@@ -12,75 +12,88 @@
 namespace hiertag {
 namespace {
 
-constexpr const char* kToolUsage =
-    "usage: hiertag COMMAND MODEL.onnx [options]\n"
-    "\n"
-    "Commands over ONNX files tagged by hiertag (build/libhiertag.so, HIERTAG=1):\n"
-    "  validate MODEL.onnx [--json]              check every node's tag against the grammar and the module table\n"
-    "  tree MODEL.onnx [--json | --csv] [--depth N]\n"
-    "                                            print the module tree with node, op and parameter counts\n"
-    "  extract MODEL.onnx --module TAG [--call K] [-o OUT] [--value-types TYPES.onnx]\n"
-    "                                            write one module (or one of its calls) as a standalone ONNX model\n"
-    "\n"
-    "Exit status: 0 success, 1 validate found problems, 2 bad input or usage.\n"
-    "Run 'hiertag COMMAND --help' for a command's details.\n";
+// The tool's commands, declared once (tool_commands.h ToolCommand).
+constexpr ToolCommand kCommands[] = {
+    {"validate", "MODEL.onnx [--json]", "check every node's tag against the grammar and the module table",
+     "Checks that every node, nested graphs included, has a hierarchy_tag that parses under the tag\n"
+     "grammar and is in the module table; that every tag's ancestors are in the table; that each\n"
+     "table entry names one module path (no two entries under one parent name the same path; in\n"
+     "files of format 1, before call tags, a path lies inside its parent's), and its calls,\n"
+     "parent_calls and folded_into fit; that\n"
+     "hiertag.call, hiertag.spans / hiertag.rewrite and hiertag.rewrites fit the table.\n"
+     "Prints one line per problem (<file>: node '<name>' (<op_type>): <problem>) and a summary line.\n"
+     "  --json   print the result as one JSON object\n"
+     "Exit status: 0 valid, 1 problems found, 2 missing, truncated, non-ONNX or untagged file.\n"},
+    {"tree", "MODEL.onnx [--json | --csv] [--depth N]", "print the module tree with node, op and parameter counts",
+     "Prints the call tree (files of format 1: the module tree): per module its class, qualified path, node\n"
+     "counts (own and with descendants), op-type histogram, parameters (initializers whose consumers\n"
+     "all lie within the module: count and bytes), its calls when more than one, the initializers its\n"
+     "computation was folded into, and the rewrites across its boundary; children in graph order.\n"
+     "  --json      print the modules as JSON\n"
+     "  --csv       print one CSV row per module (pre-order), under the header\n"
+     "              "
+     "tag,class,path,depth,nodes_own,nodes_total,params_own,params_total,bytes_own,bytes_total,calls,ran\n"
+     "              (fields with commas, quotes or line breaks quoted, quotes doubled)\n"
+     "  --depth N   only modules at most N levels below the root\n"
+     "Exit status: 0 success, 2 missing, truncated, non-ONNX or untagged file.\n"},
+    {"extract",
+     "MODEL.onnx --module TAG [--call K] [-o OUT.onnx] [--external-data MODE] [--value-types TYPES.onnx] [--json]",
+     "write one module (or one of its calls) as a standalone ONNX model",
+     "Writes the nodes tagged TAG or a descendant of TAG (and nodes CSE kept for them,\n"
+     "hiertag.shared_with) as a standalone model: its inputs are the values they read from\n"
+     "outside (typed from the file, --value-types or ONNX shape inference), its outputs the values they make\n"
+     "that are read outside or are model outputs; the initializers and Constant nodes they need\n"
+     "are copied; node order, opsets and IR version are the source's.\n"
+     "  --module TAG   the module's tag as hiertag tree prints it; tags %-escape control characters\n"
+     "                 (a newline is %0A), and that spelling also names a module whose tag a file\n"
+     "                 written before holds with the character itself\n"
+     "  --call K       only the nodes of TAG's call K (0-based; hiertag tree shows the calls)\n"
+     "  --external-data MODE\n"
+     "                 initializers the source keeps in external data files: auto (default: inline\n"
+     "                 when the output stays under 2 GiB, else copy), inline, copy (into OUT.data beside\n"
+     "                 the output, a range several initializers share once), reference (the source's\n"
+     "                 files, which must lie inside OUT's folder);\n"
+     "                 a location leading outside the source's folder is refused\n"
+     "  -o OUT.onnx    where to write (default: MODEL.<tag>.onnx, MODEL.<tag>.callK.onnx); an OUT (or\n"
+     "                 OUT.data) that is MODEL or one of its data files, or a link to one, is refused\n"
+     "  --value-types TYPES.onnx\n"
+     "                 types for values MODEL records none for: TYPES's main graph inputs, outputs\n"
+     "                 and value_info (MODEL after onnx.shape_inference.infer_shapes), before the\n"
+     "                 tool's own shape inference (a build without an ONNX library has none)\n"
+     "  --json         print the result as JSON\n"
+     "Exit status: 0 written, 2 bad input, unknown module (the closest are listed), a call out of\n"
+     "range, a module whose boundary an export pass rewrote away, or a module that is not a convex\n"
+     "region of the graph (nothing is written).\n"},
+};
 
-constexpr const char* kValidateUsage =
-    "usage: hiertag validate MODEL.onnx [--json]\n"
-    "\n"
-    "Checks that every node, nested graphs included, has a hierarchy_tag that parses under the tag\n"
-    "grammar and is in the module table; that every tag's ancestors are in the table; that each\n"
-    "table entry names one module path (no two entries under one parent name the same path; in\n"
-    "files of format 1, before call tags, a path lies inside its parent's), and its calls,\n"
-    "parent_calls and folded_into fit; that\n"
-    "hiertag.call, hiertag.spans / hiertag.rewrite and hiertag.rewrites fit the table.\n"
-    "Prints one line per problem (<file>: node '<name>' (<op_type>): <problem>) and a summary line.\n"
-    "  --json   print the result as one JSON object\n"
-    "Exit status: 0 valid, 1 problems found, 2 missing, truncated, non-ONNX or untagged file.\n";
+const ToolCommand* FindCommand(std::string_view name) {
+  for (const ToolCommand& command : kCommands) {
+    if (command.name == name) return &command;
+  }
+  return nullptr;
+}
 
-constexpr const char* kTreeUsage =
-    "usage: hiertag tree MODEL.onnx [--json | --csv] [--depth N]\n"
-    "\n"
-    "Prints the call tree (files of format 1: the module tree): per module its class, qualified path, node\n"
-    "counts (own and with descendants), op-type histogram, parameters (initializers whose consumers\n"
-    "all lie within the module: count and bytes), its calls when more than one, the initializers its\n"
-    "computation was folded into, and the rewrites across its boundary; children in graph order.\n"
-    "  --json      print the modules as JSON\n"
-    "  --csv       print one CSV row per module (pre-order), under the header\n"
-    "              tag,class,path,depth,nodes_own,nodes_total,params_own,params_total,bytes_own,bytes_total,calls,ran\n"
-    "              (fields with commas, quotes or line breaks quoted, quotes doubled)\n"
-    "  --depth N   only modules at most N levels below the root\n"
-    "Exit status: 0 success, 2 missing, truncated, non-ONNX or untagged file.\n";
+// `hiertag --help`: every command's arguments and summary.
+std::string ToolUsage() {
+  std::string usage =
+      "usage: hiertag COMMAND MODEL.onnx [options]\n"
+      "\n"
+      "Commands over ONNX files tagged by hiertag (build/libhiertag.so, HIERTAG=1):\n";
+  for (const ToolCommand& command : kCommands) {
+    usage.append("  ").append(command.name).append(" ").append(command.arguments).append("\n");
+    usage.append("      ").append(command.summary).append("\n");
+  }
+  return usage +
+         "\n"
+         "Exit status: 0 success, 1 validate found problems, 2 bad input or usage.\n"
+         "Run 'hiertag COMMAND --help' for a command's details.\n";
+}
 
-constexpr const char* kExtractUsage =
-    "usage: hiertag extract MODEL.onnx --module TAG [--call K] [-o OUT.onnx] [--external-data MODE] "
-    "[--value-types TYPES.onnx] [--json]\n"
-    "\n"
-    "Writes the nodes tagged TAG or a descendant of TAG (and nodes CSE kept for them,\n"
-    "hiertag.shared_with) as a standalone model: its inputs are the values they read from\n"
-    "outside (typed from the file, --value-types or ONNX shape inference), its outputs the values they make\n"
-    "that are read outside or are model outputs; the initializers and Constant nodes they need\n"
-    "are copied; node order, opsets and IR version are the source's.\n"
-    "  --module TAG   the module's tag as hiertag tree prints it; tags %-escape control characters\n"
-    "                 (a newline is %0A), and that spelling also names a module whose tag a file\n"
-    "                 written before holds with the character itself\n"
-    "  --call K       only the nodes of TAG's call K (0-based; hiertag tree shows the calls)\n"
-    "  --external-data MODE\n"
-    "                 initializers the source keeps in external data files: auto (default: inline\n"
-    "                 when the output stays under 2 GiB, else copy), inline, copy (into OUT.data beside\n"
-    "                 the output, a range several initializers share once), reference (the source's\n"
-    "                 files, which must lie inside OUT's folder);\n"
-    "                 a location leading outside the source's folder is refused\n"
-    "  -o OUT.onnx    where to write (default: MODEL.<tag>.onnx, MODEL.<tag>.callK.onnx); an OUT (or\n"
-    "                 OUT.data) that is MODEL or one of its data files, or a link to one, is refused\n"
-    "  --value-types TYPES.onnx\n"
-    "                 types for values MODEL records none for: TYPES's main graph inputs, outputs\n"
-    "                 and value_info (MODEL after onnx.shape_inference.infer_shapes), before the\n"
-    "                 tool's own shape inference (a build without an ONNX library has none)\n"
-    "  --json         print the result as JSON\n"
-    "Exit status: 0 written, 2 bad input, unknown module (the closest are listed), a call out of\n"
-    "range, a module whose boundary an export pass rewrote away, or a module that is not a convex\n"
-    "region of the graph (nothing is written).\n";
+// `hiertag COMMAND --help`.
+std::string CommandUsage(const ToolCommand& command) {
+  return "usage: hiertag " + std::string(command.name) + " " + std::string(command.arguments) + "\n\n" +
+         std::string(command.details);
+}
 
 // One line on err: "hiertag: MESSAGE (see 'hiertag --help')", or, for a
 // command, "hiertag COMMAND: MESSAGE (see 'hiertag COMMAND --help')".
@@ -100,8 +113,7 @@ int RunCommand(const std::vector<std::string>& args, const InferTypes& infer_typ
 int RunTool(const std::vector<std::string>& args, const InferTypes& infer_types, std::ostream& out, std::ostream& err) {
   if (args.empty()) return UsageError("no command given", err);
   const std::string& command = args[0];
-  if (command != "validate" && command != "tree" && command != "extract")
-    return RunCommand(args, infer_types, out, err);
+  if (FindCommand(command) == nullptr) return RunCommand(args, infer_types, out, err);
   std::ostringstream said;
   int status = RunCommand(args, infer_types, out, said);
   const std::string prefix = "hiertag " + command + ": ";
@@ -117,15 +129,16 @@ int RunCommand(const std::vector<std::string>& args, const InferTypes& infer_typ
   const std::string& command = args[0];
   bool help = false;
   for (const std::string& arg : args) help |= arg == "--help" || arg == "-h";
-  if (command != "validate" && command != "tree" && command != "extract") {
+  const ToolCommand* declared = FindCommand(command);
+  if (declared == nullptr) {
     if (help) {
-      out << kToolUsage;
+      out << ToolUsage();
       return 0;
     }
     return UsageError("unknown command '" + command + "'", err);
   }
   if (help) {
-    out << (command == "validate" ? kValidateUsage : command == "tree" ? kTreeUsage : kExtractUsage);
+    out << CommandUsage(*declared);
     return 0;
   }
   std::string model;
@@ -193,5 +206,7 @@ int RunCommand(const std::vector<std::string>& args, const InferTypes& infer_typ
 }
 
 }  // namespace
+
+std::span<const ToolCommand> ToolCommands() { return kCommands; }
 
 }  // namespace hiertag

@@ -64,19 +64,23 @@ bool IsTorchModuleClass(std::string_view qualified) {
   return qualified.substr(0, 9) == "torch.nn." || qualified.substr(0, 9) == "torch.ao.";
 }
 
-std::string UnknownTorchModulesWarning(const TorchModuleSegments& segments,
-                                       const std::function<bool(std::string_view)>& is_torch_class) {
-  std::string names;
-  int unknown = 0;
+std::vector<std::string> UnknownTorchModules(const TorchModuleSegments& segments,
+                                             const std::function<bool(std::string_view)>& is_torch_class) {
+  std::vector<std::string> unknown;
   for (const std::string& name : segments.classes) {
-    if (is_torch_class(name)) continue;
-    names += (unknown++ ? ", '" : "'") + name + "'";
+    if (!is_torch_class(name)) unknown.push_back(name);  // the set's order: sorted
   }
-  if (unknown == 0) return "";
-  return "hiertag: HIERTAG_TORCH_MODULES names " + names +
-         (unknown == 1 ? ", which is not a torch.nn or torch.ao class: it has no effect"
-                       : ", which are not torch.nn or torch.ao classes: they have no effect") +
-         " (the list picks the torch classes that keep a tag segment; every other class has one)\n";
+  return unknown;
+}
+
+std::string UnknownTorchModulesNote(const std::vector<std::string>& names, std::string_view source) {
+  if (names.empty()) return "";
+  std::string listed;
+  for (const std::string& name : names) listed += (listed.empty() ? "'" : ", '") + name + "'";
+  return std::string(source) + " names " + listed +
+         (names.size() == 1 ? ", which is not a torch.nn or torch.ao class: it has no effect"
+                            : ", which are not torch.nn or torch.ao classes: they have no effect") +
+         " (the list picks the torch classes that keep a tag segment; every other class has one)";
 }
 
 std::optional<ExportOptions> ReadExportOptions(const EnvironmentLookup& lookup, std::string* error) {

@@ -413,13 +413,4 @@ bool PlanTaggedModel(std::string_view model, const std::vector<SerializedNodeTag
   return PlanBuilder::Plan(model, nodes, model_entries, plan, error);
 }
 
-bool AddTagsToSerializedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
-                              const std::vector<ModelMetadataEntry>& model_entries, std::string* tagged_model,
-                              std::string* error) {
-  TaggedModelPlan plan;
-  if (!PlanTaggedModel(model, nodes, model_entries, &plan, error)) return false;
-  *tagged_model = plan.ToString();
-  return true;
-}
-
 }  // namespace hiertag

@@ -160,14 +160,4 @@ int ModuleTable::TagParent(int tagged) const {
   return parent < 0 ? -1 : records_[parent].tag_owner;
 }
 
-int ModuleTable::CommonTagAncestor(int a, int b) const {
-  while (records_.at(a).tag_depth > records_.at(b).tag_depth) a = TagParent(a);
-  while (records_.at(b).tag_depth > records_.at(a).tag_depth) b = TagParent(b);
-  while (a != b) {
-    a = TagParent(a);
-    b = TagParent(b);
-  }
-  return a;
-}
-
 }  // namespace hiertag

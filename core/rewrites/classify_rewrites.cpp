@@ -436,6 +436,17 @@ class Pass {
     return owners;
   }
 
+  // How the nodes outside a removed group read what it made, now (Follow).
+  struct GroupReaders {
+    Indices absorbers;                              // nodes after that took the group's work over
+    Indices mergers;                                // older equal nodes after the readers read instead
+    std::vector<std::pair<Read, ValueId>> rewired;  // a read before, and the value before the group it reads now
+    bool bypassed = false;                          // some reader reads past the group
+  };
+
+  // A removed group of nodes: what took its place, by what its readers read
+  // now (Follow) and what the pass made under its owners (AnchorMadeNodes);
+  // recorded as absorbed, shared, removed across owners, or rewired (Record).
   void Classify(const Indices& group) {
     for (Index i : group) s_.members[i] = 1;
     struct ClearMembers {
@@ -445,20 +456,19 @@ class Pass {
         for (Index i : group) members[i] = 0;
       }
     } clear{s_.members, group};
-    std::vector<ValueId> upstream_values;
-    for (Index i : group) {
-      upstream_values.insert(upstream_values.end(), before_.InputsOf(i).begin(), before_.InputsOf(i).end());
-    }
-    std::sort(upstream_values.begin(), upstream_values.end());
-    auto upstream = [&upstream_values](ValueId value) {
-      return std::binary_search(upstream_values.begin(), upstream_values.end(), value);
-    };
     Owners owners = OwnersOf(group);
     if (owners.empty()) return;
-    Indices absorbers;                              // indices after
-    Indices mergers;                                // indices after
-    std::vector<std::pair<Read, ValueId>> rewired;  // a read before, and what it reads now
-    bool bypassed = false;
+    std::vector<ValueId> upstream;  // what the group read, sorted
+    for (Index i : group) upstream.insert(upstream.end(), before_.InputsOf(i).begin(), before_.InputsOf(i).end());
+    std::sort(upstream.begin(), upstream.end());
+    GroupReaders readers = Follow(group, upstream);
+    std::vector<std::pair<Index, Indices>> anchors = AnchorMadeNodes(group, upstream, readers.absorbers);
+    Record(group, owners, readers, anchors);
+  }
+
+  // Every read of the group's outputs from outside it: what the reader reads now.
+  GroupReaders Follow(const Indices& group, const std::vector<ValueId>& upstream) {
+    GroupReaders readers;
     std::unordered_map<Index, Owners> computed_by;
     auto folded_owners = [&](Index i) -> const Owners& {
       auto found = computed_by.find(i);
@@ -469,7 +479,7 @@ class Pass {
       for (const Read& use : UsesOf(i)) {
         if (s_.members[use.reader] || !Alive(use.reader)) continue;
         if (AttributesChanged(use.reader)) {
-          absorbers.push_back(s_.after_of[use.reader]);
+          readers.absorbers.push_back(s_.after_of[use.reader]);
           continue;
         }
         std::span<const ValueId> reads_now = after_.InputsOf(s_.after_of[use.reader]);
@@ -489,7 +499,7 @@ class Pass {
           if (after_.InputsOf(producer).empty()) {
             FoldInto(producer, folded_owners(i));
           } else {
-            absorbers.push_back(producer);
+            readers.absorbers.push_back(producer);
           }
         } else if (producer != kNone && IsConstant(producer)) {
           // An older constant holds what the group computed (torch 2.8's shape
@@ -497,18 +507,24 @@ class Pass {
           // reuses them): folded into it, as into a new one. A constant is
           // nobody's data, so no boundary is cut.
           FoldInto(producer, folded_owners(i));
-        } else if (upstream(now) || ComputedFrom(group, now)) {
+        } else if (std::binary_search(upstream.begin(), upstream.end(), now) || ComputedFrom(group, now)) {
           Log("node " + std::to_string(use.reader) + " reads a value from before the group");
-          bypassed = true;
-          rewired.emplace_back(use, now);
+          readers.bypassed = true;
+          readers.rewired.emplace_back(use, now);
         } else if (producer != kNone && !Made(producer)) {
-          mergers.push_back(producer);
+          readers.mergers.push_back(producer);
           ShareMergedAncestors(i, after_.nodes[producer].before);
         }
       }
     }
-    // Every node the pass made from the group's nodes took them over too, also
-    // one only another made node reads (conv1+bn1 fused before conv2+bn2).
+    return readers;
+  }
+
+  // Every node the pass made from the group's nodes took them over too, also
+  // one only another made node reads (conv1+bn1 fused before conv2+bn2): each
+  // with the group's nodes it was made from, and added to `absorbers`.
+  std::vector<std::pair<Index, Indices>> AnchorMadeNodes(const Indices& group, const std::vector<ValueId>& upstream,
+                                                         Indices& absorbers) {
     std::vector<std::pair<Index, Indices>> anchors;
     std::unordered_set<Index> linked;  // made nodes computing from what the group read
     for (uint32_t made_index : MadeUnderOwnersOf(group)) {
@@ -520,7 +536,8 @@ class Pass {
       // group read, or from another such made node, was made from it.
       bool from_group = std::any_of(inputs.begin(), inputs.end(), [&](ValueId input) {
         Index producer = ProducerAfter(input);
-        return (producer != kNone && linked.count(producer)) || (upstream(input) && Existed(input));
+        return (producer != kNone && linked.count(producer)) ||
+               (std::binary_search(upstream.begin(), upstream.end(), input) && Existed(input));
       });
       if (!from_group) continue;
       linked.insert(made);
@@ -537,18 +554,26 @@ class Pass {
       anchors.emplace_back(made, std::move(made_from));
       if (std::find(absorbers.begin(), absorbers.end(), made) == absorbers.end()) absorbers.push_back(made);
     }
-    for (Index absorber : absorbers) Absorb(absorber, Absorbed(absorber, group, anchors));
-    for (Index merger : mergers) {
+    return anchors;
+  }
+
+  // The group's records: absorbed by each absorber, shared with each merger,
+  // and either removed across its owners (a reader reads past a group of
+  // several owners that handed a tensor between them) or its readers rewired.
+  void Record(const Indices& group, const Owners& owners, const GroupReaders& readers,
+              const std::vector<std::pair<Index, Indices>>& anchors) {
+    for (Index absorber : readers.absorbers) Absorb(absorber, Absorbed(absorber, group, anchors));
+    for (Index merger : readers.mergers) {
       for (Owner owner : owners) result_.shares.push_back({merger, owner});
     }
-    if (bypassed && owners.size() > 1 && CrossesWithTensor(group)) {
+    if (readers.bypassed && owners.size() > 1 && CrossesWithTensor(group)) {
       Log("removed " + std::to_string(group.size()) + " nodes of " + std::to_string(owners.size()) + " owners");
       OwnerRewrite record;
       record.kind = OwnerRewrite::Kind::kRemoved;
       record.owners = owners;
       result_.records.push_back(std::move(record));
     } else {
-      for (const auto& [use, now] : rewired) RecordRewired(use, now);
+      for (const auto& [use, now] : readers.rewired) RecordRewired(use, now);
     }
   }
 

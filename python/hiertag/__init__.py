@@ -65,6 +65,29 @@ def _why_not_installed():
     return "the plugin is not loaded: call torch.ops.load_library(hiertag.library_path()) first"
 
 
+def unknown_torch_modules(text):
+    """The names of a HIERTAG_TORCH_MODULES value ('0', '1' or 'A,B') that no
+    torch.nn / torch.ao class has, found as the plugin finds them at an export
+    (such a name has no effect). ValueError with the reason for a malformed
+    value; RuntimeError when the plugin is not loaded."""
+    why = _why_not_installed()
+    if why is not None:
+        raise RuntimeError(f"hiertag.unknown_torch_modules(): {why}")
+    import torch
+    return list(torch._C._hiertag_unknown_torch_modules(text))
+
+
+def torch_modules_text(torch_modules):
+    """HIERTAG_TORCH_MODULES's text for tagging()'s `torch_modules`: None stays
+    None; False "0", True "1", a string itself, an iterable of class names joined
+    by commas (not checked here)."""
+    if torch_modules is None:
+        return None
+    if torch_modules is True or torch_modules is False:
+        return "1" if torch_modules else "0"
+    return torch_modules if isinstance(torch_modules, str) else ",".join(torch_modules)
+
+
 @contextlib.contextmanager
 def tagging(torch_modules=None, report=None):
     """Tags the exports inside the block: sets HIERTAG=1 (and, when given,
@@ -77,19 +100,22 @@ def tagging(torch_modules=None, report=None):
     False for HIERTAG_REPORT; None leaves it. The plugin must be loaded
     (torch.ops.load_library(hiertag.library_path())): without it the block
     would write untagged files, so RuntimeError is raised on entering it,
-    the environment untouched."""
+    the environment untouched; a malformed torch_modules raises ValueError
+    there too, in the words of the plugin's parser."""
     why = _why_not_installed()
     if why is not None:
         raise RuntimeError(f"hiertag.tagging(): {why}; no export would be tagged")
+    modules = torch_modules_text(torch_modules)
+    if modules is not None:  # parsed here as the plugin parses it, so it fails before any export
+        from hiertag import core
+        try:
+            core.TorchModuleSegments.parse(modules)
+        except ValueError as error:
+            raise ValueError(f"hiertag.tagging(): torch_modules={error}") from None
     saved = {name: os.environ.get(name) for name in _FLAGS}
     settings = {"HIERTAG": "1"}
-    if torch_modules is not None:
-        if torch_modules is True or torch_modules is False:
-            settings["HIERTAG_TORCH_MODULES"] = "1" if torch_modules else "0"
-        elif isinstance(torch_modules, str):
-            settings["HIERTAG_TORCH_MODULES"] = torch_modules
-        else:
-            settings["HIERTAG_TORCH_MODULES"] = ",".join(torch_modules)
+    if modules is not None:
+        settings["HIERTAG_TORCH_MODULES"] = modules
     if report is not None:
         settings["HIERTAG_REPORT"] = "1" if report else "0"
     os.environ.update(settings)

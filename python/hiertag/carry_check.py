@@ -472,7 +472,8 @@ class Proof:
                                                    f"it {side} in the tagged model, is no value of the transformed "
                                                    "model (folded into its weights, or gone)", self._node_of(lost))
         return CallResult(key, DECLARED, CARRY, f"carry could not establish its boundary: '{lost}', a value it "
-                                                f"{side} in the tagged model, no longer crosses it", self._node_of(lost))
+                                                f"{side} in the tagged model, no longer crosses it",
+                          self._node_of(lost))
 
     def _declared(self, key, ref, o_inputs, o_outputs, problem):
         """The cause: the tool's when a value of the original boundary has no

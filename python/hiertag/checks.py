@@ -218,7 +218,7 @@ def _keyword_call_class():
             self.model, self.positional, self.traced, self.fixed = model, positional, traced, fixed
 
         def forward(self, *tensors):
-            given = dict(zip(self.traced, tensors[self.positional:]))
+            given = dict(zip(self.traced, tensors[self.positional:], strict=True))
             return self.model(*tensors[:self.positional], **given, **self.fixed)
 
     return KeywordCall
@@ -257,7 +257,7 @@ def record_module_io(model, args, dynamo=False):
             # Results handed out otherwise: inputs changed in place, tensors put
             # into argument containers (a list the caller reads), tensors set on
             # the module's own attributes (an attention map kept for the caller).
-            returned.extend(t.detach().clone() for t, v in zip(given, versions) if t._version != v)
+            returned.extend(t.detach().clone() for t, v in zip(given, versions, strict=True) if t._version != v)
             known = {id(t) for t in given}
             returned.extend(t.detach().clone() for t in flatten_tensors(arguments, [], copy=False)
                             if id(t) not in known)
@@ -302,11 +302,6 @@ def _implicit_inputs(node):
             for inner in walk_nodes(graph):
                 names.extend(n for n in inner.input if n and n not in defined)
     return names
-
-
-def node_tags(node):
-    """The node's tag followed by the tags of its hiertag.shared_with references."""
-    return [tag for tag, _ in node_refs(node)]
 
 
 def module_boundaries(model, members=None):
@@ -359,7 +354,8 @@ def _fits(graph_input, array):
     if names.get(expected, expected) != str(array.dtype):
         return False
     shape = graph_input.shape
-    return len(shape) == array.ndim and all(not isinstance(d, int) or d == n for d, n in zip(shape, array.shape))
+    return len(shape) == array.ndim and all(not isinstance(d, int) or d == n
+                                            for d, n in zip(shape, array.shape, strict=True))
 
 
 def with_outputs(model, names):
@@ -553,9 +549,9 @@ def _session_values(model, names, feeds, data_folder=None):
             path = os.path.join(folder, "probe.onnx")
             onnx.save(probe, path, save_as_external_data=True, all_tensors_to_one_file=True, location="probe.data")
             del probe
-            return dict(zip(wanted, onnxruntime.InferenceSession(path, options).run(wanted, feeds)))
+            return dict(zip(wanted, onnxruntime.InferenceSession(path, options).run(wanted, feeds), strict=True))
     del probe
-    return dict(zip(wanted, onnxruntime.InferenceSession(serialized, options).run(wanted, feeds)))
+    return dict(zip(wanted, onnxruntime.InferenceSession(serialized, options).run(wanted, feeds), strict=True))
 
 
 # A value equals a tensor when every element is within this share of its own
@@ -751,9 +747,3 @@ def _nearest(value, tensors, assigned, what, tolerance):
     if distance <= tolerance or index in assigned.values():
         return f"the tensor it equals ({what} #{index}) is another boundary value's"
     return f"not a tensor it {what} (nearest: #{index}, off by {distance:.1e} of its magnitude)"
-
-
-def check_module_boundaries(model, torch_model, args, feeds):
-    """module_boundary_results as (checked keys, {key: why not checked}, failures)."""
-    results, skipped = module_boundary_results(model, torch_model, args, feeds)
-    return list(results), skipped, [failure for failures in results.values() for failure in failures]

@@ -2,36 +2,42 @@
 
 validate, tree and extract are the native tool's, run in process over the
 C++ file layer (hiertag._core; no torch needed; the same commands as the
-`hiertag` binary, build/hiertag in a checkout); the others are Python modules of this package,
-each with a `main(argv) -> exit status`. Every verb takes --help and --json;
-bad input gives one line on stderr and exit status 2."""
+`hiertag` binary, build/hiertag in a checkout); the others are Python modules
+of this package, each declaring its verb once (hiertag.verb.Verb). Every verb
+takes --help and --json; bad input gives one line on stderr and exit status 2."""
 
 import importlib
+import importlib.util
 import os
+import pydoc
 import sys
 
-# verb -> (module with main(argv), one-line summary); None: the native tool.
-VERBS = {
-    "validate": (None, "check every node's tag against the grammar and the module table"),
-    "tree": (None, "print the module tree with node, op and parameter counts"),
-    "extract": (None, "write one module (or one of its calls) as a standalone ONNX model"),
-    "export": ("hiertag.verbs.export", "export a HuggingFace model (id, directory or class + config) with tags"),
-    "verify": ("hiertag.verbs.verify", "check every module of a model's export against PyTorch"),
-    "import-dynamo": ("hiertag.verbs.import_dynamo", "turn a dynamo export's module metadata into hiertag's tags and table"),
-    "carry": ("hiertag.verbs.carry", "tag a transformed copy (optimized, simplified, quantized) from the tagged original"),
-    "profile": ("hiertag.verbs.profile", "time every module in ONNX Runtime's profiler"),
-    "compare": ("hiertag.verbs.compare", "compare two tagged files module by module (--values: boundary values)"),
-    "select": ("hiertag.verbs.select", "the node names of the matching modules (for quantize_dynamic's nodes_to_exclude)"),
-    "report": ("hiertag.verbs.report", "a Markdown report of a tagged file"),
-    "graphml": ("hiertag.verbs.graphml", "the tagged graph as hierarchical GraphML (one nested graph per module)"),
-    "explorer": ("hiertag.verbs.explorer", "write Model Explorer's layer namespaces from the tags"),
-}
+from hiertag.verb import synopsis
+
+# The Python verbs' modules (hiertag.verbs.MODULE), in the table's order after
+# the native tool's commands.
+PYTHON_VERBS = ("export", "verify", "import_dynamo", "carry", "profile", "compare", "select", "report", "graphml",
+                "explorer")
 
 
-def usage():
-    width = max(len(verb) for verb in VERBS)
+def verbs():
+    """{verb: (its module, or None for the native tool's, summary)}: the native
+    commands' declarations (hiertag._core.tool_commands) and the first line of
+    each Python verb module's docstring, read without importing the module."""
+    from hiertag import core
+    table = {name: (None, summary) for name, summary in core.tool_commands()}
+    for module in PYTHON_VERBS:
+        qualified = f"hiertag.verbs.{module}"
+        with open(importlib.util.find_spec(qualified).origin, encoding="utf-8") as source:
+            name, summary = synopsis(pydoc.source_synopsis(source))
+        table[name] = (qualified, summary)
+    return table
+
+
+def usage(table):
+    width = max(len(verb) for verb in table)
     lines = ["usage: hiertag VERB [arguments]  (hiertag VERB --help for a verb's own)", "", "verbs:"]
-    lines += [f"  {verb:<{width}}  {summary}" for verb, (_, summary) in VERBS.items()]
+    lines += [f"  {verb:<{width}}  {summary}" for verb, (_, summary) in table.items()]
     lines += ["", "Exit status: 0 success, 1 checks found problems, 2 bad input or usage."]
     return "\n".join(lines) + "\n"
 
@@ -49,14 +55,15 @@ def run_native(argv):
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    table = verbs()
     if not argv or argv[0] in ("-h", "--help"):
-        (sys.stdout if argv else sys.stderr).write(usage())
+        (sys.stdout if argv else sys.stderr).write(usage(table))
         return 0 if argv else 2
     verb = argv[0]
-    if verb not in VERBS:
-        print(f"hiertag: unknown verb '{verb}' (one of {', '.join(VERBS)})", file=sys.stderr)
+    if verb not in table:
+        print(f"hiertag: unknown verb '{verb}' (one of {', '.join(table)})", file=sys.stderr)
         return 2
-    module = VERBS[verb][0]
+    module = table[verb][0]
     try:
         return run_native(argv) if module is None else importlib.import_module(module).main(argv[1:])
     except BrokenPipeError:

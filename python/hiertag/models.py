@@ -409,7 +409,7 @@ def _waveform_samples(config):
     if not strides or not kernels or len(strides) != len(kernels):
         return 16000
     length = _AUDIO_FRAMES
-    for stride, kernel in zip(reversed(strides), reversed(kernels)):
+    for stride, kernel in zip(reversed(strides), reversed(kernels), strict=True):
         length = (length - 1) * stride + kernel
     return length
 
@@ -546,7 +546,7 @@ def bind_inputs(model, names):
     outputs = []
 
     def forward(*args, **kwargs):
-        kwargs.update(zip(names, args))
+        kwargs.update(zip(names, args, strict=False))  # the first names given by position, the rest by keyword
         try:
             result = bound(**fixed, **kwargs)
         except Exception as error:

@@ -87,7 +87,7 @@ def test_rows_merged_from_another_build_say_which(run, tmp_path):
 
 def test_score_counts_nested_graphs_and_missing_tags(tmp_path):
     """score() counts the nodes of If branches and sees an untagged node."""
-    from onnx import helper, TensorProto
+    from onnx import TensorProto, helper
     branch = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "b", [],
                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
     outer = helper.make_node("If", ["c"], ["z"], then_branch=branch, else_branch=branch)

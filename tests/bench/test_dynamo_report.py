@@ -36,7 +36,7 @@ def test_every_call_is_exact_or_declared_and_every_node_tagged(run):
     _, results = run
     measured = by_model(results)
     assert set(measured) == set(MODELS)
-    for name, result in measured.items():
+    for result in measured.values():
         tagged = result["tagged"]
         assert result["exportable"] and tagged["export"] == "ok", result
         assert tagged["nodes"] > 0 and tagged["nodes_tagged"] == tagged["nodes"]
@@ -103,7 +103,8 @@ def test_report_shows_the_measured_values_with_provenance(run):
         tagged = result["tagged"]
         assert (f"| {result['model']} | {tagged['nodes']} | 100.0 % | same | {tagged['calls']} | {tagged['exact']} | "
                 f"{tagged['declared']} | 0 | ok |") in report
-    assert f"| flag off (`HIERTAG` unset and `0`) byte for byte torch's file | {len(MODELS)} of {len(MODELS)} |" in report
+    assert (f"| flag off (`HIERTAG` unset and `0`) byte for byte torch's file | "
+            f"{len(MODELS)} of {len(MODELS)} |") in report
     assert "- **cross_module_rewrites**: declared, onnxscript." in report
     rendered = (out / "dynamo.md").read_text()
     (out / "dynamo.md").unlink()

@@ -20,7 +20,7 @@ stat::average_exec_per_sec:     571
 stat::new_units_added:          796
 stat::slowest_unit_time_sec:    0
 stat::peak_rss_mb:              454
-"""
+"""  # noqa: E501  (libFuzzer's log as it prints it: a line is not to be broken)
 
 FAILING_LOG = """INFO: Seed: 4
 #2	INITED cov: 4800 ft: 9000 corp: 70/9100Kb exec/s: 0 rss: 300Mb

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import onnx
 
-from tests.e2e.test_export import export
+import metrics
 from hiertag import zoo
+from tests.e2e.test_export import export
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-import metrics
 
 
 def legacy_export(name, path):
@@ -94,6 +94,6 @@ def test_contamination_counts_a_node_named_in_one_layer_and_tagged_in_another():
     other.metadata_props.add(key="hierarchy_tag", value="/M/L.0")
     graph = onnx.helper.make_graph([node, other], "g", [], [])
     model = onnx.helper.make_model(graph)
-    model.metadata_props.add(key="hiertag.modules",
-                             value='{"/M": {"path": "", "class": "M"}, "/M/L.0": {"path": "encoder.layer.0", "class": "L"}}')
+    table = '{"/M": {"path": "", "class": "M"}, "/M/L.0": {"path": "encoder.layer.0", "class": "L"}}'
+    model.metadata_props.add(key="hiertag.modules", value=table)
     assert metrics.cross_layer_contamination(model) == ["/encoder/layer.1/attention/Relu"]

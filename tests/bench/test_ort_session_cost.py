@@ -34,7 +34,8 @@ def readers(model):
 
 
 def test_synthetic_graphs_have_the_shapes_they_are_named_for():
-    chain, fan_out, summed = (ort_session_cost.synthetic(5, shape, OPSET, 8) for shape in ("chain", "fan-out", "summed"))
+    chain, fan_out, summed = (ort_session_cost.synthetic(5, shape, OPSET, 8)
+                              for shape in ("chain", "fan-out", "summed"))
     for model in (chain, fan_out, summed):
         onnx.checker.check_model(model)
     assert [len(model.graph.node) for model in (chain, fan_out, summed)] == [5, 5, 6]

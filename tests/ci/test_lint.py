@@ -47,7 +47,7 @@ def test_lint_passes_a_clean_tree(tmp_path):
     folder = scratch_checkout(tmp_path, {"python/clean.py": CLEAN_PY, "core/clean.cpp": CLEAN_CPP})
     result = run(folder, "scripts/lint.sh")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "lint (ruff, pyflakes' rules): clean" in result.stdout
+    assert "lint (ruff: pyflakes, bugbear, pycodestyle, isort, pyupgrade): clean" in result.stdout
     assert "format (clang-format, .clang-format): clean" in result.stdout
 
 

@@ -28,7 +28,8 @@ _MASK_OR = "UnsupportedOperatorError: Exporting the operator 'aten::__ior_' to O
 # Routers of mixture-of-experts models count tokens per expert with a histogram.
 _HISTC = "UnsupportedOperatorError: Exporting the operator 'aten::histc' to ONNX opset version 17"
 # ViLT samples image patches with a number of samples computed from the input.
-_MULTINOMIAL = "SymbolicValueError: Expected node type 'onnx::Constant' for argument 'num_samples' of node 'multinomial'"
+_MULTINOMIAL = ("SymbolicValueError: Expected node type 'onnx::Constant' for argument 'num_samples' "
+                "of node 'multinomial'")
 
 # (torch release, transformers release) -> {model: part of the error of torch.onnx.export(..., dynamo=False)}
 TORCHSCRIPT = {
@@ -103,7 +104,8 @@ def verdict(name, failure, table):
     if failure["stage"] != "export":
         return False, f"{name} could not be built, before torch's exporter ran: {failure['error']}"
     if failure["origin"].split(".")[0] not in EXPORTER_PACKAGES:
-        return False, f"{name}'s plain export failed in {failure['origin']}, not in torch's exporter: {failure['error']}"
+        return False, (f"{name}'s plain export failed in {failure['origin']}, not in torch's exporter: "
+                       f"{failure['error']}")
     if table is None:
         return True, f"{where} (this release's skips are not measured): {failure['error'][:300]}"
     if name not in table:

@@ -17,6 +17,7 @@ was raised from, when torch wraps it), so a model's own code failing under the
 exporter tells itself apart from torch's exporter refusing it."""
 
 import contextlib
+import functools
 import io
 import json
 import sys
@@ -93,11 +94,8 @@ if __name__ == "__main__":
     dynamo = bool(names) and names[0] == "--dynamo"
     names = names[1:] if dynamo else names
     for name in names:
-        if dynamo:
-            exported, failure = attempt(lambda: build(name),
-                                        lambda model, args: export_dynamo(model, args, out_dir / name / "model.onnx"))
-        else:
-            exported, failure = attempt(lambda: build(name), export_bytes)
+        export = functools.partial(export_dynamo, path=out_dir / name / "model.onnx") if dynamo else export_bytes
+        exported, failure = attempt(functools.partial(build, name), export)
         if failure is not None:
             (out_dir / f"{name}.error").write_text(json.dumps(failure))
         elif not dynamo:

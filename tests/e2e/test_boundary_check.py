@@ -41,13 +41,14 @@ def exported(tmp_path_factory):
 
 
 def failures(model, torch_model, args):
-    feeds = {i.name: a.numpy() for i, a in zip(model.graph.input, args)}
+    feeds = {i.name: a.numpy() for i, a in zip(model.graph.input, args, strict=True)}
     results, _ = checks.module_boundary_results(model, torch_model, args, feeds)
     return results["/Net/Pair"]
 
 
 def _muls(model):
-    return [node for node in model.graph.node if node.op_type == "Mul" and checks.node_tags(node) == ["/Net/Pair"]]
+    return [node for node in model.graph.node
+            if node.op_type == "Mul" and [tag for tag, _ in checks.node_refs(node)] == ["/Net/Pair"]]
 
 
 def test_check_that_the_export_passes(exported):

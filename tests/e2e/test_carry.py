@@ -8,6 +8,7 @@ declare passes the boundary check against eager PyTorch (none wrong), and
 `extract` refuses exactly the declared calls, naming why, and writes the
 others, which run on what the call received to what it returned."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -18,13 +19,11 @@ import onnx
 import pytest
 
 from hiertag import carry_check, checks, core, verbs, zoo
+from hiertag.models import quiet
 from hiertag.verbs import carry
 from hiertag.zoo import sweep_models
-from hiertag.models import quiet
 from tests.e2e.exportable import skip_unless_torch_exports, torch_export_error, zoo_model
 from tests.e2e.test_export import run_tool
-
-import importlib.util
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("carry_matrix", ROOT / "bench" / "carry_matrix.py")
@@ -212,6 +211,7 @@ def test_a_fusion_across_two_blocks_leaves_neither_block_claimed(workdir):
 @pytest.mark.parametrize("name", ["bert", "cross_module_rewrites", "shared_layer_stack"])
 def test_carrying_onto_the_untransformed_file_changes_no_entry_and_verifies_every_call(name, tmp_path):
     import torch
+
     import hiertag
     from hiertag import OPSET
     model, args = zoo_model(name)
@@ -258,6 +258,7 @@ def test_nodes_in_loop_bodies_take_their_original_makers_entries_or_the_loops(tm
     making a value no original node makes (renamed by the tool) takes the
     enclosing node's call (the enclosing rule)."""
     import torch
+
     import hiertag
     from hiertag import OPSET
     model, args = zoo_model("scripted_loop")
@@ -316,6 +317,7 @@ def test_nodes_standing_for_no_original_node_take_the_module_call_around_them(tm
     first with a placed neighbour goes, and the other follows), and one
     reading from both calls goes to their caller."""
     import torch
+
     import hiertag
     from hiertag import OPSET
     model, args = zoo_model("called_twice")
@@ -407,6 +409,7 @@ def test_reachability_answers_as_the_transitive_closure_on_random_graphs():
     an initializer the graph also lists as an input, a name nobody makes read
     and asked about; in file order and shuffled."""
     import random
+
     from onnx import TensorProto, helper
     rng = random.Random(1)
     for trial in range(60):
@@ -424,7 +427,8 @@ def test_reachability_answers_as_the_transitive_closure_on_random_graphs():
             values += made
         if trial % 2:
             rng.shuffle(nodes)
-        inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in ["x0", "x1", "x2", "w1"][:3 + trial % 2]]
+        inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1])
+                  for n in ["x0", "x1", "x2", "w1"][:3 + trial % 2]]
         model = helper.make_model(helper.make_graph(
             nodes, "g", inputs, [helper.make_tensor_value_info(values[-1], TensorProto.FLOAT, [1])],
             [helper.make_tensor(w, TensorProto.FLOAT, [1], [1.0]) for w in ("w0", "w1")]))
@@ -432,7 +436,7 @@ def test_reachability_answers_as_the_transitive_closure_on_random_graphs():
         reach = carry._Reachability(graph)
         upstream = {}
 
-        def closure(index):
+        def closure(index, graph=graph, upstream=upstream):  # bound now: B023 cannot see it runs in this trial only
             if index not in upstream:
                 made = set(graph.nodes[index].output)
                 for name in graph.reads[index]:
@@ -470,6 +474,7 @@ def test_files_keeping_every_tensor_in_a_data_file_are_carried_as_the_same_files
     keep every tensor in a data file (shape inputs in Constants too) the tags and
     the established calls it gives the same files inline, and writes OUT whole."""
     import torch
+
     import hiertag
     from hiertag import OPSET
     model, args = zoo_model("bert")

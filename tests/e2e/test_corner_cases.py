@@ -9,8 +9,8 @@ import torch
 
 from hiertag import checks, core, zoo
 from hiertag.zoo import corner_cases
-from tests.e2e.test_export import export, run_tool
 from tests.e2e.exportable import zoo_model
+from tests.e2e.test_export import export, run_tool
 
 
 def tagged(name):
@@ -33,7 +33,8 @@ def test_containers_disambiguate_same_class_siblings_behind_filtered_containers(
 
 
 def calls_of(model, op_type):
-    return [int(checks.node_props(n).get(core.CALL_KEY, "0")) for n in checks.walk_nodes(model.graph) if n.op_type == op_type]
+    return [int(checks.node_props(n).get(core.CALL_KEY, "0"))
+            for n in checks.walk_nodes(model.graph) if n.op_type == op_type]
 
 
 class OwnNamedParameters(corner_cases.DuplicatedMembers):
@@ -115,7 +116,8 @@ def test_export_pass_rewrites_across_modules_are_recorded():
         "/CrossModuleRewrites/ChannelsFirst", "/CrossModuleRewrites/ChannelsLast",
         "/CrossModuleRewrites/ConvBatchNorm/CustomConv"}
     # Both modules ran: the table lists them although no node carries their tags.
-    assert {"/CrossModuleRewrites/ChannelsLast", "/CrossModuleRewrites/ConvBatchNorm/CustomConv"} <= set(checks.module_table(model))
+    assert {"/CrossModuleRewrites/ChannelsLast",
+            "/CrossModuleRewrites/ConvBatchNorm/CustomConv"} <= set(checks.module_table(model))
 
 
 def test_tracer_alias_is_shared_with_the_caller_whose_variable_it_became():
@@ -137,7 +139,8 @@ def test_module_folded_away_is_listed_with_what_it_became():
     model = tagged("folded_module")
     entry = checks.module_table(model)["/FoldedModule/SinusoidalPositions"]
     assert entry["path"] == "positions"
-    assert not [n for n in model.graph.node if checks.node_props(n)[core.TAG_KEY] == "/FoldedModule/SinusoidalPositions"]
+    assert not [n for n in model.graph.node
+                if checks.node_props(n)[core.TAG_KEY] == "/FoldedModule/SinusoidalPositions"]
     produced = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.initializer}
     assert entry["folded_into"] and set(entry["folded_into"]) <= produced
 
@@ -395,10 +398,11 @@ def boundaries_checked(model, factory):
     eager PyTorch; fails on any call whose boundary differs."""
     torch_model, args = factory()
     plain = export(*factory(), "0")
-    checked, skipped, failures = checks.check_module_boundaries(model, checks.eager_reference(torch_model), args,
-                                                                checks.feeds_for(plain, torch_model, args))
+    results, skipped = checks.module_boundary_results(model, checks.eager_reference(torch_model), args,
+                                                      checks.feeds_for(plain, torch_model, args))
+    failures = [failure for lines in results.values() for failure in lines]
     assert not failures, "\n".join(failures)
-    return checked, skipped
+    return list(results), skipped
 
 
 @pytest.mark.parametrize("layer", ["SplitHeads.0", "SplitHeads.1"])

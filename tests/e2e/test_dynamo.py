@@ -27,8 +27,8 @@ import pytest
 import torch
 
 from hiertag import OPSET, checks, core, zoo
-from hiertag.verbs import verify
 from hiertag.checks import dynamo_arguments
+from hiertag.verbs import verify
 from tests.e2e import expected_skips
 from tests.e2e.exportable import DYNAMO_EXPORT
 from tests.e2e.native_tool import run_tool
@@ -183,7 +183,7 @@ def test_checker_accepts_and_runtime_gives_identical_outputs(exported):
     feeds = checks.feeds_for(str(plain_path), model, args)
     ours = onnxruntime.InferenceSession(str(tagged)).run(None, feeds)
     theirs = onnxruntime.InferenceSession(str(plain_path)).run(None, feeds)
-    for mine, torchs in zip(ours, theirs):
+    for mine, torchs in zip(ours, theirs, strict=True):
         np.testing.assert_array_equal(mine, torchs)
 
 

@@ -17,8 +17,7 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import checks, core
-from hiertag import OPSET, zoo
+from hiertag import OPSET, checks, core, zoo
 from tests.e2e.exportable import skip_unless_torch_exports
 from tests.e2e.native_tool import run_tool
 
@@ -98,7 +97,7 @@ def test_checker_accepts_and_runtime_gives_identical_outputs(exported):
     _, torch_model, args, tagged, plain = exported
     onnx.checker.check_model(onnx.load_from_string(tagged), full_check=True)
     feeds = checks.feeds_for(plain, torch_model, args)
-    for ours, theirs in zip(run(tagged, feeds), run(plain, feeds)):
+    for ours, theirs in zip(run(tagged, feeds), run(plain, feeds), strict=True):
         np.testing.assert_array_equal(ours, theirs)
 
 
@@ -326,9 +325,11 @@ def test_every_module_passes_the_boundary_check(exported):
     name, torch_model, args, tagged, plain = exported
     model = onnx.load_from_string(tagged)
     reference = checks.eager_reference(torch_model)
-    checked, skipped, failures = checks.check_module_boundaries(model, reference, args,
-                                                            checks.feeds_for(plain, torch_model, args))
+    results, skipped = checks.module_boundary_results(model, reference, args,
+                                                      checks.feeds_for(plain, torch_model, args))
+    checked = list(results)
     assert checked
+    failures = [failure for lines in results.values() for failure in lines]
     assert not failures, f"{name}: " + "\n".join(failures)
     # Every call is checked, .forward() calls included; only modules whose
     # boundary an export pass removed, and containers that never ran (both

@@ -8,10 +8,9 @@ import onnx
 import onnxruntime
 import pytest
 
-from hiertag import checks
-from tests.e2e.test_export import export, run_tool
-from hiertag import zoo
+from hiertag import checks, zoo
 from tests.e2e.exportable import zoo_model
+from tests.e2e.test_export import export, run_tool
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "resnet", "vit"])
@@ -36,7 +35,7 @@ def test_every_module_extracts_to_a_model_that_reproduces_the_full_model(name, t
         session = onnxruntime.InferenceSession(str(path))
         assert [i.name for i in session.get_inputs()] == info["inputs"]
         produced = session.run(info["outputs"], {n: values[n] for n in info["inputs"]})
-        for output, value in zip(info["outputs"], produced):
+        for output, value in zip(info["outputs"], produced, strict=True):
             np.testing.assert_allclose(value, values[output], rtol=1e-4, atol=1e-5, err_msg=f"{tag}: {output}")
 
 

@@ -23,8 +23,7 @@ import torch
 from onnx import numpy_helper
 
 import hiertag
-from hiertag import checks, core
-from hiertag import models
+from hiertag import checks, core, models
 from tests.e2e.exportable import hf_export_error
 from tests.e2e.without_module import hiertag_without
 
@@ -153,7 +152,7 @@ def feeds_and_reference(model, args):
     """ONNX Runtime feeds by input name, and PyTorch's outputs, for build()'s (model, args)."""
     names = list(inspect.signature(model.forward).parameters)
     tensors = [args[0], *(args[1].values() if len(args) > 1 else [])]
-    feeds = dict(zip(names, tensors))
+    feeds = dict(zip(names, tensors, strict=True))
     with torch.no_grad():
         reference = model(**feeds)
     return {name: tensor.numpy() for name, tensor in feeds.items()}, reference
@@ -191,7 +190,7 @@ def check_runs(path, model, args, rtol=1e-4, atol=1e-5):
     session = onnxruntime.InferenceSession(str(path))
     outputs = session.run(None, feeds)
     assert outputs
-    for meta, value in zip(session.get_outputs(), outputs):
+    for meta, value in zip(session.get_outputs(), outputs, strict=True):
         expected = field(reference, meta.name).numpy()
         assert value.shape == expected.shape, meta.name
         np.testing.assert_allclose(value, expected, rtol=rtol, atol=atol, err_msg=meta.name)
@@ -405,7 +404,7 @@ def failures(workdir):
         return result, before, sorted(p.name for p in directory.iterdir())
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(ERRORS, pool.map(run, ERRORS)))
+        return dict(zip(ERRORS, pool.map(run, ERRORS), strict=True))
 
 
 @pytest.mark.parametrize("name", sorted(ERRORS))

@@ -118,7 +118,7 @@ def test_weights_torch_put_in_external_data_are_read_in(files, tmp_path):
     assert run_tool("validate", out).returncode == 0
     feeds = checks.feeds_for(out.read_bytes(), *zoo_model("bert"))
     expected = onnxruntime.InferenceSession(str(source)).run(None, feeds)
-    for got, want in zip(onnxruntime.InferenceSession(out.read_bytes()).run(None, feeds), expected):
+    for got, want in zip(onnxruntime.InferenceSession(out.read_bytes()).run(None, feeds), expected, strict=True):
         assert (got == want).all()
 
 
@@ -196,7 +196,7 @@ def common_ancestor(tags):
     """The longest segment-wise prefix of tags: an oracle for the rules."""
     split = [tag.split("/") for tag in tags]
     common = []
-    for segments in zip(*split):
+    for segments in zip(*split, strict=False):
         if len(set(segments)) > 1:
             break
         common.append(segments[0])
@@ -302,7 +302,8 @@ def test_untagged_torchscript_file_is_refused(tmp_path):
 def test_missing_file_is_refused(tmp_path):
     """Check that a missing input is one line, exit 2."""
     out = tmp_path / "out.onnx"
-    assert_refused(run_import(tmp_path / "nothing.onnx", "-o", out), out, "cannot open the file (missing or unreadable)")
+    assert_refused(run_import(tmp_path / "nothing.onnx", "-o", out), out,
+                   "cannot open the file (missing or unreadable)")
 
 
 def test_every_refusal_of_import_file_is_a_dynamo_import_error(files, tmp_path):

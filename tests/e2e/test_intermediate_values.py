@@ -49,7 +49,8 @@ def assert_same_values(got, expected):
             assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
             assert np.array_equal(got[name], value, equal_nan=value.dtype.kind in "fc"), name
         else:  # a sequence: a list of arrays
-            assert len(got[name]) == len(value) and all(np.array_equal(a, b) for a, b in zip(got[name], value)), name
+            assert len(got[name]) == len(value), name
+            assert all(np.array_equal(a, b) for a, b in zip(got[name], value, strict=True)), name
 
 
 @pytest.mark.parametrize("name,segment", [("scripted_loop", 1), ("t5", 7), ("wav2vec2", 25), ("llama", 40)])

@@ -109,7 +109,7 @@ def test_explorer_writes_the_weights_beside_its_output(large, tmp_path):
     assert Path(f"{out}.data").stat().st_size > 2 * 1024 ** 3 > out.stat().st_size
     assert json.loads(done.stdout)["untagged"] == 0
     assert tool("validate", out).returncode == 0
-    for got, want in zip(outputs_on(out, ids), outputs_on(directory / "large.onnx", ids)):
+    for got, want in zip(outputs_on(out, ids), outputs_on(directory / "large.onnx", ids), strict=True):
         np.testing.assert_array_equal(got, want)
 
 
@@ -129,7 +129,7 @@ def test_carry_tags_a_transformed_copy_over_two_gib(large, tmp_path):
     carried = onnx.load(str(out), load_external_data=False)
     tags = [checks.node_props(node)[core.TAG_KEY] for node in carried.graph.node]
     assert tags == [checks.node_props(node)[core.TAG_KEY] for node in tagged.graph.node]
-    for got, want in zip(outputs_on(out, ids), outputs_on(directory / "large.onnx", ids)):
+    for got, want in zip(outputs_on(out, ids), outputs_on(directory / "large.onnx", ids), strict=True):
         np.testing.assert_array_equal(got, want)
 
 

@@ -10,8 +10,8 @@ import torch
 
 from hiertag import checks, core
 from tests.conftest import plugin_path
-from tests.e2e.test_export import export
 from tests.e2e.exportable import zoo_model
+from tests.e2e.test_export import export
 
 
 def assert_tagged_once(model_bytes):

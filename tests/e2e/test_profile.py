@@ -49,7 +49,8 @@ def profile_json(*arguments):
 
 @pytest.mark.parametrize("name,statistic", [("bert", "mean"), ("gpt2", "mean"), ("resnet", "median")])
 def test_every_node_event_is_attributed_and_module_times_add_up_to_the_total(exports, name, statistic):
-    result = profile_json(exports[name], "--runs", "3", "--warmup", "1", *(["--median"] if statistic == "median" else []))
+    result = profile_json(exports[name], "--runs", "3", "--warmup", "1",
+                          *(["--median"] if statistic == "median" else []))
     assert result["statistic"] == statistic
     table = checks.module_table(onnx.load(exports[name]))
     rows = result["modules"]

@@ -56,6 +56,32 @@ def test_tagging_leaves_flags_not_given_as_the_environment_has_them(monkeypatch)
     assert os.environ["HIERTAG_TORCH_MODULES"] == "1"
 
 
+@pytest.mark.parametrize("torch_modules", ["yes", ["LayerNorm", "true"], "Layer-Norm"])
+def test_a_malformed_torch_modules_is_refused_on_entering_the_block(monkeypatch, torch_modules):
+    """Check that tagging() parses torch_modules once, as the plugin would at the
+    export, and refuses a malformed one before anything runs: ValueError in the
+    parser's words, the environment untouched."""
+    monkeypatch.setenv("HIERTAG_TORCH_MODULES", "1")
+    monkeypatch.delenv("HIERTAG", raising=False)
+    text = torch_modules if isinstance(torch_modules, str) else ",".join(torch_modules)
+    with pytest.raises(ValueError) as refused:
+        with hiertag.tagging(torch_modules=torch_modules):
+            pytest.fail("the block ran")
+    assert str(refused.value) == (f"hiertag.tagging(): torch_modules='{text}' is not valid: use 0 (none), 1 (all) "
+                                  "or a comma list of class names, each starting with a capital letter "
+                                  "(LayerNorm,Embedding)")
+    assert os.environ["HIERTAG_TORCH_MODULES"] == "1" and "HIERTAG" not in os.environ
+
+
+def test_unknown_torch_modules_are_the_names_no_torch_class_has():
+    """Check that the plugin finds the names of a list no torch.nn / torch.ao class
+    has (a typo, a class of the user's), and refuses a malformed list."""
+    assert hiertag.unknown_torch_modules("Linear,LayerNrom,MyBlock,Conv2d,Quantize") == ["LayerNrom", "MyBlock"]
+    assert hiertag.unknown_torch_modules("1") == [] and hiertag.unknown_torch_modules("") == []
+    with pytest.raises(ValueError, match="'maybe' is not valid"):
+        hiertag.unknown_torch_modules("maybe")
+
+
 def test_tagging_restores_the_environment_after_an_error(monkeypatch):
     monkeypatch.delenv("HIERTAG", raising=False)
     with pytest.raises(RuntimeError):

@@ -53,7 +53,7 @@ def test_module_tree_has_one_row_per_module_in_tree_order(exports, capsys):
                                      capture_output=True, text=True, check=True).stdout)["modules"]
     rows = table_rows(section(out, "Module tree"))
     assert len(rows) == len(tree)
-    for row, module in zip(rows, tree):
+    for row, module in zip(rows, tree, strict=True):
         cells = [cell.strip() for cell in row.strip("|").split(" | ")]
         assert cells[0] == "&nbsp;&nbsp;" * module["depth"] + f"`{module['tag']}`"
         assert cells[1] == module["class"]

@@ -13,7 +13,6 @@ import transformers
 
 import hiertag
 import provenance
-
 from tests.e2e import expected_skips
 from tests.e2e.exportable import skip_unless_torch_exports
 
@@ -65,7 +64,8 @@ def test_folded_module_is_listed_and_said_to_have_no_nodes(sweep):
     _, results, _, _ = sweep
     skip_unless_torch_exported(results["swin"])
     if not hasattr(importlib.import_module("transformers.models.swin.modeling_swin"), "SwinRelativePositionBias"):
-        pytest.skip(f"transformers {transformers.__version__}'s Swin computes its bias in the attention, no module of its own")
+        pytest.skip(f"transformers {transformers.__version__}'s Swin computes its bias in the attention, "
+                    "no module of its own")
     assert any("SwinRelativePositionBias" in line and "folded into" in line for line in results["swin"]["no_nodes"])
 
 

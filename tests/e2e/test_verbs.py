@@ -6,6 +6,7 @@ and a bad command line is one line naming its real problem."""
 
 import contextlib
 import hashlib
+import importlib
 import io
 import os
 import subprocess
@@ -19,9 +20,9 @@ import pytest
 import torch
 
 import hiertag
-from hiertag import OPSET, checks, cli
-from hiertag.verbs import import_dynamo, verify
+from hiertag import OPSET, checks, cli, core
 from hiertag.models import quiet
+from hiertag.verbs import import_dynamo, verify
 from tests.e2e.exportable import DYNAMO_EXPORT, skip_unless_dynamo_export, zoo_model
 
 MODEL = "containers"  # small, same-class siblings: quick to export, profile and carry
@@ -223,7 +224,30 @@ def test_a_hostile_external_data_location_is_named_alike_by_every_verb(files, ca
     assert snapshot(files) == before
 
 
-PYTHON_VERBS = [verb for verb, (module, _) in cli.VERBS.items() if module is not None]
+PYTHON_VERBS = [verb for verb, (module, _) in cli.verbs().items() if module is not None]
+
+
+def test_each_verb_is_declared_once_and_every_listing_reads_that_declaration(capfd):
+    """Check that `hiertag --help` lists every verb with the summary its own
+    declaration holds (a Python verb's VERB, read from its module's docstring; a
+    native command's from the tool, whose own --help lists the same), and that
+    each verb's --help starts with its usage and says that summary."""
+    status, listing, _ = hiertag_command(capfd, "--help")
+    assert status == 0
+    native = core.tool_commands()
+    assert [name for name, _ in native] == ["validate", "tree", "extract"]
+    _, tool_listing, _ = core.run_tool(["--help"])
+    for name, summary in native:
+        assert f"  {summary}\n" in tool_listing.decode() and f"  {name} MODEL.onnx" in tool_listing.decode()
+        assert f"  {name}".ljust(len("import-dynamo") + 2) + f"  {summary}\n" in listing, name
+    for name in PYTHON_VERBS:
+        verb = importlib.import_module(cli.verbs()[name][0]).VERB
+        assert verb.name == name and verb.prog == f"hiertag {name}"
+        assert f"  {name}".ljust(len("import-dynamo") + 2) + f"  {verb.summary}\n" in listing, name
+        status, help_text, _ = hiertag_command(capfd, name, "--help")
+        assert status == 0 and help_text.startswith(f"usage: hiertag {name} ")
+        assert f"\n{verb.summary}.\n" in help_text
+        assert help_text.count("usage: hiertag") == 1, name  # argparse's usage line only
 
 
 @pytest.mark.parametrize("verb", PYTHON_VERBS)
@@ -245,7 +269,8 @@ def test_an_unknown_option_is_named_not_the_missing_arguments(verb, capfd):
     ("report", ["m.onnx", "--bad\nflag"], "unrecognized arguments: --bad\\nflag"),
     ("verify", [], "the following arguments are required: model"),
     ("export", ["BertModel", "--bogus"], "unrecognized arguments: --bogus"),
-    ("import-dynamo", ["d.onnx", "--torch-classes", "1", "-o", "out.onnx"], "unrecognized arguments: --torch-classes 1"),
+    ("import-dynamo", ["d.onnx", "--torch-classes", "1", "-o", "out.onnx"],
+     "unrecognized arguments: --torch-classes 1"),
 ])
 def test_every_usage_error_names_its_problem_in_one_line(files, capfd, monkeypatch, verb, arguments, problem):
     """Check that each kind of bad command line says what is wrong, one line prefixed
@@ -333,6 +358,7 @@ def test_save_model_copies_each_range_once_or_reads_the_weights_in(tmp_path, mon
     data file once (a and b share theirs) and the large inline tensor after it,
     the model computing what the source computes either way."""
     import numpy as np
+
     from hiertag import verbs
     if limit is not None:
         monkeypatch.setattr(verbs, "INLINE_LIMIT", limit)

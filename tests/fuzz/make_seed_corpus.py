@@ -30,7 +30,7 @@ import sys
 import tempfile
 
 import onnx
-from onnx import helper, TensorProto
+from onnx import TensorProto, helper
 
 from hiertag import checks
 
@@ -60,7 +60,8 @@ def write(folder, name, data):
 
 def tensor_bytes(tensor):
     size = {TensorProto.FLOAT: 4, TensorProto.INT64: 8, TensorProto.INT32: 4, TensorProto.DOUBLE: 8,
-            TensorProto.BOOL: 1, TensorProto.FLOAT16: 2, TensorProto.UINT8: 1, TensorProto.INT8: 1}.get(tensor.data_type, 4)
+            TensorProto.BOOL: 1, TensorProto.FLOAT16: 2, TensorProto.UINT8: 1,
+            TensorProto.INT8: 1}.get(tensor.data_type, 4)
     count = 1
     for dim in tensor.dims:
         count *= dim
@@ -181,17 +182,20 @@ def nested_model(depth):
         else_branch = field(1, "else_branch") + field(20, 5) + field(6, branch(level + 1, else_node))
         body = tagged_node("If", ["c"], [f"y{level}"], f"/if{level}", "/Net",
                            field(5, then_branch) + field(5, else_branch))
-    graph = field(1, body) + field(2, "main") + field(11, field(1, "c")) + field(11, field(1, "x")) + field(12, field(1, "y0"))
+    graph = (field(1, body) + field(2, "main") + field(11, field(1, "c")) + field(11, field(1, "x"))
+             + field(12, field(1, "y0")))
     table = json.dumps({"/Net": {"path": "", "class": "m.Net"}})
     return (field(1, 8) + field(7, graph) + field(8, field(2, 17)) +
-            field(14, field(1, "hiertag.modules") + field(2, table)) + field(14, field(1, "hiertag.format_version") + field(2, "3")))
+            field(14, field(1, "hiertag.modules") + field(2, table)) +
+            field(14, field(1, "hiertag.format_version") + field(2, "3")))
 
 
 def hand_made_models(out):
     for depth in (1, 64, 65):
         write(out, f"nested{depth}.onnx", nested_model(depth))
     base = onnx.load_from_string(nested_model(1))
-    for name, table in (("deep_table", "[" * 300 + "]" * 300), ("number_overflow", '{"/Net": {"path": "", "class": "x", "calls": [1e400]}}'),
+    for name, table in (("deep_table", "[" * 300 + "]" * 300),
+                        ("number_overflow", '{"/Net": {"path": "", "class": "x", "calls": [1e400]}}'),
                         ("repeated_tag", '{"/Net": {"path": "", "class": "x"}, "/Net": {"path": "", "class": "y"}}'),
                         ("no_slash_root", '{"Net": {"path": "", "class": "x"}, "Net/A": {"path": "a", "class": "y"}}')):
         model = copy.deepcopy(base)
@@ -203,8 +207,9 @@ def hand_made_models(out):
 
 def export(name, path):
     import torch
+
     import hiertag
-    from hiertag import zoo, OPSET
+    from hiertag import OPSET, zoo
     if hiertag.library_path() not in torch.ops.loaded_libraries:
         torch.ops.load_library(hiertag.library_path())
     module, args = zoo.ALL[name]()

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <iosfwd>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hiertag/core/file/file_commands.h"
@@ -31,6 +33,20 @@ int RunExtract(const std::string& path, const std::string& tag, const ExtractOpt
                std::ostream& out, std::ostream& err);
 int RunExtract(const TaggedFile& file, const std::string& path, const std::string& tag, const ExtractOptions& options,
                bool json, std::ostream& out, std::ostream& err);
+
+// One command of the tool, declared once: `hiertag --help` lists its arguments
+// and summary, `hiertag NAME --help` prints "usage: hiertag NAME ARGUMENTS" and
+// the details, and the Python `hiertag` command's table reads its name and
+// summary (hiertag._core.tool_commands).
+struct ToolCommand {
+  std::string_view name;
+  std::string_view arguments;  // as the usage line shows them
+  std::string_view summary;    // one line, lower case, no full stop
+  std::string_view details;    // the rest of its --help: what it does, each option, its exit status
+};
+
+// validate, tree and extract, in that order.
+std::span<const ToolCommand> ToolCommands();
 
 // Parses the command line (argv without the program name) and runs a command;
 // `--help` anywhere prints the usage of the command (or of the tool). Extract's

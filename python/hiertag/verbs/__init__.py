@@ -3,11 +3,9 @@ status 2, never a traceback), loading a tagged file with the native tool's
 wording, the tagged file opened in process (core.TaggedFile), refusing an output that is one of the verb's
 inputs, and writing a result (a model too, over 2 GiB as well) atomically."""
 
-import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -15,87 +13,21 @@ import onnx
 from onnx import external_data_helper
 
 from hiertag import checks, core
+from hiertag.verb import Parser, UsageError, Verb, fail, first_line, one_line, run_verb  # noqa: F401 (every verb's verbs.fail, verbs.Parser, ...)
 
 
-class UsageError(Exception):
-    """Bad input or usage: one line on stderr, exit status 2."""
-
-
-def fail(message):
-    raise UsageError(message)
-
-
-class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one-line UsageErrors. An argument
-    no option takes is reported before a missing one: argparse checks required
-    arguments first, so a misspelt `-o` came out as "-o/--output is required"."""
-
-    def error(self, message):
-        raise UsageError(f"{message} ({self.prog} --help)")
-
-    def parse_args(self, args=None, namespace=None):
-        args = list(sys.argv[1:] if args is None else args)
-        unrecognized = self._unrecognized(args)
-        if unrecognized:
-            self.error(f"unrecognized arguments: {' '.join(unrecognized)}")
-        return super().parse_args(args, namespace)
-
-    def _unrecognized(self, args):
-        """The arguments nothing takes, with every argument made optional for
-        the look (argparse would stop at the first missing one)."""
-        relaxed = [(item, item.required) for item in [*self._actions, *self._mutually_exclusive_groups]]
-        try:
-            for item, _ in relaxed:
-                item.required = False
-            return self.parse_known_args(args)[1]
-        finally:
-            for item, required in relaxed:
-                item.required = required
-
-
-def first_line(error):
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]
-
-
-def one_line(text):
-    """`text` with control characters escaped (\\n, \\x1b, \\u009b), as the
-    native tool prints names: a path or argument holding a newline stays one line."""
-    def escaped(c):
-        named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-        if c in named:
-            return named[c]
-        code = ord(c)
-        if code < 0x20 or code == 0x7f:
-            return f"\\x{code:02x}"
-        if 0x80 <= code < 0xa0:
-            return f"\\u{code:04x}"
-        if 0xdc80 <= code <= 0xdcff:  # a byte that was not UTF-8 (os.fsdecode)
-            return f"\\x{code - 0xdc00:02x}"
-        return c
-    return "".join(escaped(c) for c in str(text))
-
-
-def run_verb(prog, parser, run, argv):
-    """Parses `argv` and returns run(options)'s exit status; bad input, and any
-    other error, is one line `PROG: ...` on stderr and exit status 2."""
+def torch_modules_option(given):
+    """A verb's --torch-modules (`given`; None: HIERTAG_TORCH_MODULES's value, as
+    the plugin reads it), parsed once, by the core's parser the plugin reads the
+    variable with: (its text, where it came from: "--torch-modules" or
+    "HIERTAG_TORCH_MODULES", its core.TorchModuleSegments). A malformed value is a
+    UsageError in the plugin's words, naming where it came from."""
+    text, source = ((given, "--torch-modules") if given is not None
+                    else (os.environ.get("HIERTAG_TORCH_MODULES", ""), "HIERTAG_TORCH_MODULES"))
     try:
-        options = parser.parse_args(argv)
-        return run(options)
-    except SystemExit as done:  # --help
-        return done.code if isinstance(done.code, int) else 0
-    except BrokenPipeError:
-        # The reader stopped reading (| head): nothing more to say, and
-        # Python's final flush must not fail on the closed pipe either.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except UsageError as error:
-        print(f"{prog}: {one_line(error)}", file=sys.stderr)
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-    except Exception as error:  # never a traceback
-        print(f"{prog}: {one_line(first_line(error))}", file=sys.stderr)
-    return 2
+        return text, source, core.TorchModuleSegments.parse(text)
+    except ValueError as error:
+        fail(f"{source}={error}")
 
 
 def load_model(path, data_directory=None, read_data=True):

@@ -1,6 +1,4 @@
-"""hiertag carry: tag a transformed copy of a tagged model from the tagged original.
-
-usage: hiertag carry TAGGED.onnx TRANSFORMED.onnx -o OUT.onnx [--by NAME] [--json]
+"""hiertag carry: tag a transformed copy (optimized, simplified, quantized) from the tagged original.
 
 The tools that come after the export (ONNX Runtime's optimizers, quantization,
 fp16 conversion, onnxsim, onnxslim, the version converter) keep the model's
@@ -76,7 +74,6 @@ object. OUT is written beside itself, then renamed: nothing half-written is
 left. Exit status 0, or 2 with one line on
 stderr."""
 
-import argparse
 import functools
 import json
 import sys
@@ -88,7 +85,6 @@ import numpy as np
 import onnx
 
 from hiertag import carry_check, checks, core, verbs
-
 
 EXACT, SHARED, SPAN, RULE = "exact", "shared", "span", "rule"
 CONVERSION, WEIGHTS, ENCLOSING, NEIGHBOURS, ROOT = "conversion", "weights", "enclosing", "neighbours", "root"
@@ -190,7 +186,8 @@ class _Graph:
 
     def used_outputs(self, index):
         graph_outputs = set(self.outputs)
-        used = [name for name in self.nodes[index].output if name and (self.consumers.get(name) or name in graph_outputs)]
+        used = [name for name in self.nodes[index].output
+                if name and (self.consumers.get(name) or name in graph_outputs)]
         return used or [name for name in self.nodes[index].output if name]
 
 
@@ -394,7 +391,7 @@ class _Correspondence:
         # A weight only one original node computes with names that node, whatever
         # the op the tool turned it into (a Gemm into MatMul and Add).
         self.readers = self._weight_readers()
-        for t_index, node in enumerate(self.t.nodes):
+        for t_index, _node in enumerate(self.t.nodes):
             if t_index in self.matched:
                 continue
             found = self.weight_anchors(t_index) - taken
@@ -406,7 +403,7 @@ class _Correspondence:
         changed = True
         while changed:
             changed = False
-            for t_index, node in enumerate(self.t.nodes):
+            for t_index, _node in enumerate(self.t.nodes):
                 if t_index in self.matched or all(self.known(name) for name in self.t.used_outputs(t_index)):
                     continue
                 o_index = self._structural_match(t_index, taken)
@@ -594,7 +591,8 @@ class _Correspondence:
         if node.op_type != original.op_type or list(node.attribute) != list(original.attribute):
             return {}
         kept = {}
-        for name, read in zip(node.input, original.input):
+        # Optional trailing inputs may be listed on one side only: the inputs both list.
+        for name, read in zip(node.input, original.input, strict=False):
             value = self.corr(name) if name else None
             if value is None or not read or value == read or read not in self.o.producer or read in self.o.weights:
                 continue
@@ -702,12 +700,12 @@ def _same_shape(a, b):
     """Whether two inferred shapes can be one value's (unknown dims match anything)."""
     if a is None or b is None or len(a) != len(b):
         return False
-    return all(x is None or y is None or x == y for x, y in zip(a, b))
+    return all(x is None or y is None or x == y for x, y in zip(a, b, strict=True))
 
 
 def _common_prefix(a, b):
     length = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         length += 1
@@ -747,7 +745,7 @@ class Carrier:
             placement.category = EXACT
             return placement
         spanned, callers = [], []
-        for index, entries in zip(nodes, props):
+        for index, entries in zip(nodes, props, strict=True):
             own, *others = checks.node_refs(self.c.o.nodes[index])
             makes = any(name in outs for name in self.c.o.nodes[index].output)
             listed = [own] + [checks.parse_ref(text) for text in json.loads(entries.get(core.SPANS_KEY, "[]"))]
@@ -816,7 +814,8 @@ class Carrier:
         for index in reversed(range(len(t.nodes))):
             if index not in self.placements or any(c.corr(n) is not None for n in t.used_outputs(index)):
                 continue
-            consumers = sorted({consumer for name in t.nodes[index].output for consumer, _ in t.consumers.get(name, [])})
+            consumers = sorted({consumer for name in t.nodes[index].output
+                                for consumer, _ in t.consumers.get(name, [])})
             placements = [self.placements[i] for i in consumers if i in self.placements]
             if len(placements) < 2 or len({p.key() for p in placements}) == 1:
                 continue
@@ -913,7 +912,7 @@ class Carrier:
         names = {"consumers": WEIGHTS, "neighbours": NEIGHBOURS, "root": ROOT}
         # Computed in full before any is set: a neighbour that is a Placement stays as it was given.
         placed = core.place_by_rules(rows, root, common)
-        for (index, _, _), (ident, rule) in zip(nodes, placed):
+        for (index, _, _), (ident, rule) in zip(nodes, placed, strict=True):
             tag, call = refs[ident]
             self.placements[index] = Placement(tag, call, category=RULE, rule=names[rule])
 
@@ -929,7 +928,8 @@ class Carrier:
     def _pair_inputs(self, t_index, o_index, seen):
         c, t = self.c, self.c.t
         t_node, o_node = t.nodes[t_index], c.o.nodes[o_index]
-        for x, y in zip(t_node.input, o_node.input):
+        # Optional trailing inputs may be listed on one side only: the inputs both list.
+        for x, y in zip(t_node.input, o_node.input, strict=False):
             if not x or not y or x == y or y in t.values or not c.known(x) or x in t.weights:
                 continue
             maker, original_maker = t.producer.get(x), c.o.producer.get(y)
@@ -1049,7 +1049,8 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
             count(inner, inner_placement)
 
     records = _kept_records(original, carrier, model) + records
-    _set_props(model, {core.TABLE_KEY: _table_for(model, props[core.TABLE_KEY]), core.FORMAT_VERSION_KEY: core.FORMAT_VERSION})
+    _set_props(model, {core.TABLE_KEY: _table_for(model, props[core.TABLE_KEY]),
+                       core.FORMAT_VERSION_KEY: core.FORMAT_VERSION})
     # The check reads each call's boundary from the file with its fusions recorded.
     _set_props(model, {core.REWRITES_KEY: core.write_rewrites(records)} if records else {})
     if feeds is None:
@@ -1212,17 +1213,14 @@ def report_lines(out, summary, tagged):
     return lines
 
 
-def main(argv=None):
-    parser = verbs.Parser(prog="hiertag carry", description=__doc__.split("\n")[0],
-                          epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser):
     parser.add_argument("tagged", metavar="TAGGED.onnx", help="the model as hiertag tagged it")
     parser.add_argument("transformed", metavar="TRANSFORMED.onnx", help="a model a tool made from it")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="the transformed model, tagged")
-    parser.add_argument("--by", metavar="NAME", help="the transformation's name for hiertag.rewrite and the rewrite records "
-                                     "(default: TRANSFORMED's producer when it differs from TAGGED's, else its "
-                                     "file name)")
+    parser.add_argument("--by", metavar="NAME",
+                        help="the transformation's name for hiertag.rewrite and the rewrite records "
+                             "(default: TRANSFORMED's producer when it differs from TAGGED's, else its file name)")
     parser.add_argument("--json", action="store_true", help="print the counts as one JSON object")
-    return verbs.run_verb("hiertag carry", parser, run, argv)
 
 
 def run(options):
@@ -1251,6 +1249,10 @@ def run(options):
     else:
         print("\n".join(report_lines(options.output, summary, options.tagged)))
     return 0
+
+
+VERB = verbs.Verb(__doc__, arguments, run)
+main = VERB.main
 
 
 if __name__ == "__main__":

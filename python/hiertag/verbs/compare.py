@@ -1,6 +1,4 @@
-"""hiertag compare: what differs, module by module, between two files of one model.
-
-usage: hiertag compare A.onnx B.onnx [--values] [--input NAME=SPEC ...] [--tolerance T] [--top N] [--json]
+"""hiertag compare: compare two tagged files module by module (--values: boundary values).
 
 A is a file tagged by hiertag; B is another file of the same model: a
 re-export, or what a tool made of A (ONNX Runtime's quantize_dynamic,
@@ -50,7 +48,6 @@ for integers, or ones[D0,...]) sets one.
 Exit status: 0, or 1 when --values found a module call above the tolerance,
 2 on bad input (one line)."""
 
-import argparse
 import collections
 import json
 import sys
@@ -60,8 +57,7 @@ import onnx
 import onnx.helper
 
 from hiertag import checks, core
-from hiertag.verbs import Parser, fail, first_line, is_tagged, load_model, load_tagged, module_tree, run_verb
-
+from hiertag.verbs import Verb, fail, first_line, is_tagged, load_model, load_tagged, module_tree
 
 # ---------------------------------------------------------------------------
 # Counts
@@ -325,8 +321,8 @@ def print_values(values):
                 ("..." if len(row["missing"]) > 3 else "")
         if row["shape_differs"]:
             trailer += f"{'; ' if trailer else ''}shape differs: {', '.join(row['shape_differs'][:3])}"
-        print(f"{mark} {row['module']:<{width}}  {counted:>6}  {number(row['max_abs']):>8}  {number(row['max_rel']):>8}  "
-              f"{number(row['in_rel']):>8}  {trailer}".rstrip())
+        print(f"{mark} {row['module']:<{width}}  {counted:>6}  {number(row['max_abs']):>8}  "
+              f"{number(row['max_rel']):>8}  {number(row['in_rel']):>8}  {trailer}".rstrip())
     tolerance = f"{values['tolerance']:.0e}"
     first = values["first_above_tolerance"]
     if first is None:
@@ -373,19 +369,21 @@ def run(options):
     return status
 
 
-def main(argv=None):
-    parser = Parser(prog="hiertag compare", description=__doc__.split("\n")[0],
-                    epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser):
     parser.add_argument("a", metavar="A.onnx", help="the reference, tagged by hiertag")
     parser.add_argument("b", metavar="B.onnx", help="another file of the same model (tagged or not)")
-    parser.add_argument("--values", action="store_true", help="run both and compare the values at A's module boundaries")
+    parser.add_argument("--values", action="store_true",
+                        help="run both and compare the values at A's module boundaries")
     parser.add_argument("--input", action="append", default=[], metavar="NAME=SPEC",
                         help="an input's value: int64[1,16]:0..1000, float32[1,3,224,224], ones[1,16] (repeatable)")
     parser.add_argument("--tolerance", type=float, default=1e-4, metavar="T",
                         help="max relative error a module's boundary values may have (default 1e-4)")
     parser.add_argument("--top", type=int, default=5, metavar="N", help="how many of the largest drifts to list")
     parser.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
-    return run_verb("hiertag compare", parser, run, sys.argv[1:] if argv is None else argv)
+
+
+VERB = Verb(__doc__, arguments, run)
+main = VERB.main
 
 
 if __name__ == "__main__":

@@ -1,7 +1,5 @@
 """hiertag explorer: write Model Explorer's layer namespaces from the tags.
 
-usage: hiertag explorer MODEL.onnx -o OUT.onnx [--json]
-
 Model Explorer's ONNX adapter (model-explorer-onnx) groups nodes into
 collapsible layers by each node's metadata_props["namespace"], a
 "/"-separated path, and falls back to the node's name minus its last part
@@ -24,14 +22,13 @@ renamed, so nothing half-written is ever left.
 
 Prints `OUT: N nodes given a namespace, M layers` (--json: one object)."""
 
-import argparse
 import json
 import sys
 
 import onnx
 
 from hiertag import checks, core
-from hiertag.verbs import Parser, load_tagged, refuse_overwriting, run_verb, save_model
+from hiertag.verbs import Verb, load_tagged, refuse_overwriting, save_model
 
 NAMESPACE_KEY = "namespace"
 
@@ -95,13 +92,14 @@ def run(options):
     return 0
 
 
-def main(argv=None):
-    parser = Parser(prog="hiertag explorer", description=__doc__.split("\n")[0],
-                    epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser):
     parser.add_argument("model", metavar="MODEL.onnx", help="a file tagged by hiertag")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="the file to write (not MODEL)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    return run_verb("hiertag explorer", parser, run, sys.argv[1:] if argv is None else argv)
+
+
+VERB = Verb(__doc__, arguments, run)
+main = VERB.main
 
 
 if __name__ == "__main__":

@@ -1,7 +1,4 @@
-"""hiertag export: export a HuggingFace model with every node tagged.
-
-usage: hiertag export MODEL -o OUT.onnx [--config JSON] [--task TASK] [--input NAME=SPEC ...]
-                      [--opset N] [--torch-modules 0|1|A,B] [--json]
+"""hiertag export: export a HuggingFace model (id, directory or class + config) with tags.
 
 MODEL is one of
   BertModel, transformers:CLASS   a transformers model class (or a config class, with --task)
@@ -29,7 +26,6 @@ OUT only then; on any error nothing is left. Prints `OUT: N nodes tagged, M
 modules (MODEL)` and the module tree to depth 2 (--json: one JSON object).
 Exit status 0, or 2 with one line on stderr."""
 
-import argparse
 import json
 import os
 import shutil
@@ -73,33 +69,12 @@ def _opset(path):
     return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), None)
 
 
-def _torch_modules(value):
-    """None (the environment's HIERTAG_TORCH_MODULES), False, True or the
-    variable's text. The text is not checked here: the plugin reads it at the
-    export as it reads HIERTAG_TORCH_MODULES (core/export/export_options.cpp), and its
-    error or warning is reported (_plugin_line)."""
-    if value is None or value is True or value is False or isinstance(value, str):
-        return value
-    return ",".join(value)
-
-
-# The plugin's lines about HIERTAG_TORCH_MODULES (an invalid value, or names
-# that are no torch.nn class) start so.
-_TORCH_MODULES_LINE = "hiertag: HIERTAG_TORCH_MODULES"
-
-
-def _plugin_line(text, flag_given):
-    """The plugin's line about HIERTAG_TORCH_MODULES, naming --torch-modules
-    when the flag set the variable."""
-    text = text.strip().removeprefix("hiertag: ")
-    return text.replace("HIERTAG_TORCH_MODULES", "--torch-modules", 1) if flag_given else text
-
-
 def _export_once(model, args, path, opset, torch_modules, input_names, output_names, dynamo=False):
-    """Returns the plugin's lines about HIERTAG_TORCH_MODULES (torch's own output is silenced).
-    `dynamo`: torch's dynamo exporter (its default opset when `opset` is None)."""
+    """Exports with tags, torch's output (and the plugin's own note on `torch_modules`,
+    which the verb words itself) silenced. `dynamo`: torch's dynamo exporter (its
+    default opset when `opset` is None)."""
     import torch
-    with models.quiet() as printed, hiertag.tagging(torch_modules=torch_modules):
+    with models.quiet(), hiertag.tagging(torch_modules=torch_modules):
         if dynamo:
             positional, keywords = (args[:-1], args[-1]) if args and isinstance(args[-1], dict) else (args, None)
             torch.onnx.export(model, tuple(positional), str(path), kwargs=keywords, dynamo=True,
@@ -108,7 +83,6 @@ def _export_once(model, args, path, opset, torch_modules, input_names, output_na
         else:
             torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
                               input_names=input_names, output_names=output_names)
-    return [line for text in printed for line in text.splitlines() if line.startswith(_TORCH_MODULES_LINE)]
 
 
 def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset=hiertag.OPSET,
@@ -126,7 +100,7 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
     if not output.parent.is_dir():
         fail(f"output directory '{output.parent}' does not exist")
     verbs.refuse_overwriting([output], inputs=_input_files(model_spec))
-    modules = _torch_modules(torch_modules)
+    modules, modules_source, _ = verbs.torch_modules_option(hiertag.torch_modules_text(torch_modules))
     import torch
     from torch.onnx import _constants
     low, high = _constants.ONNX_BASE_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
@@ -146,6 +120,8 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
     complaint = next((line for line in "".join(printed).splitlines() if line.startswith("hiertag:")), None)
     if complaint:
         fail(complaint.removeprefix("hiertag: "))
+    # Names no torch class has: the plugin finds them as the export will; said once the file is written.
+    note = core.unknown_torch_modules_note(hiertag.unknown_torch_modules(modules), modules_source)
 
     try:
         model, args = models.build(model_spec, config=config, task=task, inputs=inputs)
@@ -170,20 +146,17 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
     staged = staging / output.name
     try:
         try:
-            notes = _export_once(model, args, staged, opset, modules, input_names, output_names, dynamo)
+            _export_once(model, args, staged, opset, modules, input_names, output_names, dynamo)
             graph_inputs, output_count = _graph_inputs(staged)
             if output_names and output_count != len(output_names):
                 # The outputs did not flatten as their names: torch's names then.
-                notes = _export_once(model, args, staged, opset, modules, input_names, None, dynamo)
+                _export_once(model, args, staged, opset, modules, input_names, None, dynamo)
                 graph_inputs, output_count = _graph_inputs(staged)
         except ExportError:
             raise
         except Exception as error:
-            text = str(error)
-            if _TORCH_MODULES_LINE in text:
-                fail(_plugin_line(text[text.index(_TORCH_MODULES_LINE):].splitlines()[0], torch_modules is not None))
             if getattr(error, "hiertag_raised_by_model", False):
-                shapes = ", ".join(f"{n}{list(v.shape)}" for n, v in zip(input_names or [], values))
+                shapes = ", ".join(f"{n}{list(v.shape)}" for n, v in zip(input_names or [], values, strict=False))
                 fail(f"{type(model).__name__} fails on the example inputs{f' ({shapes})' if shapes else ''}: "
                      f"{models.describe_error(error)}")
             if str(error).lstrip().startswith("hiertag"):
@@ -204,8 +177,8 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
         os.replace(staged, output)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    for note in notes:
-        print(f"hiertag export: {_plugin_line(note, torch_modules is not None)}", file=sys.stderr)
+    if note:
+        print(f"hiertag export: {note}", file=sys.stderr)
     try:
         tree = core.TaggedFile(str(output)).tree(2)
     except core.TaggedFileError as error:
@@ -218,15 +191,16 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
 # The command
 
 
-def _parser():
+def _tasks():
+    """--help's list of the TASK names, by the transformers class each builds."""
     by_class = {}
     for task, auto in models.TASKS.items():
         by_class.setdefault(auto, []).append(task)
     tasks = "\n".join(f"  {' | '.join(names):<46}  transformers.{auto}" for auto, names in by_class.items())
-    epilog = (__doc__.split("\n", 2)[2] + "\n\nTASK (default: a directory's or hub id's config.architectures[0], else AutoModel):\n"
-              + tasks)
-    parser = verbs.Parser(prog="hiertag export", description=__doc__.split("\n")[0],
-                          epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return "TASK (default: a directory's or hub id's config.architectures[0], else AutoModel):\n" + tasks
+
+
+def arguments(parser):
     parser.add_argument("model", metavar="MODEL",
                         help="a transformers class (BertModel, transformers:GPT2LMHeadModel), a save_pretrained "
                              "directory, a cached hub id, or FILE.py:FUNCTION")
@@ -248,10 +222,12 @@ def _parser():
                         help="torch.nn modules in the tags: 0 none, 1 all, or a comma list of class names "
                              "(default: HIERTAG_TORCH_MODULES, else 0)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    return parser
 
 
 def run(options):
+    # Nothing is ever downloaded: the hub is offline for this process.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     opset = options.opset if options.opset is not None or options.dynamo else hiertag.OPSET
     summary = export_model(options.model, options.output, config=options.config, task=options.task,
                            inputs=options.input, opset=opset, torch_modules=options.torch_modules,
@@ -266,11 +242,8 @@ def run(options):
     return 0
 
 
-def main(argv=None):
-    # Nothing is ever downloaded: the hub is offline for this process.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    return verbs.run_verb("hiertag export", _parser(), run, sys.argv[1:] if argv is None else argv)
+VERB = verbs.Verb(__doc__, arguments, run, epilog=_tasks())
+main = VERB.main
 
 
 if __name__ == "__main__":

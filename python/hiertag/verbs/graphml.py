@@ -1,6 +1,4 @@
-"""hiertag graphml: the tagged graph as hierarchical GraphML, one nested graph per module.
-
-usage: hiertag graphml MODEL.onnx -o OUT.graphml [--json]
+"""hiertag graphml: the tagged graph as hierarchical GraphML (one nested graph per module).
 
 Every module of the table that holds a node (its own or a descendant's)
 becomes a group node with a nested <graph> (yEd: yfiles.foldertype="group",
@@ -21,13 +19,12 @@ when a node is kept for several module calls; edges have value.
 Written beside OUT and renamed; prints `OUT: G groups, N nodes, E edges`
 (--json: one object)."""
 
-import argparse
 import json
 import sys
 import xml.etree.ElementTree as ElementTree
 
 from hiertag import checks, core
-from hiertag.verbs import Parser, load_tagged, refuse_overwriting, run_verb, write_atomically
+from hiertag.verbs import Verb, load_tagged, refuse_overwriting, write_atomically
 
 GRAPHML_NS = "http://graphml.graphdrawing.org/xmlns"
 YFILES_NS = "http://www.yworks.com/xml/graphml"
@@ -93,7 +90,7 @@ class GraphmlWriter:
                 if output:
                     producers.setdefault(output, node_id)
         # Direct inputs only: a body's nodes are leaves too and draw their own edges.
-        for node, node_id in zip(nodes, node_ids):
+        for node, node_id in zip(nodes, node_ids, strict=True):
             for name in dict.fromkeys(name for name in node.input if name):
                 if name in producers:
                     self._edge(producers[name], node_id, name)
@@ -117,7 +114,8 @@ class GraphmlWriter:
         realizers = ElementTree.SubElement(graphics, y("Realizers"), {"active": "0"})
         for closed in ("false", "true"):
             group = ElementTree.SubElement(realizers, y("GroupNode"))
-            ElementTree.SubElement(group, y("NodeLabel"), {"modelName": "internal", "modelPosition": "t"}).text = segment
+            label = ElementTree.SubElement(group, y("NodeLabel"), {"modelName": "internal", "modelPosition": "t"})
+            label.text = segment
             ElementTree.SubElement(group, y("State"), {"closed": closed})
         nested = ElementTree.SubElement(element, g("graph"), {"id": f"{group_id}:", "edgedefault": "directed"})
         self.groups[tag] = (group_id, nested)
@@ -195,13 +193,14 @@ def run(options):
     return 0
 
 
-def main(argv=None):
-    parser = Parser(prog="hiertag graphml", description=__doc__.split("\n")[0],
-                    epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser):
     parser.add_argument("model", metavar="MODEL.onnx", help="a file tagged by hiertag")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.graphml", help="the GraphML file to write")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    return run_verb("hiertag graphml", parser, run, sys.argv[1:] if argv is None else argv)
+
+
+VERB = Verb(__doc__, arguments, run)
+main = VERB.main
 
 
 if __name__ == "__main__":

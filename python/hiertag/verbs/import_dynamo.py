@@ -6,8 +6,6 @@ calls apart, names no module entered through .forward(), and the ONNX optimizer 
 and merges across modules without a record). For exact tags, export with the plugin
 loaded and HIERTAG=1: it tags the dynamo exporter itself (README "The dynamo exporter").
 
-usage: hiertag import-dynamo IN.onnx -o OUT.onnx [--torch-modules 0|1|A,B] [--json]
-
 torch's default exporter (`torch.onnx.export(..., dynamo=True)`, torch >= 2.5) writes on
 every node it converts `pkg.torch.onnx.name_scopes` (the repr of a list: the qualified
 paths of the module calls running when the FX node was traced, root "" first, the FX
@@ -39,11 +37,9 @@ are read in) unless it is too big for one file (2 GiB), then its weights go to
 OUT.data; both are written in a folder beside OUT and renamed only when complete.
 Exit status 0, or 2 with one line on stderr."""
 
-import argparse
 import ast
 import contextlib
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -93,7 +89,7 @@ def module_chain(node):
     if len(scopes) != len(classes):
         fail(f"node '{node.name}' ({node.op_type}): {NAME_SCOPES_KEY} and {CLASS_HIERARCHY_KEY} differ in length")
     # The last item is the FX node itself (its name, its op), not a module.
-    chain = list(zip(scopes[:-1], classes[:-1]))
+    chain = list(zip(scopes[:-1], classes[:-1], strict=True))
     if not chain:
         return None
     if chain[0][0] != "":
@@ -163,7 +159,7 @@ def tag_dynamo_model(model, torch_modules=None):
              "torch.onnx.export(..., dynamo=True)")
 
     classes = {}
-    for (node, _), chain in zip(visits, chains):
+    for (node, _), chain in zip(visits, chains, strict=True):
         for path, qualified in chain or []:
             if classes.setdefault(path, qualified) != qualified:
                 fail(f"node '{node.name}' ({node.op_type}): module '{path}' is {qualified} here and "
@@ -209,7 +205,7 @@ def tag_dynamo_model(model, torch_modules=None):
             table[call_tags.tag(entry)] = row
             entry = call_tags.parent(entry)
 
-    for (node, _), entry, call in zip(visits, tags, node_calls):
+    for (node, _), entry, call in zip(visits, tags, node_calls, strict=True):
         node.metadata_props.add(key=core.TAG_KEY, value=call_tags.tag(entry))
         if len(calls.get(entry, ([0], [0]))[0]) > 1:
             node.metadata_props.add(key=core.CALL_KEY, value=str(call))
@@ -289,7 +285,7 @@ def _settle_by_rules(graph, visits, tags, rules, call_tags):
             elif name in producer:
                 neighbours.append(ref(producer[name]))
         rows.append((None, any(node.input), neighbours))
-    for i, (tag, rule) in zip(waiting, core.place_by_rules(rows, call_tags)):
+    for i, (tag, rule) in zip(waiting, core.place_by_rules(rows, call_tags), strict=True):
         tags[i], rules[i] = tag, rule
 
 
@@ -310,7 +306,7 @@ def _inherit_calls(visits, tags, rules, node_calls, calls):
         refs = [(core.unplaced(place[reader]), 0) if reader in place else (tags[reader], node_calls[reader])
                 for name in visits[i][0].output for reader in readers.get(name, [])]
         rows.append((tags[i], node_calls[i], refs))
-    for i, call in zip(listed, core.calls_of_readers(rows)):
+    for i, call in zip(listed, core.calls_of_readers(rows), strict=True):
         node_calls[i] = call
 
 
@@ -320,16 +316,13 @@ export_arguments = checks.dynamo_arguments
 
 # ---- The command ----
 
-def _parser():
-    parser = verbs.Parser(prog="hiertag import-dynamo", description=__doc__.split("\n")[0],
-                          epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser):
     parser.add_argument("input", metavar="IN.onnx", help="a file of torch.onnx.export(..., dynamo=True)")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="the tagged file to write")
     parser.add_argument("--torch-modules", default=None, metavar="0|1|A,B",
                         help="torch.nn modules in the tags: 0 none, 1 all, or a comma list of class names "
                              "(default: HIERTAG_TORCH_MODULES, else 0)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    return parser
 
 
 @contextlib.contextmanager
@@ -390,13 +383,7 @@ def describe(summary):
 
 
 def run(options):
-    given, source = options.torch_modules, "--torch-modules"
-    if given is None:
-        given, source = os.environ.get("HIERTAG_TORCH_MODULES", ""), "HIERTAG_TORCH_MODULES"
-    try:
-        torch_modules = core.TorchModuleSegments.parse(given.strip())
-    except ValueError as error:
-        fail(f"{source} {error}")
+    _, _, torch_modules = verbs.torch_modules_option(options.torch_modules)
     summary = import_file(options.input, options.output, torch_modules)
     if options.json:
         print(json.dumps(summary))
@@ -405,8 +392,8 @@ def run(options):
     return 0
 
 
-def main(argv=None):
-    return verbs.run_verb("hiertag import-dynamo", _parser(), run, sys.argv[1:] if argv is None else argv)
+VERB = verbs.Verb(__doc__, arguments, run)
+main = VERB.main
 
 
 if __name__ == "__main__":

@@ -1,8 +1,4 @@
-"""hiertag profile: time every module of a tagged model in ONNX Runtime's profiler.
-
-usage: hiertag profile MODEL.onnx [--input NAME=SPEC ...] [--runs N] [--warmup N] [--threads N]
-                       [--level disabled|basic|extended|all] [--median] [--top N] [--json | --csv]
-                       [--plot FILE.png]
+"""hiertag profile: time every module in ONNX Runtime's profiler.
 
 Runs MODEL in ONNX Runtime (CPU) with its profiler on, --warmup runs first
 (not counted), then --runs measured runs, and attributes the time of every
@@ -36,7 +32,6 @@ draw the chart for want of matplotlib (the profile is printed all the same,
 and one line on stderr says so); or 2 with one line on stderr (missing,
 non-ONNX or untagged file, unknown input, a model ONNX Runtime refuses)."""
 
-import argparse
 import csv
 import io
 import json
@@ -230,7 +225,8 @@ def text_report(result, top):
     lines = [f"{result['model']}: {result['runs']} runs ({result['warmup']} warm-up), ONNX Runtime "
              f"{result['onnxruntime']} at level {result['level']}"
              f"{', intra-op threads ' + str(result['threads']) if result['threads'] else ''}: "
-             f"{result['total_ms']:.3f} ms of node time per run ({result['statistic']}) in {result['optimized_nodes']} nodes "
+             f"{result['total_ms']:.3f} ms of node time per run ({result['statistic']}) "
+             f"in {result['optimized_nodes']} nodes "
              f"(the model has {result['nodes']}; carried {result['carry']['exact']} exact, "
              f"{result['carry']['shared']} shared, {result['carry']['span']} span, {result['carry']['rule']} by rule)",
              f"attributed to modules: {100 * (1 - result['unattributed_share']):.1f} % "
@@ -267,9 +263,7 @@ def csv_report(result):
     return buffer.getvalue()
 
 
-def main(argv=None):
-    parser = verbs.Parser(prog="hiertag profile", description=__doc__.split("\n")[0],
-                          epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser):
     parser.add_argument("model", metavar="MODEL.onnx", help="a model tagged by hiertag")
     parser.add_argument("--input", action="append", default=[], metavar="NAME=SPEC", help="an input (repeatable)")
     parser.add_argument("--runs", type=int, default=10, help="measured runs (default 10)")
@@ -284,7 +278,6 @@ def main(argv=None):
     output.add_argument("--json", action="store_true", help="print every module as one JSON object")
     output.add_argument("--csv", action="store_true", help="print every module as CSV")
     parser.add_argument("--plot", metavar="FILE.png", help="write the module tree as an icicle chart")
-    return verbs.run_verb("hiertag profile", parser, run, argv)
 
 
 def run(options):
@@ -297,8 +290,8 @@ def run(options):
                      "median" if options.median else "mean")
     plotted = True
     if options.plot:
-        title = (f"{Path(options.model).name}: {result['total_ms']:.3f} ms of node time per run ({result['statistic']}) "
-                 f"(ONNX Runtime {result['onnxruntime']}, level {result['level']})")
+        title = (f"{Path(options.model).name}: {result['total_ms']:.3f} ms of node time per run "
+                 f"({result['statistic']}) (ONNX Runtime {result['onnxruntime']}, level {result['level']})")
         try:
             verbs.write_atomically(options.plot, lambda path: plot_icicle(result["modules"], title, path))
         except ModuleNotFoundError as error:
@@ -318,6 +311,10 @@ def run(options):
               f"'{options.plot}' not written", file=sys.stderr)
         return 1
     return 0
+
+
+VERB = verbs.Verb(__doc__, arguments, run)
+main = VERB.main
 
 
 if __name__ == "__main__":

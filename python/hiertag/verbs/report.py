@@ -1,7 +1,5 @@
 """hiertag report: a Markdown report of a tagged file.
 
-usage: hiertag report MODEL.onnx [-o REPORT.md] [--verify-json FILE] [--json]
-
 Sections:
   Summary        file, producer, opsets, format version, nodes (nested graphs
                  included), tagged nodes, modules, inputs and outputs, and
@@ -30,7 +28,6 @@ Writes REPORT.md (beside it first, then renamed; never over MODEL or FILE) or
 prints to stdout; --json prints the facts behind the report as one JSON object
 instead."""
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -38,7 +35,7 @@ from pathlib import Path
 import onnx
 
 from hiertag import checks, core
-from hiertag.verbs import Parser, fail, load_tagged, module_tree, open_tagged, refuse_overwriting, run_verb, write_atomically
+from hiertag.verbs import Verb, fail, load_tagged, module_tree, open_tagged, refuse_overwriting, write_atomically
 
 ELEMENT_TYPES = {value: name.lower() for name, value in onnx.TensorProto.DataType.items()}
 
@@ -63,7 +60,7 @@ def facts(path, verify_json=None):
     initializers = {i.name for i in model.graph.initializer}
     shared = [{"node": node.name, "op_type": node.op_type, "tag": p[core.TAG_KEY],
                "shared_with": json.loads(p[core.SHARED_KEY])}
-              for node, p in zip(nodes, props) if core.SHARED_KEY in p]
+              for node, p in zip(nodes, props, strict=True) if core.SHARED_KEY in p]
     rewritten = checks.rewritten_boundaries(model)
     verify = None
     if verify_json is not None:
@@ -249,14 +246,15 @@ def run(options):
     return 0
 
 
-def main(argv=None):
-    parser = Parser(prog="hiertag report", description=__doc__.split("\n")[0],
-                    epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser):
     parser.add_argument("model", metavar="MODEL.onnx", help="a file tagged by hiertag")
     parser.add_argument("-o", "--output", metavar="REPORT.md", help="where to write the report (default: stdout)")
     parser.add_argument("--verify-json", metavar="FILE", help="the output of `hiertag verify --json` for this model")
     parser.add_argument("--json", action="store_true", help="print the report's facts as one JSON object")
-    return run_verb("hiertag report", parser, run, sys.argv[1:] if argv is None else argv)
+
+
+VERB = Verb(__doc__, arguments, run)
+main = VERB.main
 
 
 if __name__ == "__main__":

@@ -1,6 +1,4 @@
-"""hiertag select: the names of the nodes of the modules matching a pattern.
-
-usage: hiertag select MODEL.onnx --module PATTERN [--module PATTERN ...] [--json | --python]
+"""hiertag select: the node names of the matching modules (for quantize_dynamic's nodes_to_exclude).
 
 A PATTERN is a shell glob (fnmatch, case-sensitive) tried against each module's
 tag (/GPT2LMHeadModel/GPT2Model/GPT2Block.0), its qualified path
@@ -22,15 +20,13 @@ nodes belong to the module that called them.
 A pattern that matches no module is an error: one line naming the closest
 tags, exit status 2."""
 
-import argparse
 import difflib
 import fnmatch
 import json
 import sys
 
-
 from hiertag import checks
-from hiertag.verbs import Parser, fail, load_tagged, run_verb
+from hiertag.verbs import Verb, fail, load_tagged
 
 
 def short_class(class_name):
@@ -97,16 +93,17 @@ def run(options):
     return 0
 
 
-def main(argv=None):
-    parser = Parser(prog="hiertag select", description=__doc__.split("\n")[0],
-                    epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser):
     parser.add_argument("model", metavar="MODEL.onnx", help="a file tagged by hiertag")
     parser.add_argument("--module", action="append", required=True, metavar="PATTERN",
                         help="glob over tags, qualified paths and class names (repeatable)")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help='print {"nodes", "modules", "patterns"} as JSON')
     output.add_argument("--python", action="store_true", help="print the node names as a Python list literal")
-    return run_verb("hiertag select", parser, run, sys.argv[1:] if argv is None else argv)
+
+
+VERB = Verb(__doc__, arguments, run)
+main = VERB.main
 
 
 if __name__ == "__main__":

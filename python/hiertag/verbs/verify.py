@@ -1,4 +1,4 @@
-"""Verify every module of a model exported with hiertag.
+"""hiertag verify: check every module of a model's export against PyTorch.
 
 Exports the model with the plugin (HIERTAG=1; torch's TorchScript-based
 exporter, or with --dynamo its dynamo exporter), then for every call of every
@@ -147,8 +147,8 @@ def run_extracted(path, info, eager):
     types = {i.name: i.type for i in session.get_inputs()}
     feeds = {name: received[name].numpy().astype(_numpy_type(types[name])) for name in info["inputs"]}
     produced = session.run(info["outputs"], feeds)
-    worst = max((checks.disagreement(value, returned[name].numpy()) for value, name in zip(produced, info["outputs"])),
-                default=0.0)
+    worst = max((checks.disagreement(value, returned[name].numpy())
+                 for value, name in zip(produced, info["outputs"], strict=True)), default=0.0)
     return f"{'ok' if worst <= checks.FLOAT32_TOLERANCE else 'FAIL'} (max rel {worst:.1e})"
 
 
@@ -158,15 +158,13 @@ def _numpy_type(ort_type):
     return {"float": np.float32, "double": np.float64, "float16": np.float16, "bool": np.bool_}.get(name, name)
 
 
-def main(argv=None):
-    parser = verbs.Parser(prog="hiertag verify", description=__doc__.split("\n")[0])
+def arguments(parser):
     parser.add_argument("model", help="zoo:NAME, transformers:CLASS or FILE.py:FUNCTION")
     parser.add_argument("--config", help="JSON of the transformers config's arguments")
     parser.add_argument("--input", action="append", default=[], help="NAME=SPEC (repeatable)")
     parser.add_argument("--dynamo", action="store_true",
                         help="export with torch's dynamo (torch.export-based) exporter, torch's default since 2.9")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    return verbs.run_verb("hiertag verify", parser, run, sys.argv[1:] if argv is None else argv)
 
 
 def run(options):
@@ -207,6 +205,10 @@ def run(options):
         print(f"  boundary: {failure}")
     print(f"{passed}/{len(rows)} module calls pass ({options.model}, {nodes} nodes)")
     return 0 if passed == len(rows) else 1
+
+
+VERB = verbs.Verb(__doc__, arguments, run)
+main = VERB.main
 
 
 if __name__ == "__main__":

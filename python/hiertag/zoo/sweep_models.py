@@ -72,8 +72,8 @@ def _whisper():
 def _speech2text():
     model = _model("Speech2TextModel", "Speech2TextConfig", vocab_size=100, d_model=32, encoder_layers=1,
                    decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-                   decoder_ffn_dim=64, input_feat_per_channel=8, num_conv_layers=1, conv_kernel_sizes=(5,), conv_channels=16,
-                   max_source_positions=32, max_target_positions=16, use_cache=False)
+                   decoder_ffn_dim=64, input_feat_per_channel=8, num_conv_layers=1, conv_kernel_sizes=(5,),
+                   conv_channels=16, max_source_positions=32, max_target_positions=16, use_cache=False)
     features = torch.randn(1, 16, 8, generator=torch.Generator().manual_seed(3))
     return model, (features, {"decoder_input_ids": _ids(100, 4)})
 

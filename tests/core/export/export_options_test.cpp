@@ -112,16 +112,16 @@ TEST(ExportOptionsTest, TorchModuleListNamingNoTorchClassIsWarnedOf) {
   std::string error;
   std::optional<ExportOptions> one = Read({{"HIERTAG", "1"}, {"HIERTAG_TORCH_MODULES", "LayerNorm,LayerNrom"}}, &error);
   ASSERT_TRUE(one) << error;
-  EXPECT_EQ(UnknownTorchModulesWarning(one->torch_modules, known),
-            "hiertag: HIERTAG_TORCH_MODULES names 'LayerNrom', which is not a torch.nn or torch.ao class: it has no "
-            "effect (the list picks the torch classes that keep a tag segment; every other class has one)\n");
+  EXPECT_EQ(UnknownTorchModulesNote(UnknownTorchModules(one->torch_modules, known), "HIERTAG_TORCH_MODULES"),
+            "HIERTAG_TORCH_MODULES names 'LayerNrom', which is not a torch.nn or torch.ao class: it has no "
+            "effect (the list picks the torch classes that keep a tag segment; every other class has one)");
   std::optional<ExportOptions> two =
       Read({{"HIERTAG", "1"}, {"HIERTAG_TORCH_MODULES", "MyBlock,Linear,LayerNrom"}}, &error);
   ASSERT_TRUE(two) << error;
-  EXPECT_EQ(UnknownTorchModulesWarning(two->torch_modules, known),
-            "hiertag: HIERTAG_TORCH_MODULES names 'LayerNrom', 'MyBlock', which are not torch.nn or torch.ao "
+  EXPECT_EQ(UnknownTorchModulesNote(UnknownTorchModules(two->torch_modules, known), "--torch-modules"),
+            "--torch-modules names 'LayerNrom', 'MyBlock', which are not torch.nn or torch.ao "
             "classes: they have no effect (the list picks the torch classes that keep a tag segment; every other "
-            "class has one)\n");
+            "class has one)");
 }
 
 TEST(ExportOptionsTest, TorchModuleListOfTorchClassesIsNotWarnedOf) {
@@ -131,7 +131,8 @@ TEST(ExportOptionsTest, TorchModuleListOfTorchClassesIsNotWarnedOf) {
     std::string error;
     std::optional<ExportOptions> options = Read({{"HIERTAG", "1"}, {"HIERTAG_TORCH_MODULES", value}}, &error);
     ASSERT_TRUE(options) << error;
-    EXPECT_EQ(UnknownTorchModulesWarning(options->torch_modules, known), "") << value;
+    EXPECT_TRUE(UnknownTorchModules(options->torch_modules, known).empty()) << value;
+    EXPECT_EQ(UnknownTorchModulesNote({}, "HIERTAG_TORCH_MODULES"), "");
   }
 }
 

@@ -26,6 +26,15 @@ constexpr uint32_t kAttributeType = 20;
 
 // ---- writer ----
 
+// The tagged model PlanTaggedModel plans, as one string.
+bool PlanToString(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
+                  const std::vector<ModelMetadataEntry>& model_entries, std::string* tagged_model, std::string* error) {
+  TaggedModelPlan plan;
+  if (!PlanTaggedModel(model, nodes, model_entries, &plan, error)) return false;
+  *tagged_model = plan.ToString();
+  return true;
+}
+
 std::string VarintField(uint32_t number, uint64_t value) {
   std::string out;
   wire::AppendVarint(&out, static_cast<uint64_t>(number) << 3);
@@ -204,8 +213,8 @@ TEST(ProtoTaggingTest, EveryNodeGainsItsTag) {
   // Check that each top-level NodeProto gains exactly one hierarchy_tag entry with its tag.
   std::string model = ModelProto(GraphProto({NodeProto("Relu", "/l0/Relu"), NodeProto("Sigmoid", "/l1/Sigmoid")}));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Relu", "/Net/Layer.0", {}, {}}, {"Sigmoid", "/Net/Layer.1", {}, {}}},
-                                       kModelEntries, &tagged, &error))
+  ASSERT_TRUE(PlanToString(model, {{"Relu", "/Net/Layer.0", {}, {}}, {"Sigmoid", "/Net/Layer.1", {}, {}}},
+                           kModelEntries, &tagged, &error))
       << error;
   std::vector<SeenNode> nodes = NodesOf(tagged);
   ASSERT_EQ(nodes.size(), 2u);
@@ -220,7 +229,7 @@ TEST(ProtoTaggingTest, NodeBytesArePreservedBeforeTheTag) {
   std::string node = NodeProto("Relu", "/l0/Relu");
   std::string model = ModelProto(GraphProto({node}));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Relu", "/Net", {}, {}}}, {}, &tagged, &error)) << error;
+  ASSERT_TRUE(PlanToString(model, {{"Relu", "/Net", {}, {}}}, {}, &tagged, &error)) << error;
   std::string tagged_node = Only(Only(tagged, kModelGraph), kGraphNode);
   ASSERT_GT(tagged_node.size(), node.size());
   EXPECT_EQ(tagged_node.substr(0, node.size()), node);
@@ -230,7 +239,7 @@ TEST(ProtoTaggingTest, NodeBytesArePreservedBeforeTheTag) {
 TEST(ProtoTaggingTest, LoopBodyNodesAreTaggedInPreOrder) {
   // Check that a Loop's body nodes take the tags right after the Loop, before the next top-level node.
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(), LoopModelTags(), kModelEntries, &tagged, &error)) << error;
+  ASSERT_TRUE(PlanToString(LoopModel(), LoopModelTags(), kModelEntries, &tagged, &error)) << error;
   std::vector<SeenNode> nodes = NodesOf(tagged);
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"/layer.0/Relu", "/Net/Layer.0"}, {"/Constant", "/Net"},
@@ -246,7 +255,7 @@ TEST(ProtoTaggingTest, LoopBodyNodesAreTaggedInPreOrder) {
 TEST(ProtoTaggingTest, BodyNodesStayInsideTheBody) {
   // Check that the body nodes are tagged in place: the top-level graph still has four nodes, the body two.
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(), LoopModelTags(), {}, &tagged, &error)) << error;
+  ASSERT_TRUE(PlanToString(LoopModel(), LoopModelTags(), {}, &tagged, &error)) << error;
   std::vector<std::string> top = Payloads(Only(tagged, kModelGraph), kGraphNode);
   ASSERT_EQ(top.size(), 4u);
   std::string attribute = Only(top[2], kNodeAttribute);
@@ -260,7 +269,7 @@ TEST(ProtoTaggingTest, SharedNodeGetsSharedWithEntry) {
   // Check that a node with shared_with gets a second entry holding a JSON array of the tags.
   std::string model = ModelProto(GraphProto({NodeProto("Shape", "/l0/Shape"), NodeProto("Relu", "/l1/Relu")}));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(
+  ASSERT_TRUE(PlanToString(
       model, {{"Shape", "/Net/Layer.0", {"/Net/Layer.1", "/Net/Layer.2"}, {}}, {"Relu", "/Net/Layer.1", {}, {}}}, {},
       &tagged, &error))
       << error;
@@ -275,7 +284,7 @@ TEST(ProtoTaggingTest, UnsharedNodeGetsNoSharedWithEntry) {
   // Check that an empty shared_with writes no hiertag.shared_with entry.
   std::string model = ModelProto(GraphProto({NodeProto("Shape", "/l0/Shape")}));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Shape", "/Net/Layer.0", {}, {}}}, {}, &tagged, &error)) << error;
+  ASSERT_TRUE(PlanToString(model, {{"Shape", "/Net/Layer.0", {}, {}}}, {}, &tagged, &error)) << error;
   std::string node = Only(Only(tagged, kModelGraph), kGraphNode);
   EXPECT_EQ(Payloads(node, kNodeMetadataProps).size(), 1u);
   EXPECT_EQ(tagged.find("hiertag.shared_with"), std::string::npos);
@@ -285,8 +294,7 @@ TEST(ProtoTaggingTest, SharedWithTagsAreJsonQuoted) {
   // Check that a tag holding a '"' or '\' is JSON-escaped inside the shared_with array.
   std::string model = ModelProto(GraphProto({NodeProto("Shape", "/l0/Shape")}));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(model, {{"Shape", "/Net", {"/Net/Odd[a\"b\\c]"}, {}}}, {}, &tagged, &error))
-      << error;
+  ASSERT_TRUE(PlanToString(model, {{"Shape", "/Net", {"/Net/Odd[a\"b\\c]"}, {}}}, {}, &tagged, &error)) << error;
   std::vector<SeenNode> nodes = NodesOf(tagged);
   ASSERT_EQ(nodes.size(), 1u);
   ASSERT_EQ(nodes[0].metadata.size(), 2u);
@@ -297,8 +305,7 @@ TEST(ProtoTaggingTest, ModelEntriesGoBeforeHigherFields) {
   // Check that the model's field-14 entries are written before a field 20 that follows the graph.
   std::string training_info = BytesField(kModelTrainingInfo, VarintField(1, 3));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(training_info), LoopModelTags(), kModelEntries, &tagged, &error))
-      << error;
+  ASSERT_TRUE(PlanToString(LoopModel(training_info), LoopModelTags(), kModelEntries, &tagged, &error)) << error;
   EXPECT_EQ(FieldNumbers(tagged),
             (std::vector<uint32_t>{kModelIrVersion, kModelGraph, kModelOpsetImport, kModelMetadataProps,
                                    kModelMetadataProps, kModelTrainingInfo}));
@@ -311,7 +318,7 @@ TEST(ProtoTaggingTest, ModelEntriesGoBeforeHigherFields) {
 TEST(ProtoTaggingTest, ModelEntriesGoLastWithoutHigherFields) {
   // Check that without fields above 14 the model entries are appended at the end.
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(), LoopModelTags(), kModelEntries, &tagged, &error)) << error;
+  ASSERT_TRUE(PlanToString(LoopModel(), LoopModelTags(), kModelEntries, &tagged, &error)) << error;
   EXPECT_EQ(FieldNumbers(tagged), (std::vector<uint32_t>{kModelIrVersion, kModelGraph, kModelOpsetImport,
                                                          kModelMetadataProps, kModelMetadataProps}));
 }
@@ -321,8 +328,7 @@ TEST(ProtoTaggingTest, ExistingModelMetadataIsKeptBeforeOurs) {
   std::string own = BytesField(kModelMetadataProps, BytesField(kEntryKey, "author") + BytesField(kEntryValue, "me"));
   std::string training_info = BytesField(kModelTrainingInfo, VarintField(1, 3));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(own + training_info), LoopModelTags(), kModelEntries, &tagged, &error))
-      << error;
+  ASSERT_TRUE(PlanToString(LoopModel(own + training_info), LoopModelTags(), kModelEntries, &tagged, &error)) << error;
   EXPECT_EQ(MetadataEntries(tagged, kModelMetadataProps),
             (Entries{{"author", "me"},
                      {"hiertag.modules", R"({"/Net":{"path":"","class":"pkg.Net"}})"},
@@ -335,7 +341,7 @@ TEST(ProtoTaggingTest, AllOtherBytesArePreserved) {
   std::string training_info = BytesField(kModelTrainingInfo, VarintField(1, 3));
   std::string model = LoopModel(training_info);
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(model, LoopModelTags(), kModelEntries, &tagged, &error)) << error;
+  ASSERT_TRUE(PlanToString(model, LoopModelTags(), kModelEntries, &tagged, &error)) << error;
   EXPECT_NE(tagged, model);
   EXPECT_EQ(StripModel(tagged), model);
 }
@@ -343,7 +349,7 @@ TEST(ProtoTaggingTest, AllOtherBytesArePreserved) {
 TEST(ProtoTaggingTest, InitializerIsByteIdentical) {
   // Check that the graph's initializer (field 5) is copied through unchanged.
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(), LoopModelTags(), kModelEntries, &tagged, &error)) << error;
+  ASSERT_TRUE(PlanToString(LoopModel(), LoopModelTags(), kModelEntries, &tagged, &error)) << error;
   std::string graph = Only(tagged, kModelGraph);
   EXPECT_EQ(Only(graph, kGraphInitializer), Initializer());
   EXPECT_EQ(Only(graph, kGraphName), "main_graph");
@@ -353,8 +359,8 @@ TEST(ProtoTaggingTest, OpTypeMismatchFailsNamingBoth) {
   // Check that a node whose op_type differs from the expected one fails, naming both, output untouched.
   std::string model = ModelProto(GraphProto({NodeProto("Relu", "/l0/Relu"), NodeProto("Sigmoid", "/l1/Sigmoid")}));
   std::string tagged = "untouched", error;
-  EXPECT_FALSE(AddTagsToSerializedModel(model, {{"Relu", "/Net/Layer.0", {}, {}}, {"Tanh", "/Net/Layer.1", {}, {}}},
-                                        kModelEntries, &tagged, &error));
+  EXPECT_FALSE(PlanToString(model, {{"Relu", "/Net/Layer.0", {}, {}}, {"Tanh", "/Net/Layer.1", {}, {}}}, kModelEntries,
+                            &tagged, &error));
   EXPECT_EQ(tagged, "untouched");
   EXPECT_NE(error.find("Sigmoid"), std::string::npos) << error;
   EXPECT_NE(error.find("Tanh"), std::string::npos) << error;
@@ -366,7 +372,7 @@ TEST(ProtoTaggingTest, OpTypeMismatchInsideBodyFails) {
   std::vector<SerializedNodeTag> tags = LoopModelTags();
   std::swap(tags[3], tags[4]);  // Mul expected where the body holds Add
   std::string tagged = "untouched", error;
-  EXPECT_FALSE(AddTagsToSerializedModel(LoopModel(), tags, kModelEntries, &tagged, &error));
+  EXPECT_FALSE(PlanToString(LoopModel(), tags, kModelEntries, &tagged, &error));
   EXPECT_EQ(tagged, "untouched");
   EXPECT_NE(error.find("Add"), std::string::npos) << error;
   EXPECT_NE(error.find("Mul"), std::string::npos) << error;
@@ -377,7 +383,7 @@ TEST(ProtoTaggingTest, TooFewTagsFail) {
   std::vector<SerializedNodeTag> tags = LoopModelTags();
   tags.pop_back();
   std::string tagged = "untouched", error;
-  EXPECT_FALSE(AddTagsToSerializedModel(LoopModel(), tags, kModelEntries, &tagged, &error));
+  EXPECT_FALSE(PlanToString(LoopModel(), tags, kModelEntries, &tagged, &error));
   EXPECT_EQ(tagged, "untouched");
   EXPECT_FALSE(error.empty());
 }
@@ -387,7 +393,7 @@ TEST(ProtoTaggingTest, TooManyTagsFail) {
   std::vector<SerializedNodeTag> tags = LoopModelTags();
   tags.push_back({"Relu", "/Net", {}, {}});
   std::string tagged = "untouched", error;
-  EXPECT_FALSE(AddTagsToSerializedModel(LoopModel(), tags, kModelEntries, &tagged, &error));
+  EXPECT_FALSE(PlanToString(LoopModel(), tags, kModelEntries, &tagged, &error));
   EXPECT_EQ(tagged, "untouched");
   EXPECT_FALSE(error.empty());
 }
@@ -403,7 +409,7 @@ TEST(ProtoTaggingTest, TruncatedModelFailsCleanly) {
   for (size_t size = 1; size < model.size(); ++size) {
     if (field_boundaries.count(size)) continue;
     std::string tagged = "untouched", error;
-    EXPECT_FALSE(AddTagsToSerializedModel(model.substr(0, size), LoopModelTags(), kModelEntries, &tagged, &error))
+    EXPECT_FALSE(PlanToString(model.substr(0, size), LoopModelTags(), kModelEntries, &tagged, &error))
         << "accepted a model cut to " << size << " of " << model.size() << " bytes";
     EXPECT_EQ(tagged, "untouched");
     EXPECT_FALSE(error.empty()) << size;
@@ -413,15 +419,15 @@ TEST(ProtoTaggingTest, TruncatedModelFailsCleanly) {
 TEST(ProtoTaggingTest, WholeModelIsAccepted) {
   // Check that the untruncated model used by the truncation test is accepted.
   std::string tagged, error;
-  EXPECT_TRUE(AddTagsToSerializedModel(LoopModel(BytesField(kModelTrainingInfo, VarintField(1, 3))), LoopModelTags(),
-                                       kModelEntries, &tagged, &error))
+  EXPECT_TRUE(PlanToString(LoopModel(BytesField(kModelTrainingInfo, VarintField(1, 3))), LoopModelTags(), kModelEntries,
+                           &tagged, &error))
       << error;
 }
 
 TEST(ProtoTaggingTest, ModelWithoutGraphFails) {
   // Check that bytes holding no graph field are rejected.
   std::string tagged = "untouched", error;
-  EXPECT_FALSE(AddTagsToSerializedModel(VarintField(kModelIrVersion, 8), {}, kModelEntries, &tagged, &error));
+  EXPECT_FALSE(PlanToString(VarintField(kModelIrVersion, 8), {}, kModelEntries, &tagged, &error));
   EXPECT_EQ(tagged, "untouched");
   EXPECT_FALSE(error.empty());
 }
@@ -430,8 +436,7 @@ TEST(ProtoTaggingTest, NodeWithoutOpTypeFails) {
   // Check that a NodeProto without op_type is rejected rather than tagged blindly.
   std::string node = BytesField(kNodeInput, "x") + BytesField(kNodeName, "/n");
   std::string tagged = "untouched", error;
-  EXPECT_FALSE(
-      AddTagsToSerializedModel(ModelProto(GraphProto({node})), {{"Relu", "/Net", {}, {}}}, {}, &tagged, &error));
+  EXPECT_FALSE(PlanToString(ModelProto(GraphProto({node})), {{"Relu", "/Net", {}, {}}}, {}, &tagged, &error));
   EXPECT_EQ(tagged, "untouched");
   EXPECT_FALSE(error.empty());
 }
@@ -444,8 +449,8 @@ TEST(ProtoTaggingTest, MalformedNodeOrAttributeFails) {
   for (const std::string& node :
        {NodeProto("Relu", "/n") + not_a_message, NodeProto("Relu", "/n", BytesField(kNodeAttribute, not_a_message))}) {
     std::string tagged = "untouched", error;
-    EXPECT_FALSE(AddTagsToSerializedModel(ModelProto(GraphProto({node})), {{"Relu", "/Net", {}, {}, {"/n_out"}}}, {},
-                                          &tagged, &error));
+    EXPECT_FALSE(
+        PlanToString(ModelProto(GraphProto({node})), {{"Relu", "/Net", {}, {}, {"/n_out"}}}, {}, &tagged, &error));
     EXPECT_EQ(tagged, "untouched");
     EXPECT_NE(error.find("not well-formed"), std::string::npos) << error;
   }
@@ -456,8 +461,8 @@ TEST(ProtoTaggingTest, AttributeWithoutGraphIsCopiedAsItIs) {
   std::string alpha = BytesField(kNodeAttribute, BytesField(kAttributeName, "alpha") + VarintField(kAttributeType, 1));
   std::string node = NodeProto("LeakyRelu", "/n", alpha + alpha);
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(ModelProto(GraphProto({node})), {{"LeakyRelu", "/Net", {}, {}, {"/n_out"}}}, {},
-                                       &tagged, &error))
+  ASSERT_TRUE(
+      PlanToString(ModelProto(GraphProto({node})), {{"LeakyRelu", "/Net", {}, {}, {"/n_out"}}}, {}, &tagged, &error))
       << error;
   EXPECT_NE(tagged.find(node), std::string::npos);
 }
@@ -490,7 +495,7 @@ TEST(ProtoTaggingTest, NestedBodiesAreRebuiltByteForByte) {
                                          {"Neg", "/Net/Other", {}, {}, {"/other_out"}},
                                          {"Loop", "/Net/Loop", {}, {}, {"/loop_out"}}};
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(model_of(false), tags, {}, &tagged, &error)) << error;
+  ASSERT_TRUE(PlanToString(model_of(false), tags, {}, &tagged, &error)) << error;
   EXPECT_EQ(tagged, model_of(true));
 }
 
@@ -507,8 +512,7 @@ std::vector<SerializedNodeTag> LoopModelTagsByIdentity() {
 TEST(ProtoTaggingTest, NodesTakeTheTagsOfTheirOutputsWhateverTheOrder) {
   // Check that with outputs known, each node takes the entry making its outputs, not the one at its place.
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(LoopModel(), LoopModelTagsByIdentity(), kModelEntries, &tagged, &error))
-      << error;
+  ASSERT_TRUE(PlanToString(LoopModel(), LoopModelTagsByIdentity(), kModelEntries, &tagged, &error)) << error;
   std::vector<SeenNode> nodes = NodesOf(tagged);
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"/layer.0/Relu", "/Net/Layer.0"}, {"/Constant", "/Net"},
@@ -526,7 +530,7 @@ TEST(ProtoTaggingTest, NodeWhoseOutputsNoEntryMakesFails) {
   std::vector<SerializedNodeTag> tags = LoopModelTagsByIdentity();
   tags[2].outputs = {"/layer.0/Relu_renamed"};
   std::string tagged = "untouched", error;
-  EXPECT_FALSE(AddTagsToSerializedModel(LoopModel(), tags, kModelEntries, &tagged, &error));
+  EXPECT_FALSE(PlanToString(LoopModel(), tags, kModelEntries, &tagged, &error));
   EXPECT_EQ(tagged, "untouched");
   EXPECT_EQ(error,
             "the model's Relu node making '/layer.0/Relu_out' has no tag: the graph has no node with those "
@@ -538,7 +542,7 @@ TEST(ProtoTaggingTest, SameOutputsWithAnotherOpTypeFail) {
   std::vector<SerializedNodeTag> tags = LoopModelTagsByIdentity();
   tags[2].op_type = "Sigmoid";
   std::string tagged = "untouched", error;
-  EXPECT_FALSE(AddTagsToSerializedModel(LoopModel(), tags, kModelEntries, &tagged, &error));
+  EXPECT_FALSE(PlanToString(LoopModel(), tags, kModelEntries, &tagged, &error));
   EXPECT_EQ(error, "node making '/layer.0/Relu_out' is 'Relu' in the model but 'Sigmoid' in the graph");
 }
 
@@ -555,7 +559,7 @@ TEST(ProtoTaggingTest, APlanMovedKeepsItsChunksAndAnEmptyPlanWritesNothing) {
   ASSERT_TRUE(PlanTaggedModel(model, LoopModelTags(), kModelEntries, &plan, &error)) << error;
   std::string written = plan.ToString();
   std::string direct;
-  ASSERT_TRUE(AddTagsToSerializedModel(model, LoopModelTags(), kModelEntries, &direct, &error)) << error;
+  ASSERT_TRUE(PlanToString(model, LoopModelTags(), kModelEntries, &direct, &error)) << error;
   EXPECT_EQ(written, direct);
   TaggedModelPlan moved(std::move(plan));
   TaggedModelPlan assigned;
@@ -585,7 +589,7 @@ TEST(ProtoTaggingTest, WrittenBytesPastTheirReservedSizeAreKeptWhole) {
   for (const std::string& name : names) nodes.push_back(NodeProto("Relu", name));
   std::string model = ModelProto(GraphProto(nodes));
   std::string tagged, error;
-  ASSERT_TRUE(AddTagsToSerializedModel(model, tags, kModelEntries, &tagged, &error)) << error;
+  ASSERT_TRUE(PlanToString(model, tags, kModelEntries, &tagged, &error)) << error;
   std::vector<SeenNode> seen = NodesOf(tagged);
   ASSERT_EQ(seen.size(), 50u);
   for (int i = 0; i < 50; ++i) {

@@ -313,24 +313,6 @@ TEST(ModuleTableTest, FindByPathOfUnknownPathFails) {
   EXPECT_EQ(table.FindByPath("h.0.att"), -1);
 }
 
-TEST(ModuleTableTest, CommonTagAncestorOfRelatedModules) {
-  // Check that CommonTagAncestor finds the nearest shared tag-tree node of siblings, cousins, self and root.
-  ModuleTable table = Gpt2Table();
-  const int c_attn = table.FindByPath("h.0.attn.c_attn");
-  const int c_proj = table.FindByPath("h.0.attn.c_proj");
-  const int c_fc = table.FindByPath("h.0.mlp.c_fc");
-  const int attn = table.FindByPath("h.0.attn");
-  const int block0 = table.FindByPath("h.0");
-  const int other_c_attn = table.FindByPath("h.1.attn.c_attn");
-  EXPECT_EQ(table.CommonTagAncestor(c_attn, c_proj), attn);
-  EXPECT_EQ(table.CommonTagAncestor(c_attn, c_fc), block0);
-  EXPECT_EQ(table.CommonTagAncestor(c_fc, c_attn), block0);
-  EXPECT_EQ(table.CommonTagAncestor(c_attn, attn), attn);
-  EXPECT_EQ(table.CommonTagAncestor(c_attn, c_attn), c_attn);
-  EXPECT_EQ(table.CommonTagAncestor(c_attn, other_c_attn), 0);
-  EXPECT_EQ(table.CommonTagAncestor(0, c_fc), 0);
-}
-
 TEST(ModuleTableTest, TagParentSkipsFilteredContainers) {
   // Check that the tag-tree parent of GPT2Block.0 is the root although its module parent is the ModuleList.
   ModuleTable table = Gpt2Table();

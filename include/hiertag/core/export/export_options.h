@@ -21,6 +21,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hiertag {
 
@@ -66,12 +67,17 @@ std::optional<ExportOptions> ReadExportOptions(const EnvironmentLookup& lookup, 
 // True for a class of torch.nn or torch.ao (torch.typename of the class).
 bool IsTorchModuleClass(std::string_view qualified);
 
-// The line to print on stderr (with its newline) when the HIERTAG_TORCH_MODULES
-// list holds names no torch.nn / torch.ao class has (a typo, "LayerNrom", or a
-// class of the user's, which always has a segment): such a name has no effect,
-// and the export goes on. "" when every name is a torch class's.
-// `is_torch_class` answers for a short class name.
-std::string UnknownTorchModulesWarning(const TorchModuleSegments& segments,
-                                       const std::function<bool(std::string_view)>& is_torch_class);
+// The names of the list no torch.nn / torch.ao class has (a typo, "LayerNrom",
+// or a class of the user's, which always has a segment), sorted: such a name
+// has no effect, and the export goes on. `is_torch_class` answers for a short
+// class name.
+std::vector<std::string> UnknownTorchModules(const TorchModuleSegments& segments,
+                                             const std::function<bool(std::string_view)>& is_torch_class);
+
+// What to say of those names, one line without a prefix or newline ("" for
+// none): "SOURCE names 'LayerNrom', which is not a torch.nn or torch.ao class:
+// it has no effect (...)". `source`: where the list came from
+// (HIERTAG_TORCH_MODULES for the plugin, --torch-modules for a verb).
+std::string UnknownTorchModulesNote(const std::vector<std::string>& names, std::string_view source);
 
 }  // namespace hiertag

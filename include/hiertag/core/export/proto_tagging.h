@@ -91,9 +91,4 @@ class TaggedModelPlan {
 bool PlanTaggedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
                      const std::vector<ModelMetadataEntry>& model_entries, TaggedModelPlan* plan, std::string* error);
 
-// PlanTaggedModel + ToString.
-bool AddTagsToSerializedModel(std::string_view model, const std::vector<SerializedNodeTag>& nodes,
-                              const std::vector<ModelMetadataEntry>& model_entries, std::string* tagged_model,
-                              std::string* error);
-
 }  // namespace hiertag

@@ -66,9 +66,6 @@ class ModuleTable {
   // True when module `ancestor` is `index` or one of its module-tree ancestors.
   bool IsModuleAncestorOrSelf(int ancestor, int index) const;
 
-  // The nearest common ancestor of two tag-tree nodes (both must have segments).
-  int CommonTagAncestor(int a, int b) const;
-
   // The tag-tree parent of a tagged module; -1 for the root.
   int TagParent(int tagged) const;
   // The tagged modules whose TagParent is `index`, in index order (after
