@@ -69,6 +69,8 @@ write_rewrites = _core.write_rewrites
 write_tag_list = _core.write_tag_list
 
 TorchModuleSegments = _core.TorchModuleSegments
+unknown_torch_modules_note = _core.unknown_torch_modules_note
+printable = _core.printable  # a name as every line hiertag prints quotes it
 ModuleTable = _core.ModuleTable
 CallTags = _core.CallTags
 
@@ -108,6 +110,9 @@ def value_types():
                 inferred.append(None)
         return inferred[0]
     return infer
+
+
+tool_commands = _core.tool_commands  # the native commands' (name, summary), as the tool declares them
 
 
 def run_tool(arguments):
