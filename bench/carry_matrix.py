@@ -178,11 +178,9 @@ def export_tagged(name, path):
 
 
 def run_tool(tool, *arguments):
-    """The native tool's command `tool` in process (core.run_tool), its result
-    as subprocess.run's with text output."""
+    """The native tool's command `tool` in process (core.run_tool), its output as text."""
     from hiertag import core
-    status, out, err = core.run_tool([tool, *arguments])
-    return subprocess.CompletedProcess([tool, *arguments], status, out.decode(), err.decode())
+    return core.run_tool([tool, *arguments]).text()
 
 
 class Eager:

@@ -18,6 +18,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import tempfile
+import typing
 from pathlib import Path
 
 from google.protobuf import message
@@ -115,11 +116,23 @@ def value_types():
 tool_commands = _core.tool_commands  # the native commands' (name, summary), as the tool declares them
 
 
+class ToolRun(typing.NamedTuple):
+    """A run of the native tool's command line: its exit status and output,
+    named as subprocess.run's result names them (bytes)."""
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    def text(self):
+        """The same run, its output decoded (UTF-8: the tool escapes what is not)."""
+        return self._replace(stdout=self.stdout.decode(), stderr=self.stderr.decode())
+
+
 def run_tool(arguments):
     """The native tool's command line (validate, tree, extract) run in process
-    over core/file, as the `hiertag` binary runs it: (exit status, stdout,
-    stderr) as bytes; extract types values its file does not by value_types()."""
-    return _core.run_tool([str(argument) for argument in arguments], value_types())
+    over core/file, as the `hiertag` binary runs it (a ToolRun); extract types
+    values its file does not by value_types()."""
+    return ToolRun(*_core.run_tool([str(argument) for argument in arguments], value_types()))
 
 
 def inferred_value_infos(path, **options):

@@ -21,7 +21,6 @@ hiertag.rewrites): extract must refuse it naming that pass, and it passes as
 a constant, or computing nothing) has nothing to extract: "no nodes", with
 what the table says it became.
 
-usage: hiertag verify MODEL [--config JSON] [--input NAME=SPEC ...] [--dynamo] [--json]
 MODEL is zoo:NAME (a bundled model of hiertag.zoo: bert, gpt2, t5, ...), or
 anything `hiertag export` takes (hiertag export --help): a transformers class
 built from --config with random weights (BertModel, transformers:BertModel), a

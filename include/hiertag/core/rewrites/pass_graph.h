@@ -41,8 +41,8 @@ inline constexpr Owner kNoOwner = -1;
 
 // A pass graph's arrays live in mapped pages (mapped_memory.h): an observer
 // fills them right after a torch pass freed many small objects, and a large
-// heap allocation then would make glibc consolidate them (a cost that was a
-// third of observing a pass on deep graphs).
+// heap allocation then would make glibc consolidate them (on deep graphs, a
+// third of the cost of observing a pass).
 template <typename T>
 using PassArray = std::pmr::vector<T>;
 
