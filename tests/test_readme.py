@@ -4,6 +4,7 @@ tree" only where the result ran on one."""
 
 import json
 import re
+import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +78,19 @@ def test_the_overhead_figures_are_the_committed_results():
         json.loads((RESULTS / "instruction-count.json").read_text())["counts"])
     overhead, noise = 100 * (tagged / plain - 1), 100 * abs(again / plain - 1)
     assert f"+{overhead:.2f} %, while two identical plain exports lay {noise:.2f} % apart" in benchmark
-    assert max(shares) <= 0.005 and "By this measure the goal of 0.5 % (issue 17) holds on every model" in benchmark
+    missed = {name: model["summary"]["hiertag_work_share"] for name, model in models.items()
+              if model["summary"]["hiertag_work_share"] > 0.005}
+    floor = max((max(works) - min(works)) / 1000 / statistics.median(r["seconds"] for r in model["runs"]["plain"])
+                for model in models.values()
+                for works in [[r["hiertag_work_ms"] for r in model["runs"]["hiertag"]]])
+    assert f"spread by at most {100 * floor:.2f} % of its" in " ".join(benchmark.split())
+    if missed:
+        assert all(share - 0.005 > floor for share in missed.values())
+        said = " and ".join(f"{name} ({100 * share:.2f} %)" for name, share in missed.items())
+        assert f"By this measure the goal of 0.5 % (issue 17) is missed, by more than that floor, on {said}" in \
+            " ".join(benchmark.split())
+        assert "holds on every model" not in benchmark
+    else:
+        assert "By this measure the goal of 0.5 % (issue 17) holds on every model" in benchmark
     assert overhead - noise > 0.5 and "no committed result shows the goal met" in benchmark
     assert "**met**" not in benchmark
