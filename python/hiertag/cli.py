@@ -7,10 +7,10 @@ of this package, each declaring its verb once (hiertag.verb.Verb). Every verb
 takes --help and --json; bad input gives one line on stderr and exit status 2."""
 
 import importlib
-import importlib.util
 import os
 import pydoc
 import sys
+from pathlib import Path
 
 from hiertag.verb import synopsis
 
@@ -23,14 +23,15 @@ PYTHON_VERBS = ("export", "verify", "import_dynamo", "carry", "profile", "compar
 def verbs():
     """{verb: (its module, or None for the native tool's, summary)}: the native
     commands' declarations (hiertag._core.tool_commands) and the first line of
-    each Python verb module's docstring, read without importing the module."""
+    each Python verb module's docstring, read from its file without importing
+    it or its package (hiertag.verbs imports onnx: the native commands need
+    neither)."""
     from hiertag import core
     table = {name: (None, summary) for name, summary in core.tool_commands()}
     for module in PYTHON_VERBS:
-        qualified = f"hiertag.verbs.{module}"
-        with open(importlib.util.find_spec(qualified).origin, encoding="utf-8") as source:
+        with open(Path(__file__).parent / "verbs" / f"{module}.py", encoding="utf-8") as source:
             name, summary = synopsis(pydoc.source_synopsis(source))
-        table[name] = (qualified, summary)
+        table[name] = (f"hiertag.verbs.{module}", summary)
     return table
 
 
