@@ -2,8 +2,9 @@
 # The pass-scaling benchmark (bench/pass_scaling.cpp) at other commits, on this
 # machine: builds hiertag_pass_scaling at each COMMIT in one worktree outside the
 # checkout (its build folder reused, so each commit rebuilds only what changed) and
-# prints each selected benchmark's median CPU time. The committed results ran on
-# other machines; this tells which commit made a pass slower here.
+# prints each selected benchmark's median CPU time (with one repetition, its time).
+# The committed results ran on other machines; this tells which commit made a pass
+# slower here.
 #
 #   bench/pass_scaling_at.sh [--filter REGEX] [--repetitions N] COMMIT...
 #   bench/pass_scaling_at.sh 9629225 3e8464b HEAD
@@ -37,5 +38,6 @@ for commit in "${commits[@]}"; do
     { tail -20 "$log"; echo "pass_scaling_at: the build failed at $commit (log: $log)"; exit 1; }
   echo "== $commit $(git log -1 --format=%s "$commit" | cut -c1-80)"
   "$tree/build/hiertag_pass_scaling" --benchmark_filter="$filter" --benchmark_repetitions="$repetitions" \
-    --benchmark_report_aggregates_only=true 2>/dev/null | awk '/_median/ {print "  " $1, $4, $5}'
+    --benchmark_report_aggregates_only=true 2>/dev/null |
+    awk '$1 ~ /_median$/ || ($1 ~ /^BM_/ && $1 !~ /_(mean|median|stddev|cv)$/) {print "  " $1, $4, $5}'
 done
