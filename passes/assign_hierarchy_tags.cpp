@@ -111,12 +111,19 @@ class Tagger {
     CallRefs refs(call_tags_, result_);
     for (const RewriteRecord& record : rewrites_->records) {
       std::vector<TagRef> calls;
+      std::vector<int> sources;
       if (record.kind == RewriteKind::kRewired) {
         calls = RewiredCalls(record, refs);
       } else {
-        for (const auto& scope : record.scopes) calls.push_back(RefOf(scope));
+        for (const auto& scope : record.scopes) {
+          if (record.kind == RewriteKind::kFolded && borrowed_.Find(scope) != nullptr) {
+            sources.push_back(folded_sources_.SourceOf(KeyOf(scope)));
+          } else {
+            calls.push_back(RefOf(scope));
+          }
+        }
       }
-      AddRewrite(record.kind, record.pass, std::move(calls), record.initializer, refs, result_);
+      AddRewrite(record.kind, record.pass, std::move(calls), record.initializer, refs, result_, std::move(sources));
     }
   }
 
@@ -312,7 +319,13 @@ class Tagger {
   void TakeLoan(const BorrowedScopes::Loan& loan, TaggedNode& tagged, const TagRef& own) {
     RefLoan refs;
     for (const auto& other : loan.shared_with) refs.shared_with.push_back(RefOf(other));
-    for (const auto& folded : loan.folded_from) refs.folded_from.push_back(resolver_.Resolve(folded).tag);
+    for (const auto& folded : loan.folded_from) {
+      if (borrowed_.Find(folded) != nullptr) {
+        refs.folded_sources.push_back(folded_sources_.SourceOf(KeyOf(folded)));
+      } else {
+        refs.folded_from.push_back(resolver_.Resolve(folded).tag);
+      }
+    }
     for (const auto& fused : loan.spans) refs.spans.push_back(RefOf(fused));
     refs.rewrite = loan.rewrite;
     CallRefs(call_tags_, result_).TakeLoan(refs, own, !JitNode(tagged)->inputs().empty(), tagged);
@@ -326,6 +339,28 @@ class Tagger {
     std::vector<TagRef> value_refs;
     for (const auto& scope : record.value_scopes) value_refs.push_back(RefOf(scope));
     return refs.RewiredCalls(RefOf(record.reader), RefOf(record.replaced), value_refs, user_input);
+  }
+
+  // A lent node a fold read, by its borrowed scope (FoldedSourceTable): its
+  // loan's scopes as call tags, and the borrowed ones among them as lent nodes.
+  static uint64_t KeyOf(const torch::jit::ScopePtr& scope) { return reinterpret_cast<uintptr_t>(scope.get()); }
+  void ExpandLoan(uint64_t key, std::vector<int>* tags, std::vector<uint64_t>* lent) {
+    auto scope = c10::intrusive_ptr<torch::jit::Scope>::unsafe_reclaim_from_nonowning(
+        reinterpret_cast<torch::jit::Scope*>(static_cast<uintptr_t>(key)));
+    const BorrowedScopes::Loan* loan = borrowed_.Find(scope);
+    if (loan == nullptr) return;
+    auto add = [&](const torch::jit::ScopePtr& listed) {
+      if (IsBlankScope(listed)) return;
+      if (borrowed_.Find(listed) != nullptr) {
+        lent->push_back(KeyOf(listed));
+      } else {
+        tags->push_back(resolver_.Resolve(listed).tag);
+      }
+    };
+    add(loan->recorded);
+    for (const auto& other : loan->spans) add(other);
+    for (const auto& other : loan->folded_from) add(other);
+    for (const auto& other : loan->shared_with) add(other);
   }
 
   // The call a scope records: its call tag, and which of that tag's calls it was.
@@ -465,6 +500,9 @@ class Tagger {
   ScopeResolver resolver_;
   ska::flat_hash_map<const torch::jit::Scope*, int> call_ordinal_;  // call scope -> its tag's call
   HierarchyTagging result_;
+  FoldedSourceTable folded_sources_{result_, [this](uint64_t key, std::vector<int>* tags, std::vector<uint64_t>* lent) {
+                                      ExpandLoan(key, tags, lent);
+                                    }};
   ska::flat_hash_map<const Node*, size_t> later_;             // nodes no record settles for good -> index
   ska::flat_hash_map<const Node*, size_t> with_shared_with_;  // nodes shared with other calls -> index
   std::vector<size_t> unsettled_;                             // nodes no record tags, in pre-order

@@ -383,6 +383,16 @@ class Pass {
   // Loans list owners, never loans that list them back; the bound only stops a cycle a writer might make.
   static constexpr int kLoanDepth = 64;
 
+  // The owner a lent owner records, through loans of loans: the call that made the node.
+  Owner RecordedOwner(Owner owner) const {
+    for (int depth = 0; depth < kLoanDepth && owner != kNoOwner; ++depth) {
+      const OwnerLoan* loan = loans_ ? loans_(owner) : nullptr;
+      if (loan == nullptr) break;
+      owner = loan->recorded;
+    }
+    return owner;
+  }
+
   // The owners every node of `nodes` is shared with (CSE, or a pass merging
   // equal nodes, kept one node for them too), following each node's loan to
   // the owner it records: the nodes are computations those owners made too.
@@ -626,7 +636,11 @@ class Pass {
 
   // The owners of the group's nodes that node i (a member) was computed from,
   // its own among them: what a constant or initializer read in place of i's
-  // output holds.
+  // output holds. A lent owner stays one entry, standing for its loan's
+  // owners, which the tagger expands once per loan: every layer's shape
+  // constant folded from one computation shared by all layers would otherwise
+  // copy every layer's owner, a work and a size growing with the square of
+  // the depth.
   Owners ComputedBy(Index i) {
     Indices nodes;
     uint32_t walk = NewWalk();
@@ -642,7 +656,12 @@ class Pass {
       }
     }
     std::sort(nodes.begin(), nodes.end());
-    return OwnersOf(nodes);
+    Owners owners;
+    OwnerSet listed;
+    for (Index k : nodes) {
+      if (before_.nodes[k].owner != kNoOwner) listed.Add(owners, before_.nodes[k].owner);
+    }
+    return owners;
   }
 
   // Whether the group's nodes were computed from `value` (through nodes that
@@ -938,7 +957,7 @@ class Pass {
   void FoldInto(Index constant, const Owners& owners) {
     if (owners.empty()) return;
     Growing& growing = GrowingOf(constant);
-    if (growing.loan.recorded == kNoOwner) growing.loan.recorded = owners.front();
+    if (growing.loan.recorded == kNoOwner) growing.loan.recorded = RecordedOwner(owners.front());
     for (Owner owner : owners) {
       if (growing.folded.Add(growing.loan.folded_from, owner)) growing.grown = true;
     }

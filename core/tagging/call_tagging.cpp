@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "hiertag/core/format/json.h"
@@ -44,10 +45,58 @@ std::vector<int> HierarchyTagging::UsedTags() const {
     for (const TagRef& ref : tagged.records->spans) used.push_back(ref.tag);
     used.insert(used.end(), tagged.records->folded_from.begin(), tagged.records->folded_from.end());
   }
+  std::vector<int> sources;
+  for (const TaggedNode& tagged : nodes) {
+    if (tagged.records)
+      sources.insert(sources.end(), tagged.records->folded_sources.begin(), tagged.records->folded_sources.end());
+  }
+  std::vector<int> folded = FoldedTags({}, sources);
+  used.insert(used.end(), folded.begin(), folded.end());
   for (const auto& [tag, _] : calls) used.push_back(tag);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
   return used;
+}
+
+std::vector<int> HierarchyTagging::FoldedTags(const std::vector<int>& tags, const std::vector<int>& sources) const {
+  std::vector<int> folded(tags.begin(), tags.end());
+  std::vector<uint8_t> seen(folded_sources.size(), 0);
+  std::vector<int> work(sources.begin(), sources.end());
+  while (!work.empty()) {
+    int source = work.back();
+    work.pop_back();
+    if (seen.at(source)) continue;
+    seen[source] = 1;
+    folded.insert(folded.end(), folded_sources[source].tags.begin(), folded_sources[source].tags.end());
+    work.insert(work.end(), folded_sources[source].sources.begin(), folded_sources[source].sources.end());
+  }
+  std::sort(folded.begin(), folded.end());
+  folded.erase(std::unique(folded.begin(), folded.end()), folded.end());
+  folded.erase(folded.begin(), std::lower_bound(folded.begin(), folded.end(), 0));
+  return folded;
+}
+
+FoldedSourceTable::FoldedSourceTable(HierarchyTagging& tagging, Expand expand)
+    : tagging_(tagging), expand_(std::move(expand)) {}
+
+int FoldedSourceTable::SourceOf(uint64_t key) {
+  auto [found, fresh] = index_.emplace(key, kMaking);
+  if (!fresh) return found->second;  // kMaking: a loan listing itself back, which no writer makes
+  std::vector<int> tags;
+  std::vector<uint64_t> lent;
+  expand_(key, &tags, &lent);
+  FoldedSource source;
+  for (int tag : tags) AddTag(tag, &source.tags);
+  for (uint64_t other : lent) {
+    int index = SourceOf(other);
+    if (index >= 0 && std::find(source.sources.begin(), source.sources.end(), index) == source.sources.end()) {
+      source.sources.push_back(index);
+    }
+  }
+  tagging_.folded_sources.push_back(std::move(source));
+  int index = static_cast<int>(tagging_.folded_sources.size()) - 1;
+  index_[key] = index;
+  return index;
 }
 
 int HierarchyTagging::CallCount(int tag) const {
@@ -137,6 +186,7 @@ void CallRefs::TakeLoan(const RefLoan& loan, const TagRef& own, bool has_inputs,
   auto records = std::make_unique<NodeRecords>();
   for (const TagRef& other : loan.shared_with) AddRef(other, &records->shared_with);
   for (int folded : loan.folded_from) AddTag(folded, &records->folded_from);
+  for (int source : loan.folded_sources) AddTag(source, &records->folded_sources);
   std::vector<TagRef> spans = {own};
   for (const TagRef& fused : loan.spans) AddRef(fused, &spans);
   if (spans.size() > 1 && !has_inputs) {
@@ -187,18 +237,20 @@ void CallRefs::KeepReadingCalls(const std::vector<TagRef>& reader_refs, TaggedNo
 }
 
 void AddRewrite(RewriteKind kind, const std::string& pass, std::vector<TagRef> refs, uint64_t initializer,
-                const CallRefs& call_refs, HierarchyTagging& tagging) {
+                const CallRefs& call_refs, HierarchyTagging& tagging, std::vector<int> sources) {
   if (kind == RewriteKind::kRewired) {
-    if (!refs.empty()) tagging.rewrites.push_back({kind, pass, std::move(refs), initializer});
+    if (!refs.empty()) tagging.rewrites.push_back({kind, pass, std::move(refs), initializer, {}});
     return;
   }
   std::vector<TagRef> listed;
   for (const TagRef& ref : refs) AddRef(ref, &listed);
   if (kind == RewriteKind::kRemoved && listed.size() < 2) return;
-  if (kind == RewriteKind::kFolded && listed.empty()) return;
+  if (kind == RewriteKind::kFolded && listed.empty() && sources.empty()) return;
   if (kind == RewriteKind::kRemoved) listed = call_refs.CallsBetween(listed);
   std::sort(listed.begin(), listed.end());
-  tagging.rewrites.push_back({kind, pass, std::move(listed), initializer});
+  std::sort(sources.begin(), sources.end());
+  sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
+  tagging.rewrites.push_back({kind, pass, std::move(listed), initializer, std::move(sources)});
 }
 
 std::vector<std::string> CallRefTexts(const std::vector<TagRef>& refs, const HierarchyTagging& tagging,
@@ -253,12 +305,32 @@ std::vector<ModelMetadataEntry> DescribeModel(
     std::vector<std::string>& names = folded_into[tag];
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   };
+  // Per folded source, the tags without nodes it stands for, each source
+  // expanded once (a source lists only sources made before it).
+  std::vector<std::vector<int>> without_nodes(tagging.folded_sources.size());
+  for (size_t s = 0; s < tagging.folded_sources.size(); ++s) {
+    std::vector<int>& tags = without_nodes[s];
+    for (int tag : tagging.folded_sources[s].tags) {
+      if (!with_nodes.at(tag)) tags.push_back(tag);
+    }
+    for (int source : tagging.folded_sources[s].sources) {
+      tags.insert(tags.end(), without_nodes.at(source).begin(), without_nodes.at(source).end());
+    }
+    std::sort(tags.begin(), tags.end());
+    tags.erase(std::unique(tags.begin(), tags.end()), tags.end());
+  }
+  auto add_folded_sources = [&](const std::vector<int>& sources, const std::string& name) {
+    for (int source : sources) {
+      for (int tag : without_nodes.at(source)) add_folded(tag, name);
+    }
+  };
   for (size_t k = 0; k < tagging.nodes.size(); ++k) {
     const TaggedNode& tagged = tagging.nodes[k];
-    if (tagged.folded_from().empty()) continue;
+    if (!tagged.records || (tagged.records->folded_from.empty() && tagged.records->folded_sources.empty())) continue;
     std::optional<std::string> name = constant_name(k);
     if (!name) continue;
     for (int tag : tagged.folded_from()) add_folded(tag, *name);
+    add_folded_sources(tagged.records->folded_sources, *name);
   }
   std::set<std::tuple<std::string, RewriteKind, std::vector<std::string>>> listed_rewrites;
   for (const TagRewrite& rewrite : tagging.rewrites) {
@@ -266,6 +338,7 @@ std::vector<ModelMetadataEntry> DescribeModel(
       std::optional<std::string> name = initializer_name(rewrite.initializer);
       if (!name) continue;  // removed since (deduplicated, unused)
       for (const TagRef& ref : rewrite.refs) add_folded(ref.tag, *name);
+      add_folded_sources(rewrite.sources, *name);
       continue;
     }
     std::vector<std::string> calls = CallRefTexts(rewrite.refs, tagging, call_tags);

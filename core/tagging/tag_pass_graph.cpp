@@ -85,6 +85,25 @@ class Tagger {
     return {tag_of_call_[owner], ordinal >= 0 ? ordinal : TagRef::kEveryCall};
   }
 
+  // A lent owner a fold read (FoldedSourceTable): its loan's owners as call
+  // tags, and the lent ones among them as lent nodes.
+  void ExpandLoan(uint64_t key, std::vector<int>* tags, std::vector<uint64_t>* lent) const {
+    const OwnerLoan* loan = LoanOf(static_cast<Owner>(key));
+    if (loan == nullptr) return;
+    auto add = [&](Owner listed) {
+      if (listed == kNoOwner) return;
+      if (LoanOf(listed) != nullptr) {
+        lent->push_back(static_cast<uint64_t>(listed));
+      } else {
+        tags->push_back(RefOf(listed).tag);
+      }
+    };
+    add(loan->recorded);
+    for (Owner other : loan->spans) add(other);
+    for (Owner other : loan->folded_from) add(other);
+    for (Owner other : loan->shared_with) add(other);
+  }
+
   const OwnerLoan* LoanOf(Owner owner) const {
     if (owner < 0 || static_cast<size_t>(owner) < calls_.size()) return nullptr;
     return &loans_.at(owner - calls_.size());
@@ -111,7 +130,13 @@ class Tagger {
     RefLoan lent;
     for (Owner other : loan->shared_with) lent.shared_with.push_back(RefOf(other));
     for (Owner fused : loan->spans) lent.spans.push_back(RefOf(fused));
-    for (Owner folded : loan->folded_from) lent.folded_from.push_back(RefOf(folded).tag);
+    for (Owner folded : loan->folded_from) {
+      if (LoanOf(folded) != nullptr) {
+        lent.folded_sources.push_back(folded_sources_.SourceOf(static_cast<uint64_t>(folded)));
+      } else {
+        lent.folded_from.push_back(RefOf(folded).tag);
+      }
+    }
     lent.rewrite = loan->rewrite;
     refs.TakeLoan(lent, own, !graph_.InputsOf(i).empty(), tagged);
   }
@@ -257,6 +282,7 @@ class Tagger {
                        : rewrite.kind == OwnerRewrite::Kind::kFolded ? RewriteKind::kFolded
                                                                      : RewriteKind::kRewired;
     std::vector<TagRef> calls;
+    std::vector<int> sources;
     if (kind == RewriteKind::kRewired) {
       bool user_input = rewrite.graph_input >= 0 && static_cast<size_t>(rewrite.graph_input) < described_.user_inputs;
       if (rewrite.graph_input >= 0 && !user_input) return;  // a parameter is nobody's data
@@ -264,9 +290,15 @@ class Tagger {
       for (Owner owner : rewrite.value_owners) value_refs.push_back(RefOf(owner));
       calls = refs.RewiredCalls(RefOf(rewrite.reader), RefOf(rewrite.replaced), value_refs, user_input);
     } else {
-      for (Owner owner : rewrite.owners) calls.push_back(RefOf(owner));
+      for (Owner owner : rewrite.owners) {
+        if (kind == RewriteKind::kFolded && LoanOf(owner) != nullptr) {
+          sources.push_back(folded_sources_.SourceOf(static_cast<uint64_t>(owner)));
+        } else {
+          calls.push_back(RefOf(owner));
+        }
+      }
     }
-    AddRewrite(kind, record.pass, std::move(calls), rewrite.initializer, refs, result_.tagging);
+    AddRewrite(kind, record.pass, std::move(calls), rewrite.initializer, refs, result_.tagging, std::move(sources));
   }
 
   const PassGraph& graph_;
@@ -280,6 +312,9 @@ class Tagger {
   std::vector<bool> own_tag_;
   std::vector<int> ordinal_;
   PassGraphTagging result_;
+  FoldedSourceTable folded_sources_{
+      result_.tagging,
+      [this](uint64_t key, std::vector<int>* tags, std::vector<uint64_t>* lent) { ExpandLoan(key, tags, lent); }};
   std::unordered_map<uint32_t, int> index_of_;  // graph index -> index in result_.tagging.nodes
   std::vector<size_t> unsettled_;
   std::unordered_map<size_t, int> waiting_of_;

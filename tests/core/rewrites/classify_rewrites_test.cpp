@@ -165,6 +165,27 @@ TEST(ClassifyRewritesTest, GroupFoldedIntoANewConstantLendsItFoldedFrom) {
   EXPECT_TRUE(rewrites.records.empty());
 }
 
+TEST(ClassifyRewritesTest, FoldOfALentNodeListsItsOwnerOnceNotItsLoansOwners) {
+  // Check that a group holding a lent node (a computation CSE kept for many calls) folded into a new constant and
+  // into an initializer lists the lent owner once, standing for its loan, rather than a copy of every owner the loan
+  // lists: a deep decoder folds such a node into each layer's constants. The constant records whose node it is.
+  constexpr Owner kShared = 9;
+  OwnerLoan shared{kConvOwner, {}, {kNormOwner}, "", {kToLast, kToFirst}};
+  LoanLookup loans = [&](Owner owner) { return owner == kShared ? &shared : nullptr; };
+  PassGraph before =
+      Graph({{kConstant, kShared, {}, {2}}, {kTranspose, kToLast, {2}, {3}}, {kMul, kToFirst, {3, 1}, {4}}}, {4}, {1});
+  PassGraph to_constant = Graph({{kConstant, kNoOwner, {}, {20}}, {kMul, kToFirst, {20, 1}, {4}, 1, 2}}, {4}, {1});
+  PassRewrites folded = Classify(before, to_constant, loans);
+  ASSERT_EQ(folded.loans.size(), 1u);
+  EXPECT_EQ(folded.loans[0].loan.recorded, kConvOwner);
+  EXPECT_EQ(folded.loans[0].loan.folded_from, (std::vector<Owner>{kShared, kToLast}));
+  PassGraph to_initializer = Graph({{kMul, kToFirst, {20, 1}, {4}, 1, 2}}, {4}, {1, 20});
+  PassRewrites recorded = Classify(before, to_initializer, loans);
+  ASSERT_EQ(recorded.records.size(), 1u);
+  EXPECT_EQ(recorded.records[0].kind, OwnerRewrite::Kind::kFolded);
+  EXPECT_EQ(recorded.records[0].owners, (std::vector<Owner>{kShared, kToLast}));
+}
+
 TEST(ClassifyRewritesTest, NodeMergedIntoAnEqualNodeOfAnotherOwnerIsShared) {
   // Check that a node removed for an equal older node of another owner (CSE) shares that node with its owner.
   PassGraph before =

@@ -130,6 +130,42 @@ TEST_F(TagPassGraphTest, RemovedRecordOfOneCallIsDropped) {
   EXPECT_TRUE(tagged.tagging.rewrites.empty());
 }
 
+TEST_F(TagPassGraphTest, FoldOfALentNodeNamesTheCallsOfItsLoanThatLeftNoNode) {
+  // Check that a constant and an initializer folded from a lent node (owner 4: a node CSE kept for blocks.0 and
+  // blocks.1) refer to that loan once, and that the module table names them as what blocks.1, which left no node,
+  // became; blocks.0, which kept nodes, lists nothing.
+  Node(5, {}, {1});  // a constant, owner 5: loans[1], folded from owner 4
+  Node(1, {100, 1, 200}, {2});
+  OwnerRewrite folded;
+  folded.kind = OwnerRewrite::Kind::kFolded;
+  folded.owners = {4};
+  folded.initializer = 200;
+  PassGraphTagging tagged =
+      Tag({2}, kCalls, {OwnerLoan{1, {}, {}, "", {3}}, OwnerLoan{1, {}, {4}, "", {}}}, {{"pass", folded}});
+  const TaggedNode& constant = tagged.tagging.nodes[0];
+  ASSERT_TRUE(constant.records);
+  EXPECT_TRUE(constant.folded_from().empty());
+  ASSERT_EQ(constant.records->folded_sources.size(), 1u);
+  ASSERT_EQ(tagged.tagging.folded_sources.size(), 1u);  // one source, however many folds read it
+  std::vector<std::string> tags;
+  for (int tag : tagged.tagging.FoldedTags(constant.folded_from(), constant.records->folded_sources)) {
+    tags.push_back(call_tags_->Tag(tag));
+  }
+  EXPECT_EQ(tags, (std::vector<std::string>{"/Net/Block.0", "/Net/Block.1"}));
+  ASSERT_EQ(tagged.tagging.rewrites.size(), 1u);
+  EXPECT_EQ(tagged.tagging.rewrites[0].sources, constant.records->folded_sources);
+  std::vector<ModelMetadataEntry> entries = DescribeModel(
+      tagged.tagging, *call_tags_, modules_, [](size_t k) { return "n" + std::to_string(k); },
+      [](size_t k) { return std::optional<std::string>("c" + std::to_string(k)); },
+      [](uint64_t id) { return std::optional<std::string>("i" + std::to_string(id)); });
+  std::string table;
+  for (const ModelMetadataEntry& entry : entries) {
+    if (entry.key == "hiertag.modules") table = entry.value;
+  }
+  EXPECT_NE(table.find("\"folded_into\":[\"c0\",\"i200\"]"), std::string::npos) << table;
+  EXPECT_EQ(table.find("folded_into"), table.rfind("folded_into")) << table;  // blocks.0 kept nodes
+}
+
 TEST_F(TagPassGraphTest, ModuleCalledTwiceNumbersItsCalls) {
   // Check that two calls of one module from the root are numbered 0 and 1, and each node keeps its call.
   Node(1, {100}, {1});

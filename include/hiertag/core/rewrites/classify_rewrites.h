@@ -29,7 +29,9 @@
 //             folded_from the owners of the group's nodes the replaced value was
 //             computed from (not the whole group's: a group joins every
 //             computation sharing a removed node, as each layer's shape
-//             arithmetic shares the sequence length);
+//             arithmetic shares the sequence length). A lent owner among them
+//             is listed as itself, standing for its loan's owners (the tagger
+//             expands each loan once: FoldedSource, call_tagging.h);
 //   merged    the readers read an older node elsewhere that computed the same
 //             value: that node is shared with the group's owners.
 // A reader that now reads a value from further up (the group's input, or a
@@ -72,7 +74,7 @@ namespace hiertag {
 struct OwnerLoan {
   Owner recorded = kNoOwner;       // whose node it is
   std::vector<Owner> spans;        // fused: owners whose nodes it took over
-  std::vector<Owner> folded_from;  // a constant: owners whose nodes it holds the value of
+  std::vector<Owner> folded_from;  // a constant: owners whose nodes it holds the value of (lent ones as themselves)
   std::string rewrite;             // fused: the pass that fused them (the first that did)
   std::vector<Owner> shared_with;  // merged: owners whose equal nodes it stands for too
 };

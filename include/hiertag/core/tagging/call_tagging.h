@@ -32,6 +32,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "hiertag/core/export/proto_tagging.h"
@@ -59,8 +60,9 @@ struct NodeRecords {
   std::vector<TagRef> spans;        // calls whose nodes a pass fused into it
   std::string rewrite;              // that pass
   std::vector<int> folded_from;     // call tags whose nodes a pass folded into this constant
+  std::vector<int> folded_sources;  // and lent nodes it was folded from (HierarchyTagging::folded_sources)
 
-  bool empty() const { return shared_with.empty() && spans.empty() && folded_from.empty(); }
+  bool empty() const { return shared_with.empty() && spans.empty() && folded_from.empty() && folded_sources.empty(); }
 };
 
 struct TaggedNode {
@@ -97,21 +99,57 @@ struct TagRewrite {
   std::string pass;
   std::vector<TagRef> refs;  // the calls whose nodes it removed or folded, ascending
   uint64_t initializer = 0;  // folded: the initializer value (the writer's id)
+  std::vector<int> sources;  // folded: and the lent nodes it was folded from (HierarchyTagging::folded_sources)
+};
+
+// A lent node a fold read (a node the exporter fused, folded or merged from
+// several calls' nodes): the call tags its loan stands for, and the lent nodes
+// its loan lists in turn. A fold refers to it instead of copying the calls:
+// in a deep decoder every layer's shape constant is folded from one shape
+// computation every layer shares, and copies would grow with the square of
+// the depth. Read through HierarchyTagging::FoldedTags.
+struct FoldedSource {
+  std::vector<int> tags;
+  std::vector<int> sources;  // indices of sources made before this one
 };
 
 struct HierarchyTagging {
   std::vector<TaggedNode> nodes;     // serialization pre-order (see proto_tagging.h)
   std::map<int, TagCalls> calls;     // call tag -> its recorded calls
   std::vector<TagRewrite> rewrites;  // removed across tags, rewired, and every fold
-  std::set<int> never_ran;           // tags of containers whose forward never ran
+  std::vector<FoldedSource> folded_sources;
+  std::set<int> never_ran;  // tags of containers whose forward never ran
   int rule_counts[kTagRuleCount] = {};
   int unresolved_scope_levels = 0;
 
-  // Every call tag used by a node (tag, shared_with, spans) or recorded as
-  // called, ascending.
+  // Every call tag used by a node (tag, shared_with, spans, folded from) or
+  // recorded as called, ascending.
   std::vector<int> UsedTags() const;
+  // The call tags a node's or a record's folds stand for: `tags` and, through
+  // `sources`, their loans', each once, ascending.
+  std::vector<int> FoldedTags(const std::vector<int>& tags, const std::vector<int>& sources) const;
   // How many calls a tag has (1 when none were recorded).
   int CallCount(int tag) const;
+};
+
+// Makes HierarchyTagging::folded_sources, one per lent node, on first use.
+// Keys name lent nodes (the tagger's: a borrowed scope, a lent owner);
+// `expand(key, tags, lent)` gives a lent node's loan as call tags and the
+// lent nodes it lists in turn.
+class FoldedSourceTable {
+ public:
+  using Expand = std::function<void(uint64_t key, std::vector<int>* tags, std::vector<uint64_t>* lent)>;
+  FoldedSourceTable(HierarchyTagging& tagging, Expand expand);
+
+  // The index of key's source in tagging.folded_sources (-1 for a loan
+  // listing itself back, which no writer makes).
+  int SourceOf(uint64_t key);
+
+ private:
+  static constexpr int kMaking = -1;
+  HierarchyTagging& tagging_;
+  Expand expand_;
+  std::unordered_map<uint64_t, int> index_;
 };
 
 // One recorded module call: the call tag it ran as (CallTags::Call of its
@@ -134,7 +172,8 @@ std::vector<int> NumberCalls(const std::vector<RecordedCall>& calls, HierarchyTa
 struct RefLoan {
   std::vector<TagRef> shared_with;
   std::vector<TagRef> spans;
-  std::vector<int> folded_from;  // call tags
+  std::vector<int> folded_from;     // call tags
+  std::vector<int> folded_sources;  // HierarchyTagging::folded_sources
   std::string rewrite;
 };
 
@@ -179,10 +218,11 @@ class CallRefs {
 
 // Adds a rewrite record to tagging.rewrites as the file keeps it: a removed
 // record of fewer than two calls says nothing and is dropped, else it names
-// every call between them; a folded record without calls is dropped. `refs`
-// are the calls whose nodes it concerned (for rewired: RewiredCalls).
+// every call between them; a folded record without calls or sources is dropped. `refs`
+// are the calls whose nodes it concerned (for rewired: RewiredCalls);
+// `sources`, for a folded record, the lent nodes it was folded from.
 void AddRewrite(RewriteKind kind, const std::string& pass, std::vector<TagRef> refs, uint64_t initializer,
-                const CallRefs& call_refs, HierarchyTagging& tagging);
+                const CallRefs& call_refs, HierarchyTagging& tagging, std::vector<int> sources = {});
 
 // The entries of one node (its op type and outputs are the writer's).
 struct NodeEntries {
