@@ -2,6 +2,7 @@
 #include "hiertag/core/tagging/call_tagging.h"
 
 #include <algorithm>
+#include <iterator>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -37,6 +38,7 @@ const char* RewriteKindName(RewriteKind kind) {
 }
 
 std::vector<int> HierarchyTagging::UsedTags() const {
+  std::vector<int> sources;  // the folded sources nodes refer to
   std::vector<int> used;
   for (const TaggedNode& tagged : nodes) {
     used.push_back(tagged.tag);
@@ -44,11 +46,7 @@ std::vector<int> HierarchyTagging::UsedTags() const {
     for (const TagRef& ref : tagged.records->shared_with) used.push_back(ref.tag);
     for (const TagRef& ref : tagged.records->spans) used.push_back(ref.tag);
     used.insert(used.end(), tagged.records->folded_from.begin(), tagged.records->folded_from.end());
-  }
-  std::vector<int> sources;
-  for (const TaggedNode& tagged : nodes) {
-    if (tagged.records)
-      sources.insert(sources.end(), tagged.records->folded_sources.begin(), tagged.records->folded_sources.end());
+    sources.insert(sources.end(), tagged.records->folded_sources.begin(), tagged.records->folded_sources.end());
   }
   std::vector<int> folded = FoldedTags({}, sources);
   used.insert(used.end(), folded.begin(), folded.end());
@@ -85,13 +83,16 @@ int FoldedSourceTable::SourceOf(uint64_t key) {
   std::vector<int> tags;
   std::vector<uint64_t> lent;
   expand_(key, &tags, &lent);
+  // Each once, ascending: sorted, not searched per entry (a loan CSE kept for
+  // every layer lists every layer).
   FoldedSource source;
-  for (int tag : tags) AddTag(tag, &source.tags);
+  std::copy_if(tags.begin(), tags.end(), std::back_inserter(source.tags), [](int tag) { return tag >= 0; });
   for (uint64_t other : lent) {
-    int index = SourceOf(other);
-    if (index >= 0 && std::find(source.sources.begin(), source.sources.end(), index) == source.sources.end()) {
-      source.sources.push_back(index);
-    }
+    if (int index = SourceOf(other); index >= 0) source.sources.push_back(index);
+  }
+  for (std::vector<int>* list : {&source.tags, &source.sources}) {
+    std::sort(list->begin(), list->end());
+    list->erase(std::unique(list->begin(), list->end()), list->end());
   }
   tagging_.folded_sources.push_back(std::move(source));
   int index = static_cast<int>(tagging_.folded_sources.size()) - 1;

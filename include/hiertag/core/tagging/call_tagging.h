@@ -114,11 +114,11 @@ struct FoldedSource {
 };
 
 struct HierarchyTagging {
-  std::vector<TaggedNode> nodes;     // serialization pre-order (see proto_tagging.h)
-  std::map<int, TagCalls> calls;     // call tag -> its recorded calls
-  std::vector<TagRewrite> rewrites;  // removed across tags, rewired, and every fold
-  std::vector<FoldedSource> folded_sources;
-  std::set<int> never_ran;  // tags of containers whose forward never ran
+  std::vector<TaggedNode> nodes;             // serialization pre-order (see proto_tagging.h)
+  std::map<int, TagCalls> calls;             // call tag -> its recorded calls
+  std::vector<TagRewrite> rewrites;          // removed across tags, rewired, and every fold
+  std::vector<FoldedSource> folded_sources;  // lent nodes folds read (FoldedSourceTable)
+  std::set<int> never_ran;                   // tags of containers whose forward never ran
   int rule_counts[kTagRuleCount] = {};
   int unresolved_scope_levels = 0;
 
