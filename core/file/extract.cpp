@@ -541,7 +541,7 @@ std::optional<Json> Extract(const TaggedFile& file, const std::string& path, con
   const std::string tag = module->tag;
   std::string target = options.out_path.empty() ? DefaultOutputPath(path, tag, call) : options.out_path;
   if (std::optional<std::string> refused = OverwrittenInput(target, path, file.model)) {
-    return fail(Kind::kOverwritesInput, "hiertag extract: " + *refused);
+    return fail(Kind::kOverwritesInput, *refused);
   }
   Extractor extractor(file, tag, call, target, options.external_data, std::move(supplied_types), options.infer_types);
   std::string bytes;
@@ -552,7 +552,7 @@ std::optional<Json> Extract(const TaggedFile& file, const std::string& path, con
   if (!extractor.data_copies().empty()) {
     data_path = (std::filesystem::path(target).parent_path() / extractor.data_file_name()).string();
     if (std::optional<std::string> refused = OverwrittenInput(data_path, path, file.model)) {
-      return fail(Kind::kOverwritesInput, "hiertag extract: " + *refused);
+      return fail(Kind::kOverwritesInput, *refused);
     }
     std::string partial = data_path + ".hiertag-partial";
     if (!WriteDataFile(partial, extractor.data_copies(), &error) ||

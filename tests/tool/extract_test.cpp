@@ -1547,8 +1547,8 @@ TEST_F(ExtractExternalDataTest, OutputThatIsTheModelIsRefused) {
     RunResult result = ExtractWith(path, ExternalDataMode::kAuto, out);
     EXPECT_EQ(result.code, 2);
     EXPECT_EQ(result.out, "");
-    EXPECT_EQ(result.err, "hiertag extract: output '" + out + "' is the input '" + path + "'" + through +
-                              ": refusing to overwrite it\n");
+    EXPECT_EQ(result.err,
+              "output '" + out + "' is the input '" + path + "'" + through + ": refusing to overwrite it\n");
     EXPECT_EQ(FileBytes(path), before);
     EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "symlink.onnx"));
   }
@@ -1572,8 +1572,8 @@ TEST_F(ExtractExternalDataTest, OutputThatIsTheModelsDataFileIsRefused) {
   std::string path = WriteModel(ExternalWeightModel("out.onnx.data"));
   std::string weights = FileBytes(dir_ / "out.onnx.data");
   std::string data = OutPath("out.onnx.data");
-  std::string refusal = "hiertag extract: output '" + data + "' is the external data file 'out.onnx.data' of the " +
-                        "input '" + path + "': refusing to overwrite it\n";
+  std::string refusal = "output '" + data + "' is the external data file 'out.onnx.data' of the " + "input '" + path +
+                        "': refusing to overwrite it\n";
   RunResult as_model = ExtractWith(path, ExternalDataMode::kInline, data);
   EXPECT_EQ(as_model.code, 2);
   EXPECT_EQ(as_model.err, refusal);

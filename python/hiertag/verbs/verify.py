@@ -75,7 +75,7 @@ def extract_all(source, table, out_dir):
             try:
                 extracted[key] = (out, opened.extract(tag, call if key != tag else None, str(out), value_types=types))
             except core.TaggedFileError as error:
-                extracted[key] = (None, f"hiertag extract: {str(error).removeprefix('hiertag extract: ')}")
+                extracted[key] = (None, f"hiertag extract: {error}")
     return extracted
 
 
