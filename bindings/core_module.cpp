@@ -20,7 +20,9 @@
 //                      rule `hiertag extract` cuts by, and the calls whose boundary
 //                      a recorded rewrite removed, the weights (tool/module_boundaries.h)
 //   value types        main_graph_value_infos: an inferred model's types without its graph
-//   an opened file     TaggedFile: validate, tree, extract over one read of the
+//   an opened file     TaggedFile: validate, tree, extract, module_boundaries,
+//                      rewritten_boundaries, rewrite_records, weight_values, graph_inputs,
+//                      graph_outputs, opset over one read of the
 //                      file (core/file/file_commands.h), results as the objects
 //                      `--json` prints, refusals as TaggedFileError's subclasses
 //   the command line   run_tool: the native tool's commands in process; tool_commands: their names and summaries
@@ -96,8 +98,7 @@ TaggedFile TaggedFileOf(const nb::bytes& model) {
 using BoundaryRow =
     std::tuple<std::string, int64_t, std::vector<std::string>, std::vector<std::string>, std::vector<int>>;
 
-std::vector<BoundaryRow> ModuleBoundariesOf(nb::bytes model) {
-  TaggedFile file = TaggedFileOf(model);
+std::vector<BoundaryRow> ModuleBoundariesOf(const TaggedFile& file) {
   std::string error;
   std::optional<std::vector<CallBoundary>> all = AllModuleBoundaries(file, &error);
   if (!all) throw nb::value_error(error.c_str());
@@ -115,15 +116,13 @@ std::vector<BoundaryRow> ModuleBoundariesOf(nb::bytes model) {
   return rows;
 }
 
-std::vector<std::tuple<std::string, int64_t, std::string>> RewrittenBoundariesOf(nb::bytes model) {
+std::vector<std::tuple<std::string, int64_t, std::string>> RewrittenBoundariesOf(const TaggedFile& file) {
   std::vector<std::tuple<std::string, int64_t, std::string>> rows;
-  TaggedFile file = TaggedFileOf(model);
   for (CutCall& cut : AllCutCalls(file)) rows.emplace_back(std::move(cut.tag), cut.call, std::move(cut.why));
   return rows;
 }
 
-nb::list RewriteRecordsOf(nb::bytes model) {
-  TaggedFile file = TaggedFileOf(model);
+nb::list RewriteRecordsOf(const TaggedFile& file) {
   nb::list records;
   for (const Rewrite& rewrite : file.rewrites) {
     nb::dict record;
@@ -199,19 +198,24 @@ nb::bytes MainGraphValueInfosOf(const nb::bytes& model) {
 }
 
 // The main graph's weights: its initializers and the outputs of its weight nodes.
-std::vector<std::string> WeightValuesOf(nb::bytes bytes) {
+std::vector<std::string> WeightValuesOf(const OnnxModel& model) {
+  const OnnxGraph& main = model.graphs.at(0);
+  std::unordered_map<int, std::vector<std::string>> reads;
+  for (int index : main.nodes) reads[index] = NodeReads(model, index);
+  std::vector<std::string> values;
+  for (const OnnxInitializer& initializer : main.initializers) values.push_back(initializer.name);
+  for (int index : WeightNodes(model, reads)) {
+    for (const std::string& output : model.nodes[index].outputs) values.push_back(output);
+  }
+  return values;
+}
+
+// The model of a serialized ModelProto (tagged or not); ValueError with the reader's reason.
+OnnxModel ModelOf(const nb::bytes& bytes) {
   std::string error;
   std::optional<OnnxModel> model = OnnxModel::Parse(std::string(bytes.c_str(), bytes.size()), &error);
   if (!model) throw nb::value_error(("model: " + error).c_str());
-  const OnnxGraph& main = model->graphs.at(0);
-  std::unordered_map<int, std::vector<std::string>> reads;
-  for (int index : main.nodes) reads[index] = NodeReads(*model, index);
-  std::vector<std::string> values;
-  for (const OnnxInitializer& initializer : main.initializers) values.push_back(initializer.name);
-  for (int index : WeightNodes(*model, reads)) {
-    for (const std::string& output : model->nodes[index].outputs) values.push_back(output);
-  }
-  return values;
+  return std::move(*model);
 }
 
 // place_by_rules' rows (holder, has_inputs, neighbours) -> (tag or id, rule name).
@@ -315,6 +319,38 @@ class OpenedFile {
 
   const std::string& path() const { return path_; }
   size_t node_count() const { return file_.model.nodes.size(); }
+  std::vector<BoundaryRow> ModuleBoundaries() const { return ModuleBoundariesOf(file_); }
+  std::vector<std::tuple<std::string, int64_t, std::string>> RewrittenBoundaries() const {
+    return RewrittenBoundariesOf(file_);
+  }
+  nb::list RewriteRecords() const { return RewriteRecordsOf(file_); }
+  std::vector<std::string> WeightValues() const { return WeightValuesOf(file_.model); }
+
+  // The main graph's inputs that are not initializers (what a run feeds), in order.
+  std::vector<std::string> GraphInputs() const {
+    const OnnxGraph& main = file_.model.graphs.at(0);
+    std::set<std::string_view> initializers;
+    for (const OnnxInitializer& initializer : main.initializers) initializers.insert(initializer.name);
+    std::vector<std::string> names;
+    for (const OnnxValue& input : main.inputs) {
+      if (!initializers.count(input.name)) names.push_back(input.name);
+    }
+    return names;
+  }
+
+  std::vector<std::string> GraphOutputs() const {
+    std::vector<std::string> names;
+    for (const OnnxValue& output : file_.model.graphs.at(0).outputs) names.push_back(output.name);
+    return names;
+  }
+
+  // The version of the default domain ("" or "ai.onnx") the file imports; none when it imports none.
+  std::optional<int64_t> Opset() const {
+    for (const OnnxOpset& opset : file_.model.opsets) {
+      if (opset.domain.empty() || opset.domain == "ai.onnx") return opset.version;
+    }
+    return std::nullopt;
+  }
 
   // `value_types`: None, or a callable taking the serialized model the file
   // holds and returning a serialized ModelProto whose main graph types its
@@ -455,11 +491,12 @@ NB_MODULE(_core, m) {
       "of the last reader with the node's tag, else its own.");
   m.def("unplaced", &Unplaced, "index"_a, "The reference place_by_rules reads as the index-th node of its list.");
 
-  m.def("module_boundaries", &ModuleBoundariesOf, "model"_a,
-        "For a serialized tagged model (bytes): (tag, call, inputs, outputs, nodes) for every call of every "
-        "module of its table, by the rule `hiertag extract` cuts by. Nodes (weights too) are positions in the "
-        "main graph's node list; inputs and outputs in node order. ValueError with the reason for a file that "
-        "is not tagged or has malformed references.");
+  m.def(
+      "module_boundaries", [](const nb::bytes& model) { return ModuleBoundariesOf(TaggedFileOf(model)); }, "model"_a,
+      "For a serialized tagged model (bytes): (tag, call, inputs, outputs, nodes) for every call of every "
+      "module of its table, by the rule `hiertag extract` cuts by. Nodes (weights too) are positions in the "
+      "main graph's node list; inputs and outputs in node order. ValueError with the reason for a file that "
+      "is not tagged or has malformed references.");
 
   m.def("write_module_table", &WriteTable, "table"_a,
         "hiertag.modules' text as the plugin writes it, from {tag: {'path', 'class', and optionally 'calls', "
@@ -469,21 +506,25 @@ NB_MODULE(_core, m) {
         "'node', 'cause' and 'reason'.");
   m.def("write_tag_list", &WriteStringList, "tags"_a,
         "A JSON list of tags or call references as hiertag.shared_with and hiertag.spans hold them.");
-  m.def("weight_values", &WeightValuesOf, "model"_a,
-        "For a serialized model (bytes; tagged or not): its main graph's weights, the values no module call "
-        "receives or hands out: initializers, and the outputs of Constants and of nodes computing from weights "
-        "alone (tool/module_boundaries.h).");
+  m.def(
+      "weight_values", [](const nb::bytes& model) { return WeightValuesOf(ModelOf(model)); }, "model"_a,
+      "For a serialized model (bytes; tagged or not): its main graph's weights, the values no module call "
+      "receives or hands out: initializers, and the outputs of Constants and of nodes computing from weights "
+      "alone (tool/module_boundaries.h).");
   m.def("main_graph_value_infos", &MainGraphValueInfosOf, "model"_a,
         "For a serialized model (bytes): its main graph's inputs, outputs and value_info as a serialized "
         "GraphProto holding those alone (core/onnx/onnx_model.h MainGraphValueInfos), its nodes never decoded.");
-  m.def("rewrite_records", &RewriteRecordsOf, "model"_a,
-        "For a serialized tagged model (bytes): its well-formed hiertag.rewrites records, then a 'fused' record "
-        "for every node with hiertag.spans that none names (tool/tagged_file.h TaggedFile::rewrites), as dicts: "
-        "pass, kind, modules, node, and cause and reason when the writer gave them.");
-  m.def("rewritten_boundaries", &RewrittenBoundariesOf, "model"_a,
-        "For a serialized tagged model (bytes): (tag, call, why) for every call whose boundary the file records an "
-        "export pass (or hiertag carry) removed: the calls `hiertag extract` refuses and the verifier does not "
-        "check (tool/module_boundaries.h CutBy).");
+  m.def(
+      "rewrite_records", [](const nb::bytes& model) { return RewriteRecordsOf(TaggedFileOf(model)); }, "model"_a,
+      "For a serialized tagged model (bytes): its well-formed hiertag.rewrites records, then a 'fused' record "
+      "for every node with hiertag.spans that none names (tool/tagged_file.h TaggedFile::rewrites), as dicts: "
+      "pass, kind, modules, node, and cause and reason when the writer gave them.");
+  m.def(
+      "rewritten_boundaries", [](const nb::bytes& model) { return RewrittenBoundariesOf(TaggedFileOf(model)); },
+      "model"_a,
+      "For a serialized tagged model (bytes): (tag, call, why) for every call whose boundary the file records an "
+      "export pass (or hiertag carry) removed: the calls `hiertag extract` refuses and the verifier does not "
+      "check (tool/module_boundaries.h CutBy).");
 
   nb::class_<TorchModuleSegments>(m, "TorchModuleSegments",
                                   "Which torch.nn / torch.ao classes keep a tag segment (HIERTAG_TORCH_MODULES).")
@@ -588,6 +629,14 @@ NB_MODULE(_core, m) {
       .def(nb::init<std::string>(), "path"_a)
       .def_prop_ro("path", &OpenedFile::path)
       .def_prop_ro("node_count", &OpenedFile::node_count, "Nodes of every graph, nested ones too.")
+      .def_prop_ro("graph_inputs", &OpenedFile::GraphInputs,
+                   "The main graph's inputs that are not initializers (what a run feeds), in order.")
+      .def_prop_ro("graph_outputs", &OpenedFile::GraphOutputs, "The main graph's outputs, in order.")
+      .def_prop_ro("opset", &OpenedFile::Opset, "The default domain's opset the file imports (None: none).")
+      .def("module_boundaries", &OpenedFile::ModuleBoundaries, "As module_boundaries(bytes) of this file.")
+      .def("rewritten_boundaries", &OpenedFile::RewrittenBoundaries, "As rewritten_boundaries(bytes) of this file.")
+      .def("rewrite_records", &OpenedFile::RewriteRecords, "As rewrite_records(bytes) of this file.")
+      .def("weight_values", &OpenedFile::WeightValues, "As weight_values(bytes) of this file.")
       .def("validate", &OpenedFile::Validate,
            "{'file', 'valid', 'nodes', 'modules', 'problems': [{'node', 'op_type' | 'subject', 'problem'}]}.")
       .def("tree", &OpenedFile::Tree, "depth"_a = -1,

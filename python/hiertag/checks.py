@@ -99,11 +99,12 @@ def model_props(model):
     return {p.key: p.value for p in model.metadata_props}
 
 
-def rewritten_boundaries(model):
+def rewritten_boundaries(model, table=None):
     """{boundary key: why} for the module calls whose boundary an export pass
     (or hiertag carry) removed, as the file records it: the core's rule
-    (core.rewritten_boundaries), which `hiertag extract` refuses by."""
-    table = module_table(model)
+    (core.rewritten_boundaries), which `hiertag extract` refuses by. `model`:
+    a ModelProto, or the file opened once (core.TaggedFile) with its `table`."""
+    table = module_table(model) if table is None else table
     return {boundary_key(table, tag, call): why for (tag, call), why in core.rewritten_boundaries(model).items()}
 
 

@@ -215,37 +215,41 @@ class CallTable:
 
 def module_boundaries(model):
     """{(tag, call): (inputs, outputs, nodes)} for every call of every module
-    of the tagged model `model` (its serialized bytes, or a ModelProto), by the
+    of the tagged model `model` (its serialized bytes, a ModelProto, or
+    a TaggedFile, opened once for many questions), by the
     module-boundary rule `hiertag extract` cuts by (tool/module_boundaries.h):
     the values the call's nodes read from outside and hand out, in node order,
     and the positions in the main graph of the nodes the file gives the call
     (weight nodes too). ValueError for a model that is not tagged or has
     malformed references."""
+    rows = model.module_boundaries() if isinstance(model, TaggedFile) else _core.module_boundaries(_serialized(model))
     names = {}  # one string per name, which many calls' boundaries list (a dict: see carry._Graph)
     return {(tag, call): ([names.setdefault(n, n) for n in inputs], [names.setdefault(n, n) for n in outputs], nodes)
-            for tag, call, inputs, outputs, nodes in _core.module_boundaries(_serialized(model))}
+            for tag, call, inputs, outputs, nodes in rows}
 
 
 def rewritten_boundaries(model):
-    """{(tag, call): why} for every call of the tagged model `model` (bytes or
-    a ModelProto) whose boundary the file records an export pass (or hiertag
+    """{(tag, call): why} for every call of the tagged model `model` (bytes, a
+    ModelProto or a TaggedFile) whose boundary the file records an export pass (or hiertag
     carry) removed: a rewrite listing a call within it and one outside it, or a
     "rewired" record listing it (tool/module_boundaries.h CutBy).
     `hiertag extract` refuses these calls; the verifier does not check them."""
-    return {(tag, call): why for tag, call, why in _core.rewritten_boundaries(_serialized(model))}
+    rows = (model.rewritten_boundaries() if isinstance(model, TaggedFile)
+            else _core.rewritten_boundaries(_serialized(model)))
+    return {(tag, call): why for tag, call, why in rows}
 
 
 def rewrite_records(model):
-    """The rewrites the tagged model `model` (bytes or a ModelProto) records
+    """The rewrites the tagged model `model` (bytes, a ModelProto or a TaggedFile) records
     across module boundaries: its hiertag.rewrites records, then a "fused"
     record for every node with hiertag.spans that none names, as dicts (pass,
     kind, modules, node; cause and reason when the writer gave them)."""
-    return _core.rewrite_records(_serialized(model))
+    return model.rewrite_records() if isinstance(model, TaggedFile) else _core.rewrite_records(_serialized(model))
 
 
 def weight_values(model):
-    """The main graph's weights in `model` (bytes or a ModelProto; tagged or
+    """The main graph's weights in `model` (bytes, a ModelProto or a TaggedFile; tagged or
     not): initializers, and the outputs of Constants and of nodes computing from
     weights alone (the Identity torch writes for a deduplicated parameter). No
     module call receives or hands them out (README "Module boundaries")."""
-    return set(_core.weight_values(_serialized(model)))
+    return set(model.weight_values() if isinstance(model, TaggedFile) else _core.weight_values(_serialized(model)))

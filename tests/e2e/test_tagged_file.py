@@ -116,3 +116,25 @@ def test_no_module_of_the_package_starts_a_subprocess():
             elif isinstance(node, ast.ImportFrom) and node.module:
                 imported.add(node.module.split(".")[0])
         assert not imported & {"subprocess", "multiprocessing"}, source
+
+
+def test_an_opened_file_answers_as_its_bytes_do(tagged):
+    """The questions the verbs ask of a file they have opened (compare, report,
+    export) have the answers the model's bytes give, without serializing it."""
+    path = tagged / "rewritten.onnx"  # export passes rewrote across its modules
+    model, args = zoo_model("cross_module_rewrites")
+    with quiet(), hiertag.tagging():
+        torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET)
+    opened, model = core.TaggedFile(str(path)), onnx.load(path)
+    initializers = {initializer.name for initializer in model.graph.initializer}
+    assert opened.graph_inputs == [i.name for i in model.graph.input if i.name not in initializers]
+    assert opened.graph_outputs == [output.name for output in model.graph.output]
+    assert opened.opset == OPSET
+    answers = {}
+    for question in (core.module_boundaries, core.rewritten_boundaries, core.rewrite_records, core.weight_values):
+        answers[question.__name__] = question(opened)
+        assert answers[question.__name__] == question(model), question.__name__
+    assert len(answers["module_boundaries"]) == sum(checks.call_count(checks.module_table(model), tag)
+                                                    for tag in checks.module_table(model))
+    assert answers["weight_values"] >= initializers
+    assert answers["rewritten_boundaries"] and answers["rewrite_records"]

@@ -57,7 +57,7 @@ import onnx
 import onnx.helper
 
 from hiertag import checks, core
-from hiertag.verbs import Verb, fail, first_line, is_tagged, load_model, load_tagged, module_tree
+from hiertag.verbs import Verb, fail, first_line, is_tagged, load_model, load_tagged, module_tree, open_tagged
 
 # ---------------------------------------------------------------------------
 # Counts
@@ -82,9 +82,9 @@ def ops_change(before, after):
     return ", ".join(f"{op} {changes[op]:+d}" for op in changed)
 
 
-def module_counts(path_a, model_a, table_a, path_b, model_b):
-    """(rows, notes): per module of A (tree order, then B's own tags), the counts in A and B."""
-    tree_a = module_tree(path_a)
+def module_counts(tree_a, model_a, table_a, path_b, model_b):
+    """(rows, notes): per module of A (`tree_a`, its modules as `hiertag tree
+    --json` lists them; tree order, then B's own tags), the counts in A and B."""
     ops_a = ops_by_module(model_a, table_a)
     notes = []
     tree_b, ops_b = {}, {}
@@ -201,11 +201,13 @@ def value_error(a, b):
     return float(difference.max()), checks.disagreement(b, a)
 
 
-def compare_values(path_a, model_a, table_a, path_b, model_b, specs, tolerance, top):
-    """The values part of the comparison, as a dictionary."""
+def compare_values(opened_a, tree_a, model_a, table_a, path_b, model_b, specs, tolerance, top):
+    """The values part of the comparison, as a dictionary. `opened_a`: A as
+    core.TaggedFile, `tree_a` its modules."""
+    path_a = opened_a.path
     feeds, notes = input_feeds(model_a, specs)
-    boundaries = checks.module_boundaries(model_a)
-    rewritten = checks.rewritten_boundaries(model_a)
+    boundaries = checks.module_boundaries(opened_a)
+    rewritten = checks.rewritten_boundaries(opened_a, table_a)
     wanted = sorted({name for inputs, outputs in boundaries.values() for name in inputs + outputs})
     in_b = {name for node in model_b.graph.node for name in node.output} | {i.name for i in graph_inputs(model_b)}
     values_a = values_of(path_a, model_a, feeds, wanted)
@@ -216,7 +218,7 @@ def compare_values(path_a, model_a, table_a, path_b, model_b, specs, tolerance, 
             errors[name] = value_error(values_a[name], values_b[name])
     position = {name: index for index, node in enumerate(model_a.graph.node) for name in node.output}
 
-    order = [m["tag"] for m in module_tree(path_a)]
+    order = [m["tag"] for m in tree_a]
     rows = []
     for tag in order:
         for call in range(checks.call_count(table_a, tag)):
@@ -344,13 +346,15 @@ def run(options):
     if options.top < 1:
         fail(f"--top must be 1 or more, not {options.top}")
     model_a, table_a = load_tagged(options.a)
+    opened_a = open_tagged(options.a)
+    tree_a = module_tree(opened_a)
     model_b = load_model(options.b)
-    rows, notes = module_counts(options.a, model_a, table_a, options.b, model_b)
+    rows, notes = module_counts(tree_a, model_a, table_a, options.b, model_b)
     values = None
     if options.values:
         import onnxruntime  # only here: a count of modules runs no model
         onnxruntime.set_default_logger_severity(3)
-        values = compare_values(options.a, model_a, table_a, options.b, model_b, options.input,
+        values = compare_values(opened_a, tree_a, model_a, table_a, options.b, model_b, options.input,
                                 options.tolerance, options.top)
     nodes_b = len(list(checks.walk_nodes(model_b.graph)))
     result = {"a": {"file": options.a, "nodes": len(list(checks.walk_nodes(model_a.graph))), "modules": len(table_a)},

@@ -61,7 +61,7 @@ def facts(path, verify_json=None):
     shared = [{"node": node.name, "op_type": node.op_type, "tag": p[core.TAG_KEY],
                "shared_with": json.loads(p[core.SHARED_KEY])}
               for node, p in zip(nodes, props, strict=True) if core.SHARED_KEY in p]
-    rewritten = checks.rewritten_boundaries(model)
+    rewritten = checks.rewritten_boundaries(opened, table)
     verify = None
     if verify_json is not None:
         try:
@@ -97,7 +97,7 @@ def facts(path, verify_json=None):
             "repeated_modules": sum(1 for m in tree if m["calls"] > 1),
         },
         # A fused node is in hiertag.rewrites and has hiertag.spans: one rewrite (the core counts it once).
-        "rewrites": core.rewrite_records(model),
+        "rewrites": core.rewrite_records(opened),
         "without_boundary": [{"call": key, "reason": reason} for key, reason in rewritten.items()],
         "shared": shared,
         "verify": verify,
