@@ -55,18 +55,14 @@ def _input_files(model_spec):
     return []
 
 
-def _graph_inputs(path):
-    import onnx
-    model = onnx.load(str(path), load_external_data=False)
-    initializers = {i.name for i in model.graph.initializer}
-    return [i.name for i in model.graph.input if i.name not in initializers], len(model.graph.output)
-
-
-def _opset(path):
-    """The default domain's opset the file imports."""
-    import onnx
-    model = onnx.load(str(path), load_external_data=False)
-    return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), None)
+def _open_written(staged, output):
+    """The file the export wrote at `staged`, opened once (core.TaggedFile) for
+    every question the verb asks of it; the reader's one line, naming `output`,
+    when it cannot be read as a tagged file."""
+    try:
+        return core.TaggedFile(str(staged))
+    except core.TaggedFileError as error:
+        fail(f"the tagged file is not valid: {str(error).replace(str(staged), str(output))}")
 
 
 def _export_once(model, args, path, opset, torch_modules, input_names, output_names, dynamo=False):
@@ -110,16 +106,14 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
         exporter = "dynamo" if dynamo else "TorchScript"
         fail(f"bad --opset {opset}: the {exporter} exporter takes {low} to {high}")
     try:
-        with models.quiet() as printed:
+        with models.quiet():
             torch.ops.load_library(hiertag.library_path())
     except FileNotFoundError as error:
         fail(str(error).removeprefix("hiertag: "))
     except OSError as error:
-        fail(f"cannot load the plugin: {models.describe_error(error)}")
-    # The plugin's loader reports a failure to load its Python half on stderr.
-    complaint = next((line for line in "".join(printed).splitlines() if line.startswith("hiertag:")), None)
-    if complaint:
-        fail(complaint.removeprefix("hiertag: "))
+        failure = hiertag.install_failure()
+        fail(f"plugin not installed: {failure}" if failure else
+             f"cannot load the plugin: {models.describe_error(error)}")
     # Names no torch class has: the plugin finds them as the export will; said once the file is written.
     note = core.unknown_torch_modules_note(hiertag.unknown_torch_modules(modules), modules_source)
 
@@ -147,11 +141,11 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
     try:
         try:
             _export_once(model, args, staged, opset, modules, input_names, output_names, dynamo)
-            graph_inputs, output_count = _graph_inputs(staged)
-            if output_names and output_count != len(output_names):
+            written = _open_written(staged, output)
+            if output_names and len(written.graph_outputs) != len(output_names):
                 # The outputs did not flatten as their names: torch's names then.
                 _export_once(model, args, staged, opset, modules, input_names, None, dynamo)
-                graph_inputs, output_count = _graph_inputs(staged)
+                written = _open_written(staged, output)
         except ExportError:
             raise
         except Exception as error:
@@ -162,15 +156,20 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
             if str(error).lstrip().startswith("hiertag"):
                 fail(f"export failed: {models.describe_error(error)}")
             fail(f"torch cannot export this model: {models.describe_error(error)}")
+        graph_inputs = written.graph_inputs
         if input_names is not None and graph_inputs != input_names:
             fail(f"the exported graph's inputs are {graph_inputs}, not the chosen {input_names}")
-        try:
-            validation = core.TaggedFile(str(staged)).validate()
-        except core.TaggedFileError as error:
-            validation = {"valid": False, "problems": [str(error)]}
+        validation = written.validate()
         if not validation["valid"]:
             problems = validation["problems"]
             fail(f"the tagged file is not valid: {str(problems[0]).replace(str(staged), str(output))}")
+        try:
+            tree = written.tree(2)
+        except core.TaggedFileError as error:
+            fail(f"hiertag tree failed on {output}: {str(error).replace(str(staged), str(output))}")
+        tree["file"] = str(output)
+        opset_written = written.opset
+        del written  # the file as read, released before the summary is returned
         for extra in staging.iterdir():  # external data first, the model last
             if extra != staged:
                 os.replace(extra, output.parent / extra.name)
@@ -179,12 +178,8 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
         shutil.rmtree(staging, ignore_errors=True)
     if note:
         print(f"hiertag export: {note}", file=sys.stderr)
-    try:
-        tree = core.TaggedFile(str(output)).tree(2)
-    except core.TaggedFileError as error:
-        fail(f"hiertag tree failed on {output}: {error}")
     return {"model": str(model_spec), "output": str(output), "nodes": validation["nodes"],
-            "modules": validation["modules"], "inputs": graph_inputs, "opset": _opset(output), "tree": tree}
+            "modules": validation["modules"], "inputs": graph_inputs, "opset": opset_written, "tree": tree}
 
 
 # ---------------------------------------------------------------------------
