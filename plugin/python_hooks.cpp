@@ -52,6 +52,7 @@
 #include "hiertag/core/format/module_table.h"
 #include "hiertag/passes/mark_inlined_calls.h"
 #include "hiertag/plugin/export_session.h"
+#include "hiertag/plugin/install_markers.h"
 #include "python_modules.h"
 
 namespace py = pybind11;
@@ -68,8 +69,6 @@ constexpr const char* kDynamoCore = "torch.onnx._internal.exporter._core";
 constexpr const char* kDynamoProgram = "torch.onnx._internal.exporter._onnx_program";
 constexpr const char* kOnnxIrPasses = "onnx_ir.passes";
 constexpr const char* kTorchOnnx = "torch.onnx";
-constexpr const char* kInstalledMarker = "_hiertag_plugin_installed";
-constexpr const char* kInstallFailureMarker = "_hiertag_plugin_install_failure";
 // torch._C's function for the `hiertag` command's verbs (hiertag.unknown_torch_modules).
 constexpr const char* kUnknownTorchModules = "_hiertag_unknown_torch_modules";
 #ifndef HIERTAG_TORCH_VERSION

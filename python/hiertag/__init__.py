@@ -53,13 +53,21 @@ def tool_path():
 _FLAGS = ("HIERTAG", "HIERTAG_TORCH_MODULES", "HIERTAG_REPORT")
 
 
+def install_failure():
+    """Why the plugin refused to install in this process (another torch release,
+    a torch it cannot hook, libhiertag_python.so not loadable), as it recorded
+    on torch._C (include/hiertag/plugin/install_markers.h); None if it did not."""
+    torch = sys.modules.get("torch")
+    return getattr(torch._C, "_hiertag_plugin_install_failure", None) if torch is not None else None
+
+
 def _why_not_installed():
     """None when the plugin's hooks are installed in this process (it marks
     torch._C when it installs them), else why no export would be tagged."""
     torch = sys.modules.get("torch")  # no torch imported: no plugin either
     if torch is not None and getattr(torch._C, "_hiertag_plugin_installed", False):
         return None
-    failure = getattr(torch._C, "_hiertag_plugin_install_failure", None) if torch is not None else None
+    failure = install_failure()
     if failure:
         return f"the plugin is not installed ({failure})"
     return "the plugin is not loaded: call torch.ops.load_library(hiertag.library_path()) first"

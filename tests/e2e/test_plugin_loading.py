@@ -94,11 +94,16 @@ try:
     torch.ops.load_library({str(tmp_path / "libhiertag.so")!r})
 except Exception as error:
     print("load failed:", load_error(error))
+import hiertag
+print("recorded:", hiertag.install_failure())
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("load failed: hiertag: plugin not installed: ")
-    assert "libhiertag_python.so" in done.stdout
+    failed, recorded = done.stdout.splitlines()
+    assert failed.startswith("load failed: hiertag: plugin not installed: ")
+    assert "libhiertag_python.so" in failed
+    # The reason is on torch._C for the package to read, not only on stderr.
+    assert recorded == "recorded: " + failed.removeprefix("load failed: hiertag: plugin not installed: ")
 
 
 OTHER_TORCH = LOAD_ERROR + """
@@ -112,6 +117,12 @@ except Exception as error:
 else:
     raise SystemExit("the plugin loaded into another torch")
 assert not hasattr(torch._C, "_hiertag_plugin_installed"), "hooks installed"
+import hiertag
+try:
+    with hiertag.tagging():
+        pass
+except RuntimeError as error:
+    print("tagging refused:", error)
 """
 
 
@@ -121,5 +132,8 @@ def test_plugin_built_for_another_torch_fails_at_load_naming_both_versions(tmp_p
     assert done.returncode == 0, done.stdout + done.stderr
     message = (f"hiertag: plugin not installed: it was built for torch {torch.__version__}, and this is torch "
                "2.99.0+cpu; build hiertag against this torch (pip install --no-build-isolation <hiertag source>)")
-    assert done.stdout == f"load failed: {message}\n"
+    reason = message.removeprefix("hiertag: plugin not installed: ")
+    assert done.stdout == (f"load failed: {message}\n"
+                           f"tagging refused: hiertag.tagging(): the plugin is not installed ({reason}); "
+                           "no export would be tagged\n")
     assert done.stderr.count(message) == 1
