@@ -2,8 +2,8 @@
 has, in eager PyTorch, the boundary the file gives it.
 
 bench/carry_matrix.py asks it of every cell; it shares no code with what it
-judges (hiertag carry and its check, hiertag/verbs/carry.py and
-hiertag/carry_check.py) beyond the file format, the module-boundary rule the
+judges (hiertag carry and its check, the package hiertag/verbs/carry/)
+beyond the file format, the module-boundary rule the
 file is cut by (README "Module boundaries": what a call's boundary *is*, the
 one rule `extract` cuts by, with its weights), the eager recording of every module call
 (checks.record_module_io) and the one value comparison (checks.disagreement).
@@ -79,7 +79,7 @@ RIGHT, WRONG, UNDECIDED = "right", "wrong", "undecided"
 # which fails the cell as well), so no drift makes a misplaced value pass
 # unless it also leaves right values undecided. 2 is also the factor carry
 # claims to verify with (on its own input sets: the generated one and three
-# seeded draws, carry_check.INPUT_SETS): the judge holds carry to that claim
+# seeded draws, hiertag.verbs.carry.check.INPUT_SETS): the judge holds carry to that claim
 # on independent inputs, the eager ones, no stricter than carry claims.
 # Measured on the cells of bench/carry_matrix.py run with it (bert, t5,
 # llama, gpt_style, poolformer, data2vec_audio, mobilenet_v3_style in int8

@@ -356,7 +356,7 @@ def totals(cells):
 def _how(cells):
     """How carry verified these cells' calls: by value within float32 rounding,
     or by correspondence, with the tools' median drift."""
-    from hiertag import carry_check
+    from hiertag.verbs.carry import check as carry_check
     if cells[0]["method"] == carry_check.BY_VALUE:
         return f"{carry_check.BY_VALUE} ({cells[0]['tolerance']:.0e})"
     drifts = [c["drift"] for c in cells]

@@ -20,7 +20,7 @@ and maps the others).
                        as a graph output (nearly what `carry`'s value check asks for)
   every value, in segments
                        what the check does for that: checks.intermediate_values on
-                       generated inputs (carry_check.generated_inputs), the main
+                       generated inputs (hiertag.verbs.carry.check.generated_inputs), the main
                        graph in segments of checks.SEGMENT_NODES nodes, each session
                        set up and run (in one session, as the check falls back, when
                        a float16 or non-tensor value crosses a cut)
@@ -40,7 +40,7 @@ import onnxruntime
 from onnx import TensorProto, helper
 
 from hiertag import OPSET, checks
-from hiertag.carry_check import generated_inputs
+from hiertag.verbs.carry.check import generated_inputs
 
 
 def session_seconds(model, data_folder=None, reuse=True):

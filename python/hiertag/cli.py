@@ -23,13 +23,16 @@ PYTHON_VERBS = ("export", "verify", "import_dynamo", "carry", "profile", "compar
 def verbs():
     """{verb: (its module, or None for the native tool's, summary)}: the native
     commands' declarations (hiertag._core.tool_commands) and the first line of
-    each Python verb module's docstring, read from its file without importing
+    each Python verb module's (or package's) docstring, read from its file without importing
     it or its package (hiertag.verbs imports onnx: the native commands need
     neither)."""
     from hiertag import core
     table = {name: (None, summary) for name, summary in core.tool_commands()}
     for module in PYTHON_VERBS:
-        with open(Path(__file__).parent / "verbs" / f"{module}.py", encoding="utf-8") as source:
+        path = Path(__file__).parent / "verbs" / f"{module}.py"
+        if not path.exists():  # a verb that is a package (hiertag.verbs.carry)
+            path = path.with_suffix("") / "__init__.py"
+        with open(path, encoding="utf-8") as source:
             name, summary = synopsis(pydoc.source_synopsis(source))
         table[name] = (f"hiertag.verbs.{module}", summary)
     return table

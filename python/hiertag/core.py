@@ -223,7 +223,9 @@ def module_boundaries(model):
     (weight nodes too). ValueError for a model that is not tagged or has
     malformed references."""
     rows = model.module_boundaries() if isinstance(model, TaggedFile) else _core.module_boundaries(_serialized(model))
-    names = {}  # one string per name, which many calls' boundaries list (a dict: see carry._Graph)
+    # One string per name, which many calls' boundaries list (a dict: see
+    # hiertag/verbs/carry/correspondence.py Graph).
+    names = {}
     return {(tag, call): ([names.setdefault(n, n) for n in inputs], [names.setdefault(n, n) for n in outputs], nodes)
             for tag, call, inputs, outputs, nodes in rows}
 

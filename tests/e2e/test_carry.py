@@ -18,9 +18,11 @@ import numpy as np
 import onnx
 import pytest
 
-from hiertag import carry_check, checks, core, verbs, zoo
+from hiertag import checks, core, verbs, zoo
 from hiertag.models import quiet
 from hiertag.verbs import carry
+from hiertag.verbs.carry import check as carry_check
+from hiertag.verbs.carry import correspondence
 from hiertag.zoo import sweep_models
 from tests.e2e.exportable import skip_unless_torch_exports, torch_export_error, zoo_model
 from tests.e2e.test_export import run_tool
@@ -380,8 +382,8 @@ def _reachability_model(order):
 
 @pytest.mark.parametrize("order", [range(7), [6, 5, 4, 3, 2, 1, 0], [4, 0, 2, 6, 1, 3, 5]])
 def test_reachability_answers_as_the_transitive_closure_in_any_file_order(order):
-    graph = carry._Graph(_reachability_model(list(order)))
-    reach = carry._Reachability(graph)
+    graph = correspondence.Graph(_reachability_model(list(order)))
+    reach = correspondence.Reachability(graph)
     upstream = {}  # node index: the values it is computed from, its own included (weights aside)
 
     def closure(index):
@@ -432,8 +434,8 @@ def test_reachability_answers_as_the_transitive_closure_on_random_graphs():
         model = helper.make_model(helper.make_graph(
             nodes, "g", inputs, [helper.make_tensor_value_info(values[-1], TensorProto.FLOAT, [1])],
             [helper.make_tensor(w, TensorProto.FLOAT, [1], [1.0]) for w in ("w0", "w1")]))
-        graph = carry._Graph(model)
-        reach = carry._Reachability(graph)
+        graph = correspondence.Graph(model)
+        reach = correspondence.Reachability(graph)
         upstream = {}
 
         def closure(index, graph=graph, upstream=upstream):  # bound now: B023 cannot see it runs in this trial only

@@ -13,7 +13,7 @@ import torch
 from onnx import TensorProto, helper
 
 from hiertag import OPSET, checks, zoo
-from hiertag.carry_check import generated_inputs
+from hiertag.verbs.carry.check import generated_inputs
 from tests.e2e.exportable import skip_unless_torch_exports
 
 ONE_SESSION = 10**9

@@ -114,7 +114,7 @@ def test_median_tells_a_lower_precision_copy_from_another_models_output():
     another model's output: int8-like rounding with one element far off stays
     below carry's bound, another model's output (same scale, other values) and
     a sign flip of everything do not."""
-    from hiertag import carry_check
+    from hiertag.verbs.carry import check as carry_check
     rng = np.random.default_rng(5)
     expected = rng.standard_normal((4, 256)).astype(np.float32)
     rounded = expected + rng.normal(0, 0.02, expected.shape).astype(np.float32)

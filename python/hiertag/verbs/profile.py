@@ -43,8 +43,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 
-from hiertag import carry_check, checks, core, models, verbs
+from hiertag import checks, core, models, verbs
 from hiertag.verbs import carry
+from hiertag.verbs.carry.placement import common_call
 
 LEVELS = {
     "disabled": onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -70,7 +71,7 @@ def build_feeds(model, specs):
     if unknown:
         verbs.fail(f"--input names no input of the model: {', '.join(unknown)} "
                    f"(inputs: {', '.join(i.name for i in inputs)})")
-    return carry_check.generated_inputs(model, given)
+    return carry.check.generated_inputs(model, given)
 
 
 def run_profiled(path, feeds, runs, warmup, threads, level, directory):
@@ -124,7 +125,7 @@ def attribute(tagged, timings, statistic):
             unattributed[name] = milliseconds
             continue
         # A name the saved graph gives several nodes: their common ancestor.
-        tag = carry.common_call(calls, [(t, None) for t in tags])[0] if len(tags) > 1 else next(iter(tags))
+        tag = common_call(calls, [(t, None) for t in tags])[0] if len(tags) > 1 else next(iter(tags))
         self_time[tag] += milliseconds
         node_count[tag] += 1
     return self_time, node_count, unattributed

@@ -1,7 +1,7 @@
 """hiertag carry's proof: which module calls of a carried file keep, on values,
 the boundary they had in the tagged original.
 
-carry (hiertag/verbs/carry.py) places every node of a transformed model by
+carry (hiertag.verbs.carry) places every node of a transformed model by
 correspondence with the tagged original; a placement is an inference, and a
 wrong one would move a module call's boundary (README "Module boundaries") to
 values the call never received or handed out. Here both files run once in
@@ -235,7 +235,7 @@ class Proof:
 
     def __init__(self, original, carried, correspondence, feeds, by, regions=None, data_folders=(None, None)):
         """`carried`: the transformed model with carry's tags and its fused
-        records; `correspondence`: carry's (carry._Correspondence); `feeds`:
+        records; `correspondence`: carry's (correspondence.Correspondence); `feeds`:
         arrays for the original's graph inputs (generated_inputs); `regions`:
         {transformed node index: the original nodes it stands for}, carry's;
         `data_folders`: where the external data of the original and of the
