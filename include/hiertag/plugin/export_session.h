@@ -2,7 +2,7 @@
 // TorchScript-based exporter goes through (torch 2.13,
 // torch/onnx/_internal/torchscript_exporter/utils.py).
 //
-//   stage        entered by (hook in plugin/python_hooks.cpp)      hiertag's work
+//   stage        entered by (hook in plugin/torchscript_hooks.cpp) hiertag's work
 //   kTracing     _setup_trace_module_map                            module table, instance
 //                                                                   scopes, module calls
 //   kOptimizing  the first graph pass after the trace               MarkInlinedCalls after
