@@ -57,7 +57,9 @@
 #include "hiertag/core/format/printable.h"
 #include "hiertag/core/format/tag_format.h"
 #include "hiertag/core/format/tagged_entries.h"
+#include "hiertag/core/onnx/onnx_fields.h"
 #include "hiertag/core/onnx/onnx_model.h"
+#include "hiertag/core/onnx/proto_wire.h"
 #include "hiertag/tool/tool_commands.h"
 
 namespace nb = nanobind;
@@ -363,8 +365,19 @@ class OpenedFile {
         *error = "shape inference gave no types";
         return std::nullopt;
       }
-      nb::bytes bytes = nb::cast<nb::bytes>(given);
-      std::optional<OnnxModel> types = OnnxModel::Parse(std::string(bytes.c_str(), bytes.size()), error);
+      // Only the inferred model's value types are read: no copy of its
+      // graph is made, and no node of it decoded.
+      std::optional<std::string> values;
+      {
+        nb::bytes bytes = nb::cast<nb::bytes>(given);
+        values = MainGraphValueInfos(std::string_view(bytes.c_str(), bytes.size()), error);
+        given.reset();  // the inferred model, released
+      }
+      if (!values) return std::nullopt;
+      std::string typed;  // a model whose graph holds those values alone
+      wire::AppendLengthDelimited(&typed, onnx_field::kModelGraph, *values);
+      values.reset();
+      std::optional<OnnxModel> types = OnnxModel::Parse(std::move(typed), error);
       if (!types) return std::nullopt;
       return RecordedValueTypes(*types);
     };
