@@ -449,3 +449,19 @@ def test_without_transformers_a_file_model_exports(tmp_path):
     result = hiertag_without("transformers", "export", "plain.py:linear", "-o", "out.onnx", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("out.onnx: 2 nodes tagged, 1 modules (plain.py:linear)")
+
+
+def test_a_plugin_that_cannot_install_is_one_line_naming_why(tmp_path):
+    """The verb asks the plugin why it refused (hiertag.install_failure), and
+    says it in its one line; nothing is written."""
+    native = tmp_path / "native"
+    native.mkdir()
+    shutil.copy(hiertag.library_path(), native)  # libhiertag_python.so left behind
+    shutil.copy(core._core.__file__, native)
+    env = {**os.environ, "HIERTAG_NATIVE_DIR": str(native)}
+    result = run_export(tmp_path, "BertModel", "--config", json.dumps(BERT), "-o", "out.onnx", env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("hiertag export: plugin not installed: ") and "libhiertag_python.so" in line, line
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["native"]
