@@ -1,12 +1,13 @@
 // OnnxModel: wire-level decoding of the ONNX messages the tool reads.
 #include "hiertag/core/onnx/onnx_model.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
-#include <sstream>
+#include <string>
 
 #include "hiertag/core/onnx/onnx_fields.h"
 #include "hiertag/core/onnx/proto_wire.h"
@@ -308,13 +309,21 @@ std::optional<OnnxModel> OnnxModel::Load(const std::string& path, std::string* e
     *error = "cannot open the file (missing or unreadable)";
     return std::nullopt;
   }
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  if (file.bad()) {
+  // Read straight into one string of the file's size: a stream buffer grown by
+  // doubling, then copied, would hold up to twice the file again, and past the
+  // parse (the largest share of every command's peak).
+  std::uintmax_t size = std::filesystem::file_size(path, status);
+  if (status) {
     *error = "cannot read the file";
     return std::nullopt;
   }
-  std::string bytes = contents.str();
+  std::string bytes(static_cast<size_t>(size), '\0');
+  file.read(bytes.data(), static_cast<std::streamsize>(size));
+  if (file.bad() || static_cast<std::uintmax_t>(file.gcount()) != size ||
+      file.peek() != std::ifstream::traits_type::eof()) {
+    *error = "cannot read the file";
+    return std::nullopt;
+  }
   if (bytes.empty()) {
     *error = "the file is empty";
     return std::nullopt;
