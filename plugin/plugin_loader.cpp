@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -23,10 +24,52 @@
 namespace hiertag {
 namespace {
 
-bool PythonIsRunning() {
-  using IsInitialized = int (*)();
-  auto is_initialized = reinterpret_cast<IsInitialized>(dlsym(RTLD_DEFAULT, "Py_IsInitialized"));
-  return is_initialized != nullptr && is_initialized() != 0;
+// The few functions of Python's C API the loader calls, looked up at run time:
+// this library does not link Python.
+struct PythonApi {
+  int (*is_initialized)();
+  int (*gil_ensure)();
+  void (*gil_release)(int);
+  void* (*sys_get)(const char*);          // borrowed
+  void* (*dict_get)(void*, const char*);  // borrowed
+  void* (*get_attr)(void*, const char*);  // new reference
+  int (*has_attr)(void*, const char*);
+  int (*set_attr)(void*, const char*, void*);
+  void* (*from_string)(const char*);  // new reference
+  const char* (*as_utf8)(void*);
+  void (*dec_ref)(void*);
+  void (*err_clear)();
+  void (*err_set_string)(void*, const char*);
+  void** import_error;  // &PyExc_ImportError
+};
+
+template <typename Function>
+bool LookUp(const char* name, Function* function) {
+  *function = reinterpret_cast<Function>(dlsym(RTLD_DEFAULT, name));
+  return *function != nullptr;
+}
+
+// Python's API when this process runs an initialized interpreter, else nullptr.
+const PythonApi* RunningPython() {
+  static const std::optional<PythonApi> api = []() -> std::optional<PythonApi> {
+    PythonApi found{};
+    bool all = LookUp("Py_IsInitialized", &found.is_initialized) && LookUp("PyGILState_Ensure", &found.gil_ensure) &&
+               LookUp("PyGILState_Release", &found.gil_release) && LookUp("PySys_GetObject", &found.sys_get) &&
+               LookUp("PyDict_GetItemString", &found.dict_get) && LookUp("PyObject_GetAttrString", &found.get_attr) &&
+               LookUp("PyObject_HasAttrString", &found.has_attr) && LookUp("PyObject_SetAttrString", &found.set_attr) &&
+               LookUp("PyUnicode_FromString", &found.from_string) && LookUp("PyUnicode_AsUTF8", &found.as_utf8) &&
+               LookUp("Py_DecRef", &found.dec_ref) && LookUp("PyErr_Clear", &found.err_clear) &&
+               LookUp("PyErr_SetString", &found.err_set_string) && LookUp("PyExc_ImportError", &found.import_error);
+    if (!all) return std::nullopt;
+    return found;
+  }();
+  return api && api->is_initialized() != 0 ? &*api : nullptr;
+}
+
+// sys.modules["torch"] (borrowed), nullptr when torch is not imported; with the GIL held.
+void* ImportedTorch(const PythonApi& python) {
+  void* modules = python.sys_get("modules");
+  return modules != nullptr ? python.dict_get(modules, "torch") : nullptr;
 }
 
 // Refuses to install: says "hiertag: plugin not installed: REASON" on stderr,
@@ -35,86 +78,38 @@ bool PythonIsRunning() {
 // already, and raises ImportError with that line in the loading Python thread
 // (which holds the GIL while ctypes loads the library), so
 // torch.ops.load_library fails at once rather than leaving exports untagged.
-// Python's API is looked up at run time: this library does not link Python.
-void Refuse(const std::string& reason) {
+void Refuse(const PythonApi& python, const std::string& reason) {
   std::string message = "hiertag: plugin not installed: " + reason;
   std::fprintf(stderr, "%s\n", message.c_str());
-  using Ensure = int (*)();
-  using Release = void (*)(int);
-  using SetString = void (*)(void*, const char*);
-  using SysGet = void* (*)(const char*);
-  using DictGet = void* (*)(void*, const char*);
-  using GetAttr = void* (*)(void*, const char*);
-  using HasAttr = int (*)(void*, const char*);
-  using SetAttr = int (*)(void*, const char*, void*);
-  using FromString = void* (*)(const char*);
-  using DecRef = void (*)(void*);
-  using ErrClear = void (*)();
-  auto ensure = reinterpret_cast<Ensure>(dlsym(RTLD_DEFAULT, "PyGILState_Ensure"));
-  auto release = reinterpret_cast<Release>(dlsym(RTLD_DEFAULT, "PyGILState_Release"));
-  auto set_string = reinterpret_cast<SetString>(dlsym(RTLD_DEFAULT, "PyErr_SetString"));
-  auto import_error = reinterpret_cast<void**>(dlsym(RTLD_DEFAULT, "PyExc_ImportError"));
-  auto sys_get = reinterpret_cast<SysGet>(dlsym(RTLD_DEFAULT, "PySys_GetObject"));
-  auto dict_get = reinterpret_cast<DictGet>(dlsym(RTLD_DEFAULT, "PyDict_GetItemString"));
-  auto get_attr = reinterpret_cast<GetAttr>(dlsym(RTLD_DEFAULT, "PyObject_GetAttrString"));
-  auto has_attr = reinterpret_cast<HasAttr>(dlsym(RTLD_DEFAULT, "PyObject_HasAttrString"));
-  auto set_attr = reinterpret_cast<SetAttr>(dlsym(RTLD_DEFAULT, "PyObject_SetAttrString"));
-  auto from_string = reinterpret_cast<FromString>(dlsym(RTLD_DEFAULT, "PyUnicode_FromString"));
-  auto dec_ref = reinterpret_cast<DecRef>(dlsym(RTLD_DEFAULT, "Py_DecRef"));
-  auto clear = reinterpret_cast<ErrClear>(dlsym(RTLD_DEFAULT, "PyErr_Clear"));
-  if (!ensure || !release || !set_string || !import_error || !sys_get || !dict_get || !get_attr || !has_attr ||
-      !set_attr || !from_string || !dec_ref || !clear) {
-    return;
-  }
-  int gil = ensure();
-  void* modules = sys_get("modules");                                       // borrowed
-  void* torch = modules != nullptr ? dict_get(modules, "torch") : nullptr;  // borrowed
-  if (void* c = torch != nullptr ? get_attr(torch, "_C") : nullptr) {
-    if (!has_attr(c, kInstallFailureMarker)) {
-      if (void* text = from_string(reason.c_str())) {
-        set_attr(c, kInstallFailureMarker, text);
-        dec_ref(text);
+  int gil = python.gil_ensure();
+  void* torch = ImportedTorch(python);
+  if (void* c = torch != nullptr ? python.get_attr(torch, "_C") : nullptr) {
+    if (!python.has_attr(c, kInstallFailureMarker)) {
+      if (void* text = python.from_string(reason.c_str())) {
+        python.set_attr(c, kInstallFailureMarker, text);
+        python.dec_ref(text);
       }
     }
-    dec_ref(c);
+    python.dec_ref(c);
   }
-  clear();
-  set_string(*import_error, message.c_str());
-  release(gil);
+  python.err_clear();
+  python.err_set_string(*python.import_error, message.c_str());
+  python.gil_release(gil);
 }
 
 // torch.__version__ of the running interpreter, "" when it has not imported
 // torch (nothing is imported here).
-std::string RunningTorchVersion() {
-  using SysGet = void* (*)(const char*);
-  using DictGet = void* (*)(void*, const char*);
-  using GetAttr = void* (*)(void*, const char*);
-  using AsUtf8 = const char* (*)(void*);
-  using DecRef = void (*)(void*);
-  using Ensure = int (*)();
-  using Release = void (*)(int);
-  using ErrClear = void (*)();
-  auto sys_get = reinterpret_cast<SysGet>(dlsym(RTLD_DEFAULT, "PySys_GetObject"));
-  auto dict_get = reinterpret_cast<DictGet>(dlsym(RTLD_DEFAULT, "PyDict_GetItemString"));
-  auto get_attr = reinterpret_cast<GetAttr>(dlsym(RTLD_DEFAULT, "PyObject_GetAttrString"));
-  auto as_utf8 = reinterpret_cast<AsUtf8>(dlsym(RTLD_DEFAULT, "PyUnicode_AsUTF8"));
-  auto dec_ref = reinterpret_cast<DecRef>(dlsym(RTLD_DEFAULT, "Py_DecRef"));
-  auto ensure = reinterpret_cast<Ensure>(dlsym(RTLD_DEFAULT, "PyGILState_Ensure"));
-  auto release = reinterpret_cast<Release>(dlsym(RTLD_DEFAULT, "PyGILState_Release"));
-  auto clear = reinterpret_cast<ErrClear>(dlsym(RTLD_DEFAULT, "PyErr_Clear"));
-  if (!sys_get || !dict_get || !get_attr || !as_utf8 || !dec_ref || !ensure || !release || !clear) return "";
-  int gil = ensure();
+std::string RunningTorchVersion(const PythonApi& python) {
+  int gil = python.gil_ensure();
   std::string version;
-  void* modules = sys_get("modules");                                       // borrowed
-  void* torch = modules != nullptr ? dict_get(modules, "torch") : nullptr;  // borrowed
-  if (torch != nullptr) {
-    if (void* text = get_attr(torch, "__version__")) {
-      if (const char* utf8 = as_utf8(text)) version = utf8;
-      dec_ref(text);
+  if (void* torch = ImportedTorch(python)) {
+    if (void* text = python.get_attr(torch, "__version__")) {
+      if (const char* utf8 = python.as_utf8(text)) version = utf8;
+      python.dec_ref(text);
     }
   }
-  clear();
-  release(gil);
+  python.err_clear();
+  python.gil_release(gil);
   return version;
 }
 
@@ -123,17 +118,18 @@ std::string RunningTorchVersion() {
 std::string_view Release(std::string_view version) { return version.substr(0, version.find('+')); }
 
 void LoadPythonSide() {
-  if (!PythonIsRunning()) return;
-  std::string running = RunningTorchVersion();
+  const PythonApi* python = RunningPython();
+  if (python == nullptr) return;
+  std::string running = RunningTorchVersion(*python);
   if (Release(running) != Release(HIERTAG_TORCH_VERSION)) {
-    Refuse(std::string("it was built for torch " HIERTAG_TORCH_VERSION ", and this is torch ") +
-           (running.empty() ? "(not imported)" : running) +
-           "; build hiertag against this torch (pip install --no-build-isolation <hiertag source>)");
+    Refuse(*python, std::string("it was built for torch " HIERTAG_TORCH_VERSION ", and this is torch ") +
+                        (running.empty() ? "(not imported)" : running) +
+                        "; build hiertag against this torch (pip install --no-build-isolation <hiertag source>)");
     return;
   }
   Dl_info info;
   if (dladdr(reinterpret_cast<void*>(&LoadPythonSide), &info) == 0 || info.dli_fname == nullptr) {
-    Refuse("cannot locate libhiertag.so, so neither libhiertag_python.so beside it");
+    Refuse(*python, "cannot locate libhiertag.so, so neither libhiertag_python.so beside it");
     return;
   }
   std::string path = info.dli_fname;
@@ -141,7 +137,7 @@ void LoadPythonSide() {
   path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "libhiertag_python.so";
   if (dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
     const char* why = dlerror();
-    Refuse(why != nullptr ? why : path + " cannot be loaded");
+    Refuse(*python, why != nullptr ? why : path + " cannot be loaded");
   }
 }
 
