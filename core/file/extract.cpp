@@ -22,8 +22,10 @@
 //             ran in call parent_calls[o] of t's parent (0 when absent).
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -92,7 +94,7 @@ class Extractor {
         types_(file.model, std::move(supplied_types), std::move(infer_types)) {}
 
   // Builds the extracted model into *bytes; false with a one-line reason.
-  bool Run(std::string* bytes, std::string* error) {
+  bool Run(std::string* error) {
     if (call_ && *call_ >= entry_.call_count()) {
       *error = "module '" + DisplayTag(tag_) + "' has " + std::to_string(entry_.call_count()) +
                " calls; --call takes K < " + std::to_string(entry_.call_count()) + ", not " + std::to_string(*call_);
@@ -112,7 +114,7 @@ class Extractor {
     }
     if (!CheckConvex(error)) return false;
     AddNeededConstants();
-    return Assemble(bytes, error);
+    return Assemble(error);
   }
 
   size_t node_count() const { return selected_.size(); }
@@ -203,7 +205,7 @@ class Extractor {
 
   // The model: the selection's nodes, the initializers they read, and the
   // boundary's inputs and outputs with their types.
-  bool Assemble(std::string* bytes, std::string* error) {
+  bool Assemble(std::string* error) {
     if (boundary_.outputs.empty()) {
       *error = Described() + " produces nothing used outside it";
       return false;
@@ -244,29 +246,67 @@ class Extractor {
         typed.emplace_back(field, *type);
       }
     }
-    // Sized before it is filled, to the nodes, the types and about the
-    // initializers (the external data inlined, or a rewritten location):
-    // grown by doubling, the graph would pass twice its size on the way
-    // (the largest buffer extract holds).
-    size_t size = node_bytes + kFieldHeaderBytes + std::size("hiertag_extract") + inlined_bytes;
-    for (const auto& [field, type] : typed) size += type.size() + kFieldHeaderBytes;
+    // The graph's fields in order, as views of the source's bytes or of the
+    // tensors rewritten for their external data: written straight to the
+    // output file (WriteModel), never assembled whole in memory.
+    for (int index : selected_) graph_fields_.emplace_back(kGraphNode, file_.model.nodes[index].raw);
+    graph_fields_.emplace_back(kGraphName, "hiertag_extract");
     for (const std::string& name : needed_initializers_) {
-      size += initializers_.at(name)->raw.size() + kFieldHeaderBytes + kRewrittenLocationBytes;
-    }
-    std::string graph;
-    graph.reserve(size);
-    for (int index : selected_) wire::AppendLengthDelimited(&graph, kGraphNode, file_.model.nodes[index].raw);
-    wire::AppendLengthDelimited(&graph, kGraphName, "hiertag_extract");
-    for (const std::string& name : needed_initializers_) {
-      std::optional<std::string> tensor = TensorForOutput(*initializers_.at(name), mode, error);
+      const OnnxInitializer& initializer = *initializers_.at(name);
+      if (!initializer.external) {
+        graph_fields_.emplace_back(kGraphInitializer, initializer.raw);
+        continue;
+      }
+      std::optional<std::string> tensor = TensorForOutput(initializer, mode, error);
       if (!tensor) return false;
-      wire::AppendLengthDelimited(&graph, kGraphInitializer, *tensor);
+      graph_fields_.emplace_back(kGraphInitializer, rewritten_tensors_.emplace_back(std::move(*tensor)));
     }
-    for (const auto& [field, type] : typed) wire::AppendLengthDelimited(&graph, field, type);
-    AssembleModel(graph, bytes);
+    for (const auto& [field, type] : typed) graph_fields_.emplace_back(field, type);
+    graph_size_ = 0;
+    for (const auto& [field, payload] : graph_fields_) graph_size_ += FieldSize(field, payload.size());
     return true;
   }
 
+ public:
+  // The output model, written to `out` (after Run): the source's ModelProto fields with
+  // the new graph, a module table restricted to the extracted module, its
+  // descendants and its ancestors (entries as the source wrote them,
+  // folded_into kept to the initializers and Constants copied), and the
+  // rewrites that lie within the module.
+  void WriteModel(std::ostream& out) const {
+    std::string entries;  // the model's metadata_props
+    for (const auto& [key, value] : MetadataEntries()) AppendStringEntry(&entries, kModelMetadataProps, key, value);
+    wire::Reader reader(file_.model.bytes());
+    wire::Field field;
+    bool entries_written = false;
+    auto write = [&out](std::string_view bytes) {
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    };
+    while (!reader.done() && reader.Next(&field)) {
+      if (!entries_written && field.number > kModelMetadataProps) {
+        write(entries);
+        entries_written = true;
+      }
+      if (field.number == kModelGraph) {
+        std::string header;
+        wire::AppendVarint(&header, (static_cast<uint64_t>(kModelGraph) << 3) | wire::kLengthDelimited);
+        wire::AppendVarint(&header, graph_size_);
+        write(header);
+        for (const auto& [number, payload] : graph_fields_) {
+          header.clear();
+          wire::AppendVarint(&header, (static_cast<uint64_t>(number) << 3) | wire::kLengthDelimited);
+          wire::AppendVarint(&header, payload.size());
+          write(header);
+          write(payload);
+        }
+      } else if (field.number != kModelMetadataProps) {
+        write(field.raw);
+      }
+    }
+    if (!entries_written) write(entries);
+  }
+
+ private:
   // The bytes of the initializers the output keeps outside, as they are in the source.
   std::optional<uint64_t> ExternalBytes(std::string* error) const {
     uint64_t total = 0;
@@ -325,11 +365,9 @@ class Extractor {
     return TensorWithExternalData(initializer.raw, {relative.string(), where.offset, where.length});
   }
 
-  // The source's ModelProto fields with the new graph, a module table restricted
-  // to the extracted module, its descendants and its ancestors (entries as the
-  // source wrote them, folded_into kept to the initializers and Constants copied),
-  // and the rewrites that lie within the module.
-  void AssembleModel(const std::string& graph, std::string* bytes) const {
+  // The output's metadata_props: the module table, the rewrites within the
+  // module, the format version (see WriteModel).
+  std::vector<std::pair<std::string_view, std::string>> MetadataEntries() const {
     std::set<std::string> copied(needed_initializers_.begin(), needed_initializers_.end());
     for (int index : selected_) {
       const OnnxNode& node = file_.model.nodes[index];
@@ -354,31 +392,7 @@ class Extractor {
     auto version = file_.model.metadata.find(std::string(kFormatVersionKey));
     entries.emplace_back(kFormatVersionKey,
                          version == file_.model.metadata.end() ? std::string(kFormatVersion) : version->second);
-    size_t size = graph.size() + kFieldHeaderBytes;
-    for (const auto& [key, value] : entries) size += key.size() + value.size() + 3 * kFieldHeaderBytes;
-    wire::Reader reader(file_.model.bytes());
-    wire::Field field;
-    while (!reader.done() && reader.Next(&field)) {
-      if (field.number != kModelGraph && field.number != kModelMetadataProps) size += field.raw.size();
-    }
-    bytes->reserve(size);  // once, as the graph's buffer was
-    reader = wire::Reader(file_.model.bytes());
-    bool entries_written = false;
-    auto write_entries = [&] {
-      for (const auto& [key, value] : entries) {
-        AppendStringEntry(bytes, kModelMetadataProps, key, value);
-      }
-      entries_written = true;
-    };
-    while (!reader.done() && reader.Next(&field)) {
-      if (!entries_written && field.number > kModelMetadataProps) write_entries();
-      if (field.number == kModelGraph) {
-        wire::AppendLengthDelimited(bytes, kModelGraph, graph);
-      } else if (field.number != kModelMetadataProps) {
-        bytes->append(field.raw);
-      }
-    }
-    if (!entries_written) write_entries();
+    return entries;
   }
 
   // The source's hiertag.rewrites records whose modules all lie within the
@@ -409,9 +423,12 @@ class Extractor {
   static constexpr uint64_t kInlineLimit = (uint64_t{2} << 30) - (uint64_t{64} << 20);
   // At most a field's key and length varints (a key of a field number below 2^11, a length below 2^35).
   static constexpr size_t kFieldHeaderBytes = 7;
-  // About what a tensor's external_data entries written for OUT.data or the
-  // source's files add to it (a location, an offset and a length).
-  static constexpr size_t kRewrittenLocationBytes = 128;
+
+  // The bytes a length-delimited field of `length` bytes takes.
+  static uint64_t FieldSize(uint32_t number, uint64_t length) {
+    return wire::VarintSize((static_cast<uint64_t>(number) << 3) | wire::kLengthDelimited) + wire::VarintSize(length) +
+           length;
+  }
 
   const TaggedFile& file_;
   std::string output_path_;
@@ -427,7 +444,10 @@ class Extractor {
   MainGraphIndex index_;
   ValueTypes types_;
   std::map<std::string, const OnnxInitializer*> initializers_;
-  std::set<int> selected_;  // ordered: node indices are the source's order
+  std::set<int> selected_;                                           // ordered: node indices are the source's order
+  std::vector<std::pair<uint32_t, std::string_view>> graph_fields_;  // the output graph's, in order
+  std::deque<std::string> rewritten_tensors_;  // initializers whose external data the output holds otherwise
+  uint64_t graph_size_ = 0;
   ModuleBoundary boundary_;
   std::vector<std::string> needed_initializers_;
 };
@@ -475,11 +495,12 @@ std::optional<std::string> OverwrittenInput(const std::string& output, const std
 }
 
 // Writes next to the target and renames, so no half-written file is left as OUT.
-bool WriteFileAtomically(const std::string& path, const std::string& bytes, std::string* error) {
+bool WriteFileAtomically(const std::string& path, const std::function<void(std::ostream&)>& write, std::string* error) {
   std::string temporary = path + ".hiertag-partial";
   {
     std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (file) write(file);
+    file.close();
     if (!file) {
       std::remove(temporary.c_str());
       *error = "cannot write " + path;
@@ -544,8 +565,7 @@ std::optional<Json> Extract(const TaggedFile& file, const std::string& path, con
     return fail(Kind::kOverwritesInput, *refused);
   }
   Extractor extractor(file, tag, call, target, options.external_data, std::move(supplied_types), options.infer_types);
-  std::string bytes;
-  if (!extractor.Run(&bytes, &error)) return fail(Kind::kRefused, path + ": " + error);
+  if (!extractor.Run(&error)) return fail(Kind::kRefused, path + ": " + error);
   // The data file first, then the model that names it: a model is never
   // written that references a file not there.
   std::string data_path;
@@ -561,7 +581,7 @@ std::optional<Json> Extract(const TaggedFile& file, const std::string& path, con
       return fail(Kind::kWriteFailed, path + ": " + (error.empty() ? "cannot write " + data_path : error));
     }
   }
-  if (!WriteFileAtomically(target, bytes, &error)) {
+  if (!WriteFileAtomically(target, [&extractor](std::ostream& out) { extractor.WriteModel(out); }, &error)) {
     if (!data_path.empty()) std::remove(data_path.c_str());
     return fail(Kind::kWriteFailed, path + ": " + error);
   }
