@@ -307,12 +307,22 @@ class OpenedFile {
   }
 
   nb::object Extract(const std::string& module, std::optional<int64_t> call, const std::string& out,
-                     const std::string& external_data, const nb::object& value_types) const {
+                     const std::string& external_data, const nb::object& value_types) {
     ExtractOptions options;
     options.call = call;
     options.out_path = out;
     options.external_data = ModeOf(external_data);
-    options.infer_types = InferFrom(value_types);
+    if (!value_types.is_none()) {
+      options.infer_types = [this, value_types](const OnnxModel&, const ValueTypeMap&,
+                                                std::string* error) -> std::optional<ValueTypeMap> {
+        const ValueTypeMap& types = Inferred(value_types, kPieceBytes);
+        if (!inference_error_.empty()) {
+          *error = inference_error_;
+          return std::nullopt;
+        }
+        return types;
+      };
+    }
     ExtractError error;
     std::optional<Json> result = hiertag::Extract(file_, path_, module, options, &error);
     if (!result) Raise(ErrorOf(error.kind), error.line);
@@ -354,33 +364,42 @@ class OpenedFile {
     return std::nullopt;
   }
 
-  // `value_types`: None, or a callable taking the serialized model the file
-  // holds and returning a serialized ModelProto whose main graph types its
-  // values (or None), asked on extract's first need.
-  static InferTypes InferFrom(const nb::object& value_types) {
+  // The types shape inference gives the main graph's values the file does not
+  // type, by `value_types` (as InferFrom's) a piece at a time, each piece at
+  // most about `piece_bytes` of nodes: {name: serialized ValueInfoProto}. The
+  // first inference by a given callable is kept (the file does not change).
+  nb::dict ValueTypes(const nb::object& value_types, size_t piece_bytes) {
+    const ValueTypeMap& types = Inferred(value_types, piece_bytes);
+    if (!inference_error_.empty()) Raise(Errors().file, path_ + ": " + inference_error_);
+    nb::dict result;
+    for (const auto& [name, value_info] : types) {
+      result[nb::str(name.data(), name.size())] = nb::bytes(value_info.data(), value_info.size());
+    }
+    return result;
+  }
+
+  // `value_types`: None, or a callable taking a serialized model (a piece of
+  // the file's main graph, InferInPieces) and returning it serialized as
+  // ONNX's shape inference types it (or None when inference fails).
+  static InferTypes InferFrom(const nb::object& value_types, size_t piece_bytes = kPieceBytes) {
     if (value_types.is_none()) return {};
-    return [value_types](const OnnxModel& model, std::string* error) -> std::optional<ValueTypeMap> {
-      nb::object given = value_types(nb::bytes(model.bytes().data(), model.bytes().size()));
-      if (given.is_none()) {
-        *error = "shape inference gave no types";
-        return std::nullopt;
-      }
-      // Only the inferred model's value types are read: no copy of its
-      // graph is made, and no node of it decoded.
-      std::optional<std::string> values;
-      {
-        nb::bytes bytes = nb::cast<nb::bytes>(given);
-        values = MainGraphValueInfos(std::string_view(bytes.c_str(), bytes.size()), error);
-        given.reset();  // the inferred model, released
-      }
-      if (!values) return std::nullopt;
-      std::string typed;  // a model whose graph holds those values alone
-      wire::AppendLengthDelimited(&typed, onnx_field::kModelGraph, *values);
-      values.reset();
-      std::optional<OnnxModel> types = OnnxModel::Parse(std::move(typed), error);
-      if (!types) return std::nullopt;
-      return RecordedValueTypes(*types);
-    };
+    return InferInPieces(
+        [value_types](std::string_view piece, std::string* error) -> std::optional<ValueTypeMap> {
+          nb::object given = value_types(nb::bytes(piece.data(), piece.size()));
+          if (given.is_none()) {
+            *error = "shape inference gave no types";
+            return std::nullopt;
+          }
+          nb::bytes bytes = nb::cast<nb::bytes>(given);
+          std::optional<std::string> values = MainGraphValueInfos(std::string_view(bytes.c_str(), bytes.size()), error);
+          if (!values) return std::nullopt;
+          std::string typed;  // a model whose graph holds those values alone
+          wire::AppendLengthDelimited(&typed, onnx_field::kModelGraph, *values);
+          std::optional<OnnxModel> types = OnnxModel::Parse(std::move(typed), error);
+          if (!types) return std::nullopt;
+          return RecordedValueTypes(*types);
+        },
+        piece_bytes);
   }
 
  private:
@@ -408,8 +427,27 @@ class OpenedFile {
     return Errors().refused;
   }
 
+  // The types `value_types` infers (inference_error_ when it failed), inferred
+  // on the first call with that callable and kept.
+  const ValueTypeMap& Inferred(const nb::object& value_types, size_t piece_bytes) {
+    if (!inferred_by_ || !inferred_by_.is(value_types) || inferred_piece_bytes_ != piece_bytes) {
+      inference_error_.clear();
+      std::optional<ValueTypeMap> types =
+          InferFrom(value_types, piece_bytes)(file_.model, RecordedValueTypes(file_.model), &inference_error_);
+      if (!types && inference_error_.empty()) inference_error_ = "shape inference gave no types";
+      inferred_ = types ? std::move(*types) : ValueTypeMap{};
+      inferred_by_ = value_types;
+      inferred_piece_bytes_ = piece_bytes;
+    }
+    return inferred_;
+  }
+
   std::string path_;
   TaggedFile file_;
+  nb::object inferred_by_;
+  size_t inferred_piece_bytes_ = 0;
+  ValueTypeMap inferred_;
+  std::string inference_error_;
 };
 
 // The native tool's command line, in process: (exit status, stdout, stderr).
@@ -650,6 +688,10 @@ NB_MODULE(_core, m) {
       .def("rewritten_boundaries", &OpenedFile::RewrittenBoundaries, "As rewritten_boundaries(bytes) of this file.")
       .def("rewrite_records", &OpenedFile::RewriteRecords, "As rewrite_records(bytes) of this file.")
       .def("weight_values", &OpenedFile::WeightValues, "As weight_values(bytes) of this file.")
+      .def("value_types", &OpenedFile::ValueTypes, "value_types"_a, "piece_bytes"_a = kPieceBytes,
+           "{name: serialized ValueInfoProto} for each main-graph value the file does not type and shape inference "
+           "does, by `value_types` (as extract's) run on the main graph a piece of about `piece_bytes` of nodes at a "
+           "time (core/file/value_types.h InferInPieces). Raises TaggedFileError when inference fails.")
       .def("validate", &OpenedFile::Validate,
            "{'file', 'valid', 'nodes', 'modules', 'problems': [{'node', 'op_type' | 'subject', 'problem'}]}.")
       .def("tree", &OpenedFile::Tree, "depth"_a = -1,
@@ -657,10 +699,10 @@ NB_MODULE(_core, m) {
       .def("extract", &OpenedFile::Extract, "module"_a, "call"_a = nb::none(), "out"_a = "", "external_data"_a = "auto",
            "value_types"_a = nb::none(),
            "Writes the module (its call `call`) as a standalone model to `out` (default MODEL.<tag>.onnx) and "
-           "returns what `hiertag extract --json` prints. `value_types`: a callable taking the serialized model "
-           "the file holds and returning a serialized ModelProto whose main graph types the values the file does not "
-           "(or None), asked on the first "
-           "such value. Raises UnknownModule, ExtractRefused, OverwritesInput, BadValueTypes or WriteFailed "
+           "returns what `hiertag extract --json` prints. `value_types`: a callable taking a serialized model "
+           "(a piece of the file's main graph) and returning it serialized as ONNX's shape inference types it (or "
+           "None), asked on the first value the file does not type; what it gives is kept for the next extract with "
+           "the same callable. Raises UnknownModule, ExtractRefused, OverwritesInput, BadValueTypes or WriteFailed "
            "with the tool's one line; nothing is written then.");
   m.def("run_tool", &RunToolInProcess, "args"_a, "value_types"_a = nb::none(),
         "The native tool's command line (validate, tree, extract) in process: (exit status, stdout, stderr) as "

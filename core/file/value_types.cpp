@@ -46,7 +46,7 @@ std::optional<std::string_view> ValueTypes::Find(const std::string& name) {
   if (!inferred_once_) {
     inferred_once_ = true;
     if (infer_) {
-      inferred_ = infer_(model_, &inference_error_);
+      inferred_ = infer_(model_, known_, &inference_error_);
     } else {
       inference_error_ = "no shape inference was asked";
     }

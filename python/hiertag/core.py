@@ -93,23 +93,20 @@ WriteFailed = _core.WriteFailed
 
 
 def value_types():
-    """What TaggedFile.extract and run_tool take as `value_types`, for one
-    file: a callable that, given the serialized model the file holds, returns
-    it as ONNX's shape inference (the onnx package's C++, with data
-    propagation) types it, serialized, bytes to bytes (the model is never
-    parsed into Python objects), asked once; None when inference fails
+    """What TaggedFile.extract, TaggedFile.value_types and run_tool take as
+    `value_types`: a callable that, given a serialized model (a piece of a
+    file's main graph: the core infers a piece at a time, so that inference
+    never holds the whole model), returns it as ONNX's shape inference (the onnx
+    package's C++, with data propagation) types it, serialized, bytes to bytes
+    (the model is never parsed into Python objects); None when inference fails
     (extract then names the first value it cannot type). The native tool's own
     build may have no ONNX library (a wheel's has none)."""
-    inferred = []
-
     def infer(model):
-        if not inferred:
-            from onnx.onnx_cpp2py_export import shape_inference
-            try:
-                inferred.append(shape_inference.infer_shapes(model, False, False, True))
-            except Exception:  # what inference cannot type stays untyped; extract names the value
-                inferred.append(None)
-        return inferred[0]
+        from onnx.onnx_cpp2py_export import shape_inference  # imported on first need: 28 MB resident
+        try:
+            return shape_inference.infer_shapes(model, False, False, True)
+        except Exception:  # what inference cannot type stays untyped; extract names the value
+            return None
     return infer
 
 

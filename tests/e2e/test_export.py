@@ -384,6 +384,46 @@ def test_extract_cuts_each_call_where_the_boundary_check_draws_its_boundary(expo
         cut.append((tag, call))
     assert cut, f"{name}: extract cut no call"
 
+def _same_type_up_to_symbols(whole, pieces, symbols):
+    """True when two TypeProtos are equal once the dim_params of `pieces` are
+    renamed by the one-to-one map `symbols` (whole's symbol -> pieces'), which
+    this extends."""
+    if whole.WhichOneof("value") != "tensor_type" or pieces.WhichOneof("value") != "tensor_type":
+        return whole == pieces
+    a, b = whole.tensor_type, pieces.tensor_type
+    if a.elem_type != b.elem_type or a.HasField("shape") != b.HasField("shape") or len(a.shape.dim) != len(b.shape.dim):
+        return False
+    for x, y in zip(a.shape.dim, b.shape.dim, strict=True):
+        if x.WhichOneof("value") != y.WhichOneof("value") or x.dim_value != y.dim_value:
+            return False
+        if x.HasField("dim_param") and (symbols.setdefault(x.dim_param, y.dim_param) != y.dim_param
+                                        or list(symbols.values()).count(y.dim_param) > 1):
+            return False
+    return True
+
+
+def test_types_inferred_a_node_at_a_time_are_those_of_whole_model_inference(exported, tmp_path):
+    """Check that shape inference a piece at a time (core/file/infer_in_pieces.cpp,
+    what extract runs) types every value as ONNX's inference of the whole model
+    does, data propagation included, with every node a piece of its own: the
+    most cuts, each a place where a value's type or data must cross. Made-up
+    symbols may be named otherwise, never shared."""
+    name, _, _, tagged, _ = exported
+    path = tmp_path / "model.onnx"
+    path.write_bytes(tagged)
+    model = onnx.load_from_string(tagged)
+    recorded = {value.name for value in [*model.graph.input, *model.graph.output, *model.graph.value_info]}
+    whole = onnx.shape_inference.infer_shapes(model, data_prop=True).graph
+    expected = {value.name: value.type for value in [*whole.value_info, *whole.output]
+                if value.name not in recorded and value.type.WhichOneof("value")}
+    pieces = {name: onnx.ValueInfoProto.FromString(value).type
+              for name, value in core.TaggedFile(str(path)).value_types(core.value_types(), piece_bytes=1).items()}
+    assert sorted(pieces) == sorted(expected), name
+    symbols = {}
+    differ = [value for value in expected if not _same_type_up_to_symbols(expected[value], pieces[value], symbols)]
+    assert not differ, f"{name}: {differ[0]}: whole {expected[differ[0]]} pieces {pieces[differ[0]]}"
+
+
 def test_hiertag_validate_accepts_the_tagged_file_and_rejects_the_plain_one(exported, tmp_path):
     _, _, _, tagged, plain = exported
     (tmp_path / "tagged.onnx").write_bytes(tagged)

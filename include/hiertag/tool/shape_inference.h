@@ -16,9 +16,8 @@ namespace hiertag {
 // build without an ONNX library: always std::nullopt) implements it.
 std::optional<ValueTypeMap> InferValueTypes(std::string_view model, std::string* error);
 
-// InferValueTypes as extract asks it (file_commands.h ExtractOptions::infer_types).
-inline InferTypes NativeInferTypes() {
-  return [](const OnnxModel& model, std::string* error) { return InferValueTypes(model.bytes(), error); };
-}
+// InferValueTypes as extract asks it (file_commands.h ExtractOptions::infer_types):
+// a piece at a time.
+inline InferTypes NativeInferTypes() { return InferInPieces(InferValueTypes); }
 
 }  // namespace hiertag

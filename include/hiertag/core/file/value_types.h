@@ -9,6 +9,7 @@
 // from shape inference run on the model once, on first need (InferTypes).
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <optional>
@@ -23,11 +24,29 @@ namespace hiertag {
 // (inputs, outputs, value_info), by value name.
 using ValueTypeMap = std::map<std::string, std::string, std::less<>>;
 
-// Shape inference over a model: the types it gives the main graph's values,
-// or std::nullopt with *error. ONNX's own over the model's bytes, in the native
-// tool where its build has an ONNX library (tool/shape_inference.h), in the
-// Python package through the onnx package (hiertag.core.value_types).
-using InferTypes = std::function<std::optional<ValueTypeMap>(const OnnxModel& model, std::string* error)>;
+// Shape inference over a model: the types it gives the main graph's values
+// `known` (the file's own and a types file's) does not, or std::nullopt with
+// *error.
+using InferTypes =
+    std::function<std::optional<ValueTypeMap>(const OnnxModel& model, const ValueTypeMap& known, std::string* error)>;
+
+// ONNX's shape inference (with data propagation) over one serialized model: the
+// types it gives the main graph's values, or std::nullopt with *error. ONNX's
+// own, in the native tool where its build has an ONNX library
+// (tool/shape_inference.h), in the Python package through the onnx package
+// (hiertag.core.value_types).
+using InferPiece = std::function<std::optional<ValueTypeMap>(std::string_view model, std::string* error)>;
+
+// How many bytes of nodes a piece of InferInPieces holds, at least one node.
+inline constexpr size_t kPieceBytes = size_t{1} << 20;
+
+// InferTypes by `infer` run on the main graph a piece at a time
+// (core/file/infer_in_pieces.cpp): each piece a model of its own, of about
+// `piece_bytes` of nodes, typed from what the pieces before it gave, so that
+// inference holds one piece at a time rather than the whole model, and each
+// value gets the type whole-model inference gives it (a symbol inference makes
+// up may be numbered differently, never shared).
+InferTypes InferInPieces(InferPiece infer, size_t piece_bytes = kPieceBytes);
 
 // The types a model's main graph records (inputs, outputs, value_info).
 ValueTypeMap RecordedValueTypes(const OnnxModel& model);
