@@ -210,6 +210,16 @@ class CallTable:
         return self._table.belongs(tuple(user), tuple(ref))
 
 
+def _asked(model, question):
+    """The core's answer to `question` (module_boundaries, rewritten_boundaries,
+    rewrite_records, weight_values) about `model`: the opened TaggedFile's
+    method of that name, which reads no bytes again, or the _core function of
+    that name over the model's bytes."""
+    if isinstance(model, TaggedFile):
+        return getattr(model, question)()
+    return getattr(_core, question)(_serialized(model))
+
+
 def module_boundaries(model):
     """{(tag, call): (inputs, outputs, nodes)} for every call of every module
     of the tagged model `model` (its serialized bytes, a ModelProto, or
@@ -219,7 +229,7 @@ def module_boundaries(model):
     and the positions in the main graph of the nodes the file gives the call
     (weight nodes too). ValueError for a model that is not tagged or has
     malformed references."""
-    rows = model.module_boundaries() if isinstance(model, TaggedFile) else _core.module_boundaries(_serialized(model))
+    rows = _asked(model, "module_boundaries")
     # One string per name, which many calls' boundaries list (a dict: see
     # hiertag/verbs/carry/correspondence.py Graph).
     names = {}
@@ -233,8 +243,7 @@ def rewritten_boundaries(model):
     carry) removed: a rewrite listing a call within it and one outside it, or a
     "rewired" record listing it (tool/module_boundaries.h CutBy).
     `hiertag extract` refuses these calls; the verifier does not check them."""
-    rows = (model.rewritten_boundaries() if isinstance(model, TaggedFile)
-            else _core.rewritten_boundaries(_serialized(model)))
+    rows = _asked(model, "rewritten_boundaries")
     return {(tag, call): why for tag, call, why in rows}
 
 
@@ -243,7 +252,7 @@ def rewrite_records(model):
     across module boundaries: its hiertag.rewrites records, then a "fused"
     record for every node with hiertag.spans that none names, as dicts (pass,
     kind, modules, node; cause and reason when the writer gave them)."""
-    return model.rewrite_records() if isinstance(model, TaggedFile) else _core.rewrite_records(_serialized(model))
+    return _asked(model, "rewrite_records")
 
 
 def weight_values(model):
@@ -251,4 +260,4 @@ def weight_values(model):
     not): initializers, and the outputs of Constants and of nodes computing from
     weights alone (the Identity torch writes for a deduplicated parameter). No
     module call receives or hands them out (README "Module boundaries")."""
-    return set(model.weight_values() if isinstance(model, TaggedFile) else _core.weight_values(_serialized(model)))
+    return set(_asked(model, "weight_values"))

@@ -55,6 +55,11 @@ def _input_files(model_spec):
     return []
 
 
+def _as_written(said, staged, output):
+    """What the core `said` about the staged file, naming the output it becomes."""
+    return str(said).replace(str(staged), str(output))
+
+
 def _open_written(staged, output):
     """The file the export wrote at `staged`, opened once (core.TaggedFile) for
     every question the verb asks of it; the reader's one line, naming `output`,
@@ -62,7 +67,7 @@ def _open_written(staged, output):
     try:
         return core.TaggedFile(str(staged))
     except core.TaggedFileError as error:
-        fail(f"the tagged file is not valid: {str(error).replace(str(staged), str(output))}")
+        fail(f"the tagged file is not valid: {_as_written(error, staged, output)}")
 
 
 def _export_once(model, args, path, opset, torch_modules, input_names, output_names, dynamo=False):
@@ -162,11 +167,11 @@ def export_model(model_spec, output, *, config=None, task=None, inputs=(), opset
         validation = written.validate()
         if not validation["valid"]:
             problems = validation["problems"]
-            fail(f"the tagged file is not valid: {str(problems[0]).replace(str(staged), str(output))}")
+            fail(f"the tagged file is not valid: {_as_written(problems[0], staged, output)}")
         try:
             tree = written.tree(2)
         except core.TaggedFileError as error:
-            fail(f"hiertag tree failed on {output}: {str(error).replace(str(staged), str(output))}")
+            fail(f"hiertag tree failed on {output}: {_as_written(error, staged, output)}")
         tree["file"] = str(output)
         opset_written = written.opset
         del written  # the file as read, released before the summary is returned
