@@ -202,12 +202,12 @@ nb::bytes MainGraphValueInfosOf(const nb::bytes& model) {
 // The main graph's weights: its initializers and the outputs of its weight nodes.
 std::vector<std::string> WeightValuesOf(const OnnxModel& model) {
   const OnnxGraph& main = model.graphs.at(0);
-  std::unordered_map<int, std::vector<std::string>> reads;
+  std::unordered_map<int, std::vector<std::string_view>> reads;
   for (int index : main.nodes) reads[index] = NodeReads(model, index);
   std::vector<std::string> values;
   for (const OnnxInitializer& initializer : main.initializers) values.push_back(initializer.name);
   for (int index : WeightNodes(model, reads)) {
-    for (const std::string& output : model.nodes[index].outputs) values.push_back(output);
+    for (std::string_view output : model.nodes[index].outputs) values.emplace_back(output);
   }
   return values;
 }

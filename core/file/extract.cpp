@@ -146,7 +146,7 @@ class Extractor {
     while (!work.empty()) {
       int index = work.back();
       work.pop_back();
-      for (const std::string& output : file_.model.nodes[index].outputs) {
+      for (std::string_view output : file_.model.nodes[index].outputs) {
         for (int user : index_.Consumers(output)) {
           if (index_.Leaves(index, user, selected_, target_) && downstream.insert(user).second) {
             work.push_back(user);
@@ -159,7 +159,7 @@ class Extractor {
     while (!work.empty()) {
       int index = work.back();
       work.pop_back();
-      for (const std::string& input : index_.Reads(index)) {
+      for (std::string_view input : index_.Reads(index)) {
         int producer = index_.Producer(input);
         if (producer < 0 || selected_.count(producer)) continue;
         if (downstream.count(producer)) {
@@ -194,7 +194,7 @@ class Extractor {
     while (!work.empty()) {
       int index = work.back();
       work.pop_back();
-      for (const std::string& input : index_.Reads(index)) {
+      for (std::string_view input : index_.Reads(index)) {
         int producer = index_.Producer(input);
         if (producer < 0 || selected_.count(producer) || !index_.IsWeight(producer)) continue;
         selected_.insert(producer);
@@ -212,8 +212,8 @@ class Extractor {
     }
     std::set<std::string> seen;
     for (int index : selected_) {
-      for (const std::string& input : index_.Reads(index)) {
-        if (index_.IsInitializer(input) && seen.insert(input).second) needed_initializers_.push_back(input);
+      for (std::string_view input : index_.Reads(index)) {
+        if (index_.IsInitializer(input) && seen.emplace(input).second) needed_initializers_.emplace_back(input);
       }
     }
     size_t node_bytes = 0;

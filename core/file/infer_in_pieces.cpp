@@ -20,7 +20,7 @@
 //     name by accident.
 //   - the file's own types: each value the file types is listed as it is.
 // A value read from outside the main graph's nodes (a node's subgraph reading
-// an outer value) counts as read by that node.
+// an outer value) counts as read by that node (module_boundaries.h NodeReads).
 #include <algorithm>
 #include <map>
 #include <set>
@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "hiertag/core/file/module_boundaries.h"
 #include "hiertag/core/file/value_types.h"
 #include "hiertag/core/onnx/onnx_fields.h"
 #include "hiertag/core/onnx/proto_wire.h"
@@ -190,10 +191,10 @@ class PieceInference {
     for (size_t position = 0; position < main_.nodes.size(); ++position) {
       const OnnxNode& node = model_.nodes[main_.nodes[position]];
       position_of_.emplace(main_.nodes[position], position);
-      for (const std::string& output : node.outputs) {
+      for (std::string_view output : node.outputs) {
         if (!output.empty()) producer_.emplace(output, main_.nodes[position]);
       }
-      reads_.push_back(ReadsOf(node));
+      reads_.push_back(NodeReads(model_, main_.nodes[position]));
     }
     for (const OnnxInitializer& initializer : main_.initializers) initializer_.emplace(initializer.name, &initializer);
     for (const auto& [name, value_info] : known_) {
@@ -218,7 +219,7 @@ class PieceInference {
       std::optional<ValueTypeMap> typed = infer(Piece(model_fields, start, end), error);
       if (!typed) return std::nullopt;
       for (size_t position = start; position < end; ++position) {
-        for (const std::string& output : model_.nodes[main_.nodes[position]].outputs) {
+        for (std::string_view output : model_.nodes[main_.nodes[position]].outputs) {
           auto found = typed->find(output);
           if (output.empty() || found == typed->end() || known_.count(output) || inferred_.count(output)) continue;
           if (auto type = FirstMessage(found->second, onnx_field::kValueInfoType)) CollectSymbols(*type, &symbols_);
@@ -231,35 +232,7 @@ class PieceInference {
   }
 
  private:
-  // The values `node` reads: its inputs, and the outer values its subgraphs read.
-  std::vector<std::string> ReadsOf(const OnnxNode& node) const {
-    std::vector<std::string> reads;
-    for (const std::string& input : node.inputs) {
-      if (!input.empty()) reads.push_back(input);
-    }
-    for (int graph : node.subgraphs) OuterReads(graph, {}, &reads);
-    return reads;
-  }
-
-  // The values graph `index` and its subgraphs read from outside themselves.
-  void OuterReads(int index, std::set<std::string> defined, std::vector<std::string>* reads) const {
-    const OnnxGraph& graph = model_.graphs.at(index);
-    for (const OnnxValue& input : graph.inputs) defined.insert(input.name);
-    for (const OnnxInitializer& initializer : graph.initializers) defined.insert(initializer.name);
-    for (int id : graph.nodes) {
-      const OnnxNode& node = model_.nodes[id];
-      for (const std::string& input : node.inputs) {
-        if (!input.empty() && !defined.count(input)) reads->push_back(input);
-      }
-      for (int nested : node.subgraphs) OuterReads(nested, defined, reads);
-      for (const std::string& output : node.outputs) defined.insert(output);
-    }
-    for (const OnnxValue& output : graph.outputs) {
-      if (!defined.count(output.name)) reads->push_back(output.name);
-    }
-  }
-
-  std::optional<std::string_view> TypeOf(const std::string& name) const {
+  std::optional<std::string_view> TypeOf(std::string_view name) const {
     if (auto known = known_.find(name); known != known_.end()) return std::string_view(known->second);
     if (auto inferred = inferred_.find(name); inferred != inferred_.end()) return std::string_view(inferred->second);
     return std::nullopt;
@@ -274,7 +247,7 @@ class PieceInference {
     while (!pending.empty()) {
       size_t position = pending.back();
       pending.pop_back();
-      for (const std::string& read : reads_[position]) {
+      for (std::string_view read : reads_[position]) {
         auto producer = producer_.find(read);
         if (producer == producer_.end()) continue;
         size_t from = position_of_.at(producer->second);
@@ -286,14 +259,14 @@ class PieceInference {
       }
     }
     std::string graph;
-    std::set<std::string, std::less<>> made, listed;
+    std::set<std::string_view> made, listed;
     for (size_t position : positions) {
       const OnnxNode& node = model_.nodes[main_.nodes[position]];
       wire::AppendLengthDelimited(&graph, onnx_field::kGraphNode, node.raw);
-      for (const std::string& output : node.outputs) made.insert(output);
+      for (std::string_view output : node.outputs) made.insert(output);
     }
     for (size_t position : positions) {
-      for (const std::string& read : reads_[position]) {
+      for (std::string_view read : reads_[position]) {
         if (made.count(read) || !listed.insert(read).second) continue;
         if (auto initializer = initializer_.find(read); initializer != initializer_.end()) {
           TensorType type = TypeOfTensor(initializer->second->raw);
@@ -307,7 +280,7 @@ class PieceInference {
         }
       }
     }
-    for (const std::string& value : made) {
+    for (std::string_view value : made) {
       if (std::optional<std::string_view> type = TypeOf(value)) {
         wire::AppendLengthDelimited(&graph, onnx_field::kGraphValueInfo, *type);
       }
@@ -324,10 +297,10 @@ class PieceInference {
   const OnnxGraph& main_;
   const ValueTypeMap& known_;
   ValueTypeMap inferred_;
-  std::map<int, size_t> position_of_;                 // node id -> position in the main graph
-  std::map<std::string, int, std::less<>> producer_;  // value -> main-graph node making it
-  std::map<std::string, const OnnxInitializer*, std::less<>> initializer_;
-  std::vector<std::vector<std::string>> reads_;  // by position
+  std::map<int, size_t> position_of_;         // node id -> position in the main graph
+  std::map<std::string_view, int> producer_;  // value -> main-graph node making it
+  std::map<std::string_view, const OnnxInitializer*> initializer_;
+  std::vector<std::vector<std::string_view>> reads_;  // by position
   std::set<std::string, std::less<>> symbols_;
   std::string symbol_list_name_;
 };

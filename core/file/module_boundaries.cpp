@@ -36,55 +36,58 @@ void ForEachCall(const TaggedFile& file, Visit visit) {
 // `scopes`: the values each enclosing graph defines, innermost last. Each
 // graph's own set is built once and not copied into its nested graphs (a copy
 // per nested graph is quadratic in a wide body of Loops and Ifs).
-void OuterReads(const OnnxModel& model, int graph_index, std::vector<const std::set<std::string>*>* scopes,
-                std::vector<std::string>* reads) {
+void OuterReads(const OnnxModel& model, int graph_index, std::vector<const std::set<std::string_view>*>* scopes,
+                std::vector<std::string_view>* reads) {
   const OnnxGraph& graph = model.graphs[graph_index];
-  std::set<std::string> defined;
+  std::set<std::string_view> defined;
   for (const OnnxValue& input : graph.inputs) defined.insert(input.name);
   for (const OnnxInitializer& initializer : graph.initializers) defined.insert(initializer.name);
   for (int index : graph.nodes) {
-    for (const std::string& output : model.nodes[index].outputs) defined.insert(output);
+    for (std::string_view output : model.nodes[index].outputs) defined.insert(output);
   }
   scopes->push_back(&defined);
-  auto is_defined = [&](const std::string& name) {
+  auto is_defined = [&](std::string_view name) {
     return std::any_of(scopes->begin(), scopes->end(), [&](const auto* scope) { return scope->count(name) > 0; });
   };
   for (int index : graph.nodes) {
     const OnnxNode& node = model.nodes[index];
-    for (const std::string& input : node.inputs) {
+    for (std::string_view input : node.inputs) {
       if (!input.empty() && !is_defined(input)) reads->push_back(input);
     }
     for (int nested : node.subgraphs) OuterReads(model, nested, scopes, reads);
+  }
+  for (const OnnxValue& output : graph.outputs) {  // a graph may hand out an outer value as it is
+    if (!is_defined(output.name)) reads->push_back(output.name);
   }
   scopes->pop_back();
 }
 
 }  // namespace
 
-std::vector<std::string> NodeReads(const OnnxModel& model, int index) {
+std::vector<std::string_view> NodeReads(const OnnxModel& model, int index) {
   const OnnxNode& node = model.nodes[index];
-  std::vector<std::string> reads;
-  for (const std::string& input : node.inputs) {
+  std::vector<std::string_view> reads;
+  for (std::string_view input : node.inputs) {
     if (!input.empty()) reads.push_back(input);
   }
-  std::vector<const std::set<std::string>*> scopes;
+  std::vector<const std::set<std::string_view>*> scopes;
   for (int graph : node.subgraphs) OuterReads(model, graph, &scopes, &reads);
   return reads;
 }
 
-std::set<int> WeightNodes(const OnnxModel& model, const std::unordered_map<int, std::vector<std::string>>& reads) {
+std::set<int> WeightNodes(const OnnxModel& model, const std::unordered_map<int, std::vector<std::string_view>>& reads) {
   const OnnxGraph& main = model.graphs.at(0);
-  std::set<std::string> weights;
+  std::set<std::string_view> weights;
   for (const OnnxInitializer& initializer : main.initializers) weights.insert(initializer.name);
   std::set<int> nodes;
   for (int index : main.nodes) {  // in graph order: producers first
-    const std::vector<std::string>& read = reads.at(index);
+    const std::vector<std::string_view>& read = reads.at(index);
     bool weight = (model.nodes[index].op_type == "Constant" && read.empty()) ||
                   (!read.empty() && std::all_of(read.begin(), read.end(),
-                                                [&](const std::string& name) { return weights.count(name) > 0; }));
+                                                [&](std::string_view name) { return weights.count(name) > 0; }));
     if (!weight) continue;
     nodes.insert(index);
-    for (const std::string& output : model.nodes[index].outputs) weights.insert(output);
+    for (std::string_view output : model.nodes[index].outputs) weights.insert(output);
   }
   return nodes;
 }
@@ -103,21 +106,21 @@ MainGraphIndex::MainGraphIndex(const TaggedFile& file) : file_(file), calls_(fil
     std::optional<std::vector<CallRef>> refs = calls_.NodeRefs(node, &error);
     if (!refs) {
       ref_errors_[index] = error;
-      refs = std::vector<CallRef>{{*NodeTag(node), 0}};
+      refs = std::vector<CallRef>{{std::string(*NodeTag(node)), 0}};
     }
     refs_[index] = std::move(*refs);
-    for (const std::string& output : node.outputs) producer_[output] = index;
-    for (const std::string& input : reads_[index]) consumers_[input].push_back(index);
+    for (std::string_view output : node.outputs) producer_[output] = index;
+    for (std::string_view input : reads_[index]) consumers_[input].push_back(index);
   }
   weight_nodes_ = WeightNodes(file.model, reads_);
 }
 
-int MainGraphIndex::Producer(const std::string& value) const {
+int MainGraphIndex::Producer(std::string_view value) const {
   auto found = producer_.find(value);
   return found == producer_.end() ? -1 : found->second;
 }
 
-const std::vector<int>& MainGraphIndex::Consumers(const std::string& value) const {
+const std::vector<int>& MainGraphIndex::Consumers(std::string_view value) const {
   static const std::vector<int> kNone;
   auto found = consumers_.find(value);
   return found == consumers_.end() ? kNone : found->second;
@@ -222,17 +225,17 @@ ModuleBoundary MainGraphIndex::BoundaryOfNodes(const ModuleCall& target, const s
       }
     }
   }
-  std::set<std::string> made;
+  std::set<std::string_view> made;
   for (int index : boundary.members) {
-    for (const std::string& output : file_.model.nodes[index].outputs) made.insert(output);
+    for (std::string_view output : file_.model.nodes[index].outputs) made.insert(output);
   }
-  std::set<std::string> seen;
+  std::set<std::string_view> seen;
   for (int index : boundary.members) {
-    for (const std::string& input : reads_.at(index)) {
+    for (std::string_view input : reads_.at(index)) {
       if (made.count(input) || initializers_.count(input) || !seen.insert(input).second) continue;
       int producer = Producer(input);
       if (producer >= 0 && weight_nodes_.count(producer)) continue;
-      boundary.inputs.push_back(input);
+      boundary.inputs.emplace_back(input);
     }
   }
   // Another call of a constant module reading a member's value reads the module's
@@ -246,14 +249,14 @@ ModuleBoundary MainGraphIndex::BoundaryOfNodes(const ModuleCall& target, const s
                CallsInFile::Placement::kOutside;
   };
   for (int index : boundary.members) {
-    for (const std::string& output : file_.model.nodes[index].outputs) {
+    for (std::string_view output : file_.model.nodes[index].outputs) {
       const std::vector<int>& users = Consumers(output);
       bool used_outside = std::any_of(users.begin(), users.end(), [&](int user) {
         return Leaves(index, user, boundary.members, target) && !another_calls_read(user);
       });
       // A model output is read by the root's call 0.
       bool model_output = model_outputs_.count(output) && !IsOtherSharersRead(index, root_, target);
-      if (used_outside || model_output) boundary.outputs.push_back(output);
+      if (used_outside || model_output) boundary.outputs.emplace_back(output);
     }
   }
   return boundary;

@@ -7,20 +7,20 @@ namespace hiertag {
 
 std::optional<std::vector<CallRef>> CallsInFile::NodeRefs(const OnnxNode& node, std::string* error) const {
   std::vector<CallRef> refs;
-  const std::string* tag = NodeTag(node);
+  const std::string_view* tag = NodeTag(node);
   if (tag == nullptr) return refs;
   int64_t call = 0;
   auto recorded = node.metadata.find(std::string(kCallKey));
   if (recorded != node.metadata.end()) {
     std::optional<int64_t> ordinal = ParseOrdinal(recorded->second);
     if (!ordinal) {
-      *error = "node " + DescribeNode(node) + ": " + std::string(kCallKey) + " '" + recorded->second +
+      *error = "node " + DescribeNode(node) + ": " + std::string(kCallKey) + " '" + std::string(recorded->second) +
                "' is not a decimal call ordinal";
       return std::nullopt;
     }
     call = *ordinal;
   }
-  refs.push_back({*tag, call});
+  refs.push_back({std::string(*tag), call});
   for (const std::string& text : NodeTagList(node, kSharedWithKey).value_or(std::vector<std::string>{})) {
     std::optional<CallRef> ref = ParseCallRef(text);
     if (!ref) {

@@ -12,7 +12,7 @@ void ReadRewrites(TaggedFile* file) {
   auto text = file->model.metadata.find(std::string(kRewritesKey));
   std::string error;
   std::optional<Json> records = text == file->model.metadata.end() ? std::nullopt : ParseJson(text->second, &error);
-  std::set<std::string> fused_nodes;
+  std::set<std::string, std::less<>> fused_nodes;
   if (records && records->is_array()) {
     for (const Json& record : *records) {
       std::optional<Rewrite> rewrite = ReadRewrite(record);
@@ -26,8 +26,8 @@ void ReadRewrites(TaggedFile* file) {
     if (!spans || fused_nodes.count(node.name)) continue;
     auto pass = node.metadata.find(std::string(kRewriteKey));
     // A node without the pass's name is reported by validate; the rewrite still stands.
-    file->rewrites.push_back(
-        {pass == node.metadata.end() ? "an export pass" : pass->second, "fused", std::move(*spans), node.name});
+    file->rewrites.push_back({pass == node.metadata.end() ? "an export pass" : std::string(pass->second), "fused",
+                              std::move(*spans), std::string(node.name)});
   }
 }
 
@@ -101,12 +101,14 @@ std::optional<TaggedFile> ParseTaggedFile(std::string bytes, const std::string& 
   return TaggedFileOf(std::move(model), name, reason, error);
 }
 
-const std::string* NodeTag(const OnnxNode& node) {
+const std::string_view* NodeTag(const OnnxNode& node) {
   auto found = node.metadata.find(std::string(kHierarchyTagKey));
   return found == node.metadata.end() ? nullptr : &found->second;
 }
 
-std::string DescribeNode(const OnnxNode& node) { return "'" + node.name + "' (" + node.op_type + ")"; }
+std::string DescribeNode(const OnnxNode& node) {
+  return "'" + std::string(node.name) + "' (" + std::string(node.op_type) + ")";
+}
 
 std::optional<std::vector<std::string>> NodeTagList(const OnnxNode& node, std::string_view key) {
   auto found = node.metadata.find(std::string(key));

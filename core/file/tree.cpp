@@ -35,10 +35,10 @@ struct ModuleStats {
   int64_t own_nodes = 0, total_nodes = 0;
   int64_t own_params = 0, total_params = 0;
   int64_t own_bytes = 0, total_bytes = 0;
-  std::map<std::string, int64_t> ops;    // own nodes by op type
-  std::vector<size_t> children;          // modules whose parent tag is this one's
-  std::vector<const Rewrite*> rewrites;  // the rewrites listing this module
-  size_t up = kNone;                     // the nearest ancestor the table lists
+  std::map<std::string, int64_t, std::less<>> ops;  // own nodes by op type
+  std::vector<size_t> children;                     // modules whose parent tag is this one's
+  std::vector<const Rewrite*> rewrites;             // the rewrites listing this module
+  size_t up = kNone;                                // the nearest ancestor the table lists
   static constexpr size_t kNone = SIZE_MAX;
 };
 
@@ -138,15 +138,15 @@ class TreeBuilder {
 
   void CountNode(size_t index) {
     const OnnxNode& node = file_.model.nodes[index];
-    const std::string* tag = NodeTag(node);
+    const std::string_view* tag = NodeTag(node);
     size_t module = tag == nullptr ? ModuleStats::kNone : tree_.Find(*tag);
     if (module == ModuleStats::kNone) return;
     ModuleStats& stats = tree_.modules[module];
     ++stats.own_nodes;
-    ++stats.ops[node.op_type];
+    ++stats.ops.try_emplace(std::string(node.op_type)).first->second;
     // Constants and the Identity nodes of deduplicated initializers sit at the
     // top of the graph; the first node reading computed data shows where a module runs.
-    bool reads_data = std::any_of(node.inputs.begin(), node.inputs.end(), [&](const std::string& input) {
+    bool reads_data = std::any_of(node.inputs.begin(), node.inputs.end(), [&](std::string_view input) {
       return !input.empty() && initializers_.count(input) == 0;
     });
     if (reads_data) stats.first_node = std::min(stats.first_node, index);
@@ -158,11 +158,11 @@ class TreeBuilder {
   void CountParameters() {
     std::unordered_map<std::string_view, size_t> owner;  // initializer name -> module
     for (const OnnxNode& node : file_.model.nodes) {
-      const std::string* tag = NodeTag(node);
+      const std::string_view* tag = NodeTag(node);
       if (tag == nullptr) continue;
       size_t module = Listed(*tag);
       if (module == ModuleStats::kNone) continue;
-      for (const std::string& input : node.inputs) {
+      for (std::string_view input : node.inputs) {
         auto [it, inserted] = owner.emplace(input, module);
         if (!inserted) it->second = CommonAncestor(it->second, module);
       }

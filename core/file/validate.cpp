@@ -51,7 +51,7 @@ class Validator {
       const OnnxNode& node = file.model.nodes[index];
       if (node.op_type == "Constant") folded_values_.insert(node.outputs.begin(), node.outputs.end());
     }
-    for (const OnnxNode& node : file.model.nodes) node_names_.insert(node.name);
+    for (const OnnxNode& node : file.model.nodes) node_names_.emplace(node.name);
   }
 
   std::vector<Problem> Run() {
@@ -300,27 +300,28 @@ class Validator {
   }
 
   void CheckNode(const OnnxNode& node) {
-    const std::string* tag = NodeTag(node);
-    if (tag == nullptr) {
+    const std::string_view* tag_view = NodeTag(node);
+    if (tag_view == nullptr) {
       Add(&node, "has no " + std::string(kHierarchyTagKey));
       return;
     }
-    bool tag_listed = CheckTagged(node, *tag, "tag");
+    const std::string tag(*tag_view);
+    bool tag_listed = CheckTagged(node, tag, "tag");
     if (std::optional<std::vector<std::string>> shared = TagList(node, kSharedWithKey)) {
       for (const std::string& item : *shared) CheckRef(&node, item, "shared tag");
     }
     auto call = node.metadata.find(std::string(kCallKey));
     if (call != node.metadata.end()) {
       std::optional<int64_t> ordinal = ParseOrdinal(call->second);
-      const ModuleEntry* entry = file_.FindModule(*tag);
+      const ModuleEntry* entry = file_.FindModule(tag);
       if (!ordinal) {
-        Add(&node, std::string(kCallKey) + " '" + call->second + "' is not a decimal call ordinal");
+        Add(&node, std::string(kCallKey) + " '" + std::string(call->second) + "' is not a decimal call ordinal");
       } else if (tag_listed && entry != nullptr && *ordinal >= entry->call_count()) {
-        Add(&node, std::string(kCallKey) + " " + call->second + " is out of range: tag '" + *tag + "' has " +
-                       std::to_string(entry->call_count()) + " calls");
+        Add(&node, std::string(kCallKey) + " " + std::string(call->second) + " is out of range: tag '" + tag +
+                       "' has " + std::to_string(entry->call_count()) + " calls");
       }
     }
-    CheckSpans(node, *tag, tag_listed);
+    CheckSpans(node, tag, tag_listed);
   }
 
   void CheckSpans(const OnnxNode& node, const std::string& tag, bool tag_listed) {

@@ -118,6 +118,21 @@ class Decoder {
     return true;
   }
 
+  // A metadata_props entry as views of the model's bytes.
+  bool DecodeEntryView(std::string_view bytes, std::map<std::string_view, std::string_view, std::less<>>* entries) {
+    std::string_view key;
+    std::string_view value;
+    Reader reader(bytes);
+    Field field;
+    while (!reader.done()) {
+      if (!reader.Next(&field)) return Fail("a metadata_props entry is not well-formed");
+      if (field.number == kEntryKey && field.wire_type == kLengthDelimited) key = field.payload;
+      if (field.number == kEntryValue && field.wire_type == kLengthDelimited) value = field.payload;
+    }
+    (*entries)[key] = value;
+    return true;
+  }
+
   bool DecodeNamed(std::string_view bytes, uint32_t name_field, std::string* name) {
     Reader reader(bytes);
     Field field;
@@ -255,7 +270,7 @@ class Decoder {
           node.domain = field.payload;
           break;
         case kNodeMetadataProps:
-          if (!DecodeEntry(field.payload, &node.metadata)) return false;
+          if (!DecodeEntryView(field.payload, &node.metadata)) return false;
           break;
         case kNodeAttribute:
           if (!DecodeAttribute(field.payload, index, depth)) return false;

@@ -195,7 +195,7 @@ std::optional<TensorTypeSpec> TensorTypeOf(std::string_view value_info) {
 
 std::vector<std::string> NodeNames(const OnnxModel& model) {
   std::vector<std::string> names;
-  for (int index : model.graphs.at(0).nodes) names.push_back(model.nodes[index].name);
+  for (int index : model.graphs.at(0).nodes) names.emplace_back(model.nodes[index].name);
   return names;
 }
 
@@ -286,7 +286,7 @@ TEST_F(ExtractTest, MiddleModuleHasItsNodesInSourceOrder) {
   EXPECT_EQ(NodeNames(*written), (std::vector<std::string>{"const1", "mul1", "add1", "sub1"}));
   for (int index : written->graphs.at(0).nodes) {
     const OnnxNode& node = written->nodes[index];
-    EXPECT_EQ(node.raw, source.graph.Find(node.name).Bytes()) << node.name;
+    EXPECT_EQ(node.raw, source.graph.Find(std::string(node.name)).Bytes()) << node.name;
   }
 }
 
@@ -882,6 +882,16 @@ TEST_F(ExtractTest, BodysOuterReadIsInput) {
   ASSERT_TRUE(written);
   EXPECT_EQ(NodeNames(*written), std::vector<std::string>{"loop1"});
   EXPECT_EQ(written->nodes.size(), 2u);
+  EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), (std::vector<std::string>{"x", "a"}));
+}
+
+// Check that an outer value a body hands out as it is (a graph output no node
+// of the body makes) is read by the node: it becomes an input too.
+TEST_F(ExtractTest, BodysOuterOutputIsInput) {
+  ModelSpec model = LoopModel({"v_in", "v_in"});
+  model.graph.nodes.back().bodies.at(0).outputs = {"c", "a"};
+  std::optional<OnnxModel> written = ExtractOk(model, kLayer1);
+  ASSERT_TRUE(written);
   EXPECT_EQ(ValueNames(written->graphs.at(0).inputs), (std::vector<std::string>{"x", "a"}));
 }
 

@@ -51,12 +51,12 @@ struct ModuleBoundary {
 };
 
 // Values a node of `model` reads: its inputs, and the outer values its If/Loop
-// bodies read (at any depth).
-std::vector<std::string> NodeReads(const OnnxModel& model, int node);
+// bodies read or hand out as they are (at any depth); views of the model's bytes.
+std::vector<std::string_view> NodeReads(const OnnxModel& model, int node);
 
 // The main graph's weight nodes (indices into model.nodes), given each main-graph
 // node's reads: Constants without inputs and nodes that read weights alone.
-std::set<int> WeightNodes(const OnnxModel& model, const std::unordered_map<int, std::vector<std::string>>& reads);
+std::set<int> WeightNodes(const OnnxModel& model, const std::unordered_map<int, std::vector<std::string_view>>& reads);
 
 // The main graph indexed once (reads, references, producers, consumers,
 // weights) for any number of boundary questions. Holds a reference to `file`.
@@ -93,13 +93,13 @@ class MainGraphIndex {
   // that module's own copy of the computation.
   bool Leaves(int producer, int user, const std::set<int>& selection, const ModuleCall& target) const;
 
-  const std::vector<std::string>& Reads(int node) const { return reads_.at(node); }
+  const std::vector<std::string_view>& Reads(int node) const { return reads_.at(node); }
   bool IsWeight(int node) const { return weight_nodes_.count(node) > 0; }
-  bool IsInitializer(const std::string& name) const { return initializers_.count(name) > 0; }
+  bool IsInitializer(std::string_view name) const { return initializers_.count(name) > 0; }
   // The main-graph node making `value`, or -1.
-  int Producer(const std::string& value) const;
+  int Producer(std::string_view value) const;
   // The main-graph nodes reading `value` (empty when none).
-  const std::vector<int>& Consumers(const std::string& value) const;
+  const std::vector<int>& Consumers(std::string_view value) const;
 
  private:
   // Whether the reader with reference `reader` belongs to one of `producer`'s
@@ -109,13 +109,14 @@ class MainGraphIndex {
   const TaggedFile& file_;
   CallsInFile calls_;
   CallRef root_;  // the root's call 0: the reader of the model's outputs
-  std::set<std::string> initializers_;
-  std::set<std::string> model_outputs_;
-  std::unordered_map<int, std::vector<std::string>> reads_;
+  // Value names are views of the file's bytes (OnnxModel::bytes).
+  std::set<std::string_view> initializers_;
+  std::set<std::string_view> model_outputs_;
+  std::unordered_map<int, std::vector<std::string_view>> reads_;
   std::unordered_map<int, std::vector<CallRef>> refs_;  // its own reference first, then hiertag.shared_with's
   std::unordered_map<int, std::string> ref_errors_;     // nodes with malformed references: why
-  std::unordered_map<std::string, int> producer_;
-  std::unordered_map<std::string, std::vector<int>> consumers_;
+  std::unordered_map<std::string_view, int> producer_;
+  std::unordered_map<std::string_view, std::vector<int>> consumers_;
   std::set<int> weight_nodes_;
 };
 

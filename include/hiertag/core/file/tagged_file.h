@@ -51,7 +51,7 @@ std::optional<TaggedFile> LoadTaggedFile(const std::string& path, std::string* e
 std::optional<TaggedFile> ParseTaggedFile(std::string bytes, const std::string& name, std::string* error);
 
 // The node's hierarchy_tag, or nullptr.
-const std::string* NodeTag(const OnnxNode& node);
+const std::string_view* NodeTag(const OnnxNode& node);
 
 // "'<name>' (<op_type>)", the way messages name a node.
 std::string DescribeNode(const OnnxNode& node);

@@ -21,16 +21,19 @@
 
 namespace hiertag {
 
+// A node's strings are views of the model's bytes (OnnxModel::bytes), valid as
+// long as a copy of the model is: a deep graph's nodes are most of the model,
+// and strings of their own held 1.7 times its bytes again.
 struct OnnxNode {
-  std::string name;
-  std::string op_type;
-  std::string domain;
-  std::vector<std::string> inputs;  // "" for an omitted optional input
-  std::vector<std::string> outputs;
-  std::map<std::string, std::string> metadata;  // NodeProto.metadata_props
-  int graph = 0;                                // the graph holding the node
-  std::vector<int> subgraphs;                   // graphs of its graph-valued attributes
-  std::string_view raw;                         // the NodeProto bytes
+  std::string_view name;
+  std::string_view op_type;
+  std::string_view domain;
+  std::vector<std::string_view> inputs;  // "" for an omitted optional input
+  std::vector<std::string_view> outputs;
+  std::map<std::string_view, std::string_view, std::less<>> metadata;  // NodeProto.metadata_props
+  int graph = 0;                                                       // the graph holding the node
+  std::vector<int> subgraphs;                                          // graphs of its graph-valued attributes
+  std::string_view raw;                                                // the NodeProto bytes
 };
 
 struct OnnxValue {
