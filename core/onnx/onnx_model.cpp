@@ -104,22 +104,10 @@ class Decoder {
     return true;
   }
 
-  bool DecodeEntry(std::string_view bytes, std::map<std::string, std::string>* entries) {
-    std::string key;
-    std::string value;
-    Reader reader(bytes);
-    Field field;
-    while (!reader.done()) {
-      if (!reader.Next(&field)) return Fail("a metadata_props entry is not well-formed");
-      if (field.number == kEntryKey && field.wire_type == kLengthDelimited) key = field.payload;
-      if (field.number == kEntryValue && field.wire_type == kLengthDelimited) value = field.payload;
-    }
-    (*entries)[key] = value;
-    return true;
-  }
-
-  // A metadata_props entry as views of the model's bytes.
-  bool DecodeEntryView(std::string_view bytes, std::map<std::string_view, std::string_view, std::less<>>* entries) {
+  // A metadata_props entry into `entries`: a map of strings (the model's own
+  // entries) or of views of the model's bytes (a node's).
+  template <typename Map>
+  bool DecodeEntry(std::string_view bytes, Map* entries) {
     std::string_view key;
     std::string_view value;
     Reader reader(bytes);
@@ -129,7 +117,7 @@ class Decoder {
       if (field.number == kEntryKey && field.wire_type == kLengthDelimited) key = field.payload;
       if (field.number == kEntryValue && field.wire_type == kLengthDelimited) value = field.payload;
     }
-    (*entries)[key] = value;
+    (*entries)[typename Map::key_type(key)] = typename Map::mapped_type(value);
     return true;
   }
 
@@ -270,7 +258,7 @@ class Decoder {
           node.domain = field.payload;
           break;
         case kNodeMetadataProps:
-          if (!DecodeEntryView(field.payload, &node.metadata)) return false;
+          if (!DecodeEntry(field.payload, &node.metadata)) return false;
           break;
         case kNodeAttribute:
           if (!DecodeAttribute(field.payload, index, depth)) return false;
