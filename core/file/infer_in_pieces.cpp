@@ -38,20 +38,7 @@ namespace hiertag {
 
 namespace {
 
-// onnx.proto field numbers read or written only here.
-constexpr uint32_t kModelDocString = 6;
-constexpr uint32_t kModelTrainingInfo = 20;
-constexpr uint32_t kTypeTensor = 1;
-constexpr uint32_t kTypeSequence = 4;
-constexpr uint32_t kTypeMap = 5;
-constexpr uint32_t kTypeSparseTensor = 8;
-constexpr uint32_t kTypeOptional = 9;
-constexpr uint32_t kTensorTypeElemType = 1;
-constexpr uint32_t kTensorTypeShape = 2;
-constexpr uint32_t kShapeDim = 1;
-constexpr uint32_t kDimValue = 1;
-constexpr uint32_t kDimParam = 2;
-constexpr uint32_t kMapValueType = 2;
+using namespace onnx_field;  // NOLINT: the field numbers this file reads and writes
 
 // The payload of the first length-delimited field `number` of `message`, or none.
 std::optional<std::string_view> FirstMessage(std::string_view message, uint32_t number) {
@@ -127,18 +114,14 @@ TensorType TypeOfTensor(std::string_view tensor) {
   return type;
 }
 
-// A ValueInfoProto naming `name` with the tensor type `type`.
-std::string TypedInput(std::string_view name, const TensorType& type) {
+// A ValueInfoProto named `name` of a tensor of `elem_type` whose shape holds
+// `dims` (serialized TensorShapeProto.Dimension messages).
+std::string TensorValueInfo(std::string_view name, uint64_t elem_type, const std::vector<std::string>& dims) {
   std::string shape;
-  for (int64_t size : type.dims) {
-    std::string dim;
-    wire::AppendVarint(&dim, (static_cast<uint64_t>(kDimValue) << 3) | wire::kVarint);
-    wire::AppendVarint(&dim, static_cast<uint64_t>(size));
-    wire::AppendLengthDelimited(&shape, kShapeDim, dim);
-  }
+  for (const std::string& dim : dims) wire::AppendLengthDelimited(&shape, kShapeDim, dim);
   std::string tensor;
   wire::AppendVarint(&tensor, (static_cast<uint64_t>(kTensorTypeElemType) << 3) | wire::kVarint);
-  wire::AppendVarint(&tensor, type.elem_type);
+  wire::AppendVarint(&tensor, elem_type);
   wire::AppendLengthDelimited(&tensor, kTensorTypeShape, shape);
   std::string type_proto;
   wire::AppendLengthDelimited(&type_proto, kTypeTensor, tensor);
@@ -148,24 +131,22 @@ std::string TypedInput(std::string_view name, const TensorType& type) {
   return value_info;
 }
 
+// A ValueInfoProto naming `name` with the tensor type `type`.
+std::string TypedInput(std::string_view name, const TensorType& type) {
+  std::vector<std::string> dims;
+  for (int64_t size : type.dims) {
+    std::string& dim = dims.emplace_back();
+    wire::AppendVarint(&dim, (static_cast<uint64_t>(kDimValue) << 3) | wire::kVarint);
+    wire::AppendVarint(&dim, static_cast<uint64_t>(size));
+  }
+  return TensorValueInfo(name, type.elem_type, dims);
+}
+
 // A ValueInfoProto named `name` whose tensor shape names each of `symbols`.
 std::string SymbolList(std::string_view name, const std::set<std::string, std::less<>>& symbols) {
-  std::string shape;
-  for (const std::string& symbol : symbols) {
-    std::string dim;
-    wire::AppendLengthDelimited(&dim, kDimParam, symbol);
-    wire::AppendLengthDelimited(&shape, kShapeDim, dim);
-  }
-  std::string tensor;
-  wire::AppendVarint(&tensor, (static_cast<uint64_t>(kTensorTypeElemType) << 3) | wire::kVarint);
-  wire::AppendVarint(&tensor, 1);  // FLOAT: any element type serves
-  wire::AppendLengthDelimited(&tensor, kTensorTypeShape, shape);
-  std::string type_proto;
-  wire::AppendLengthDelimited(&type_proto, kTypeTensor, tensor);
-  std::string value_info;
-  wire::AppendLengthDelimited(&value_info, onnx_field::kValueInfoName, name);
-  wire::AppendLengthDelimited(&value_info, onnx_field::kValueInfoType, type_proto);
-  return value_info;
+  std::vector<std::string> dims;
+  for (const std::string& symbol : symbols) wire::AppendLengthDelimited(&dims.emplace_back(), kDimParam, symbol);
+  return TensorValueInfo(name, 1, dims);  // FLOAT: any element type serves
 }
 
 // The model's own fields a piece keeps (opsets, IR version, local functions...):

@@ -12,9 +12,11 @@
 namespace hiertag::onnx_field {
 
 inline constexpr uint32_t kModelIrVersion = 1;
+inline constexpr uint32_t kModelDocString = 6;
 inline constexpr uint32_t kModelGraph = 7;
 inline constexpr uint32_t kModelOpsetImport = 8;
 inline constexpr uint32_t kModelMetadataProps = 14;
+inline constexpr uint32_t kModelTrainingInfo = 20;
 
 inline constexpr uint32_t kGraphNode = 1;
 inline constexpr uint32_t kGraphName = 2;
@@ -36,6 +38,19 @@ inline constexpr uint32_t kAttributeGraphs = 11;
 
 inline constexpr uint32_t kValueInfoName = 1;
 inline constexpr uint32_t kValueInfoType = 2;
+
+// TypeProto and what it nests (value types, core/file/infer_in_pieces.cpp).
+inline constexpr uint32_t kTypeTensor = 1;
+inline constexpr uint32_t kTypeSequence = 4;
+inline constexpr uint32_t kTypeMap = 5;
+inline constexpr uint32_t kTypeSparseTensor = 8;
+inline constexpr uint32_t kTypeOptional = 9;
+inline constexpr uint32_t kTensorTypeElemType = 1;  // TypeProto.Tensor, .SparseTensor
+inline constexpr uint32_t kTensorTypeShape = 2;
+inline constexpr uint32_t kShapeDim = 1;  // TensorShapeProto
+inline constexpr uint32_t kDimValue = 1;  // TensorShapeProto.Dimension
+inline constexpr uint32_t kDimParam = 2;
+inline constexpr uint32_t kMapValueType = 2;  // TypeProto.Map
 inline constexpr uint32_t kTensorDims = 1;
 inline constexpr uint32_t kTensorDataType = 2;
 inline constexpr uint32_t kTensorName = 8;
