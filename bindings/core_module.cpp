@@ -675,8 +675,10 @@ NB_MODULE(_core, m) {
   nb::class_<OpenedFile>(m, "TaggedFile",
                          "A tagged ONNX file opened once (external data located, not read): validate, tree and "
                          "extract over it (core/file/file_commands.h), each result the object the native tool's "
-                         "--json prints. TaggedFileError (a ValueError) with the tool's one line when the file "
-                         "cannot be read as a tagged file.")
+                         "--json prints, and the questions the verbs ask of it (module boundaries, rewrites, "
+                         "weights, value types, graph inputs and outputs, opset), all from its one read. "
+                         "TaggedFileError (a ValueError) with the tool's one line when the file cannot be read as "
+                         "a tagged file.")
       .def(nb::init<std::string>(), "path"_a)
       .def_prop_ro("path", &OpenedFile::path)
       .def_prop_ro("node_count", &OpenedFile::node_count, "Nodes of every graph, nested ones too.")
