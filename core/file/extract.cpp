@@ -93,7 +93,8 @@ class Extractor {
         index_(file),
         types_(file.model, std::move(supplied_types), std::move(infer_types)) {}
 
-  // Builds the extracted model into *bytes; false with a one-line reason.
+  // Selects the module's nodes and prepares the output (WriteModel writes it);
+  // false with a one-line reason.
   bool Run(std::string* error) {
     if (call_ && *call_ >= entry_.call_count()) {
       *error = "module '" + DisplayTag(tag_) + "' has " + std::to_string(entry_.call_count()) +

@@ -143,7 +143,9 @@ class TreeBuilder {
     if (module == ModuleStats::kNone) return;
     ModuleStats& stats = tree_.modules[module];
     ++stats.own_nodes;
-    ++stats.ops.try_emplace(std::string(node.op_type)).first->second;
+    auto op = stats.ops.find(node.op_type);  // a string made once per op type, not per node
+    if (op == stats.ops.end()) op = stats.ops.emplace(std::string(node.op_type), 0).first;
+    ++op->second;
     // Constants and the Identity nodes of deduplicated initializers sit at the
     // top of the graph; the first node reading computed data shows where a module runs.
     bool reads_data = std::any_of(node.inputs.begin(), node.inputs.end(), [&](std::string_view input) {
