@@ -384,6 +384,7 @@ def test_extract_cuts_each_call_where_the_boundary_check_draws_its_boundary(expo
         cut.append((tag, call))
     assert cut, f"{name}: extract cut no call"
 
+
 def _same_type_up_to_symbols(whole, pieces, symbols):
     """True when two TypeProtos are equal once the dim_params of `pieces` are
     renamed by the one-to-one map `symbols` (whole's symbol -> pieces'), which
