@@ -313,14 +313,21 @@ class OpenedFile {
     options.out_path = out;
     options.external_data = ModeOf(external_data);
     if (!value_types.is_none()) {
-      options.infer_types = [this, value_types](const OnnxModel&, const ValueTypeMap&,
+      // Every type is inferred once and kept, for the file's next extract;
+      // this one gets those it asks for.
+      options.infer_types = [this, value_types](const OnnxModel&, const ValueTypeMap&, const ValueNames* wanted,
                                                 std::string* error) -> std::optional<ValueTypeMap> {
         const ValueTypeMap& types = Inferred(value_types, kPieceBytes);
         if (!inference_error_.empty()) {
           *error = inference_error_;
           return std::nullopt;
         }
-        return types;
+        if (wanted == nullptr) return types;
+        ValueTypeMap asked;
+        for (const std::string& name : *wanted) {
+          if (auto found = types.find(name); found != types.end()) asked.emplace(*found);
+        }
+        return asked;
       };
     }
     ExtractError error;
@@ -367,10 +374,20 @@ class OpenedFile {
   // The types shape inference gives the main graph's values the file does not
   // type, by `value_types` (as InferFrom's) a piece at a time, each piece at
   // most about `piece_bytes` of nodes: {name: serialized ValueInfoProto}. The
-  // first inference by a given callable is kept (the file does not change).
-  nb::dict ValueTypes(const nb::object& value_types, size_t piece_bytes) {
-    const ValueTypeMap& types = Inferred(value_types, piece_bytes);
-    if (!inference_error_.empty()) Raise(Errors().file, path_ + ": " + inference_error_);
+  // first inference of every value by a given callable is kept (the file does
+  // not change); asked for `names`, inference runs for those alone, as
+  // extract's does, and keeps nothing.
+  nb::dict ValueTypes(const nb::object& value_types, size_t piece_bytes,
+                      const std::optional<std::vector<std::string>>& names) {
+    std::optional<ValueTypeMap> asked;
+    if (names) {
+      ValueNames wanted(names->begin(), names->end());
+      std::string error;
+      asked = InferFrom(value_types, piece_bytes)(file_.model, RecordedValueTypes(file_.model), &wanted, &error);
+      if (!asked) Raise(Errors().file, path_ + ": " + (error.empty() ? "shape inference gave no types" : error));
+    }
+    const ValueTypeMap& types = asked ? *asked : Inferred(value_types, piece_bytes);
+    if (!asked && !inference_error_.empty()) Raise(Errors().file, path_ + ": " + inference_error_);
     nb::dict result;
     for (const auto& [name, value_info] : types) {
       result[nb::str(name.data(), name.size())] = nb::bytes(value_info.data(), value_info.size());
@@ -433,7 +450,7 @@ class OpenedFile {
     if (!inferred_by_ || !inferred_by_.is(value_types) || inferred_piece_bytes_ != piece_bytes) {
       inference_error_.clear();
       std::optional<ValueTypeMap> types =
-          InferFrom(value_types, piece_bytes)(file_.model, RecordedValueTypes(file_.model), &inference_error_);
+          InferFrom(value_types, piece_bytes)(file_.model, RecordedValueTypes(file_.model), nullptr, &inference_error_);
       if (!types && inference_error_.empty()) inference_error_ = "shape inference gave no types";
       inferred_ = types ? std::move(*types) : ValueTypeMap{};
       inferred_by_ = value_types;
@@ -691,9 +708,11 @@ NB_MODULE(_core, m) {
       .def("rewrite_records", &OpenedFile::RewriteRecords, "As rewrite_records(bytes) of this file.")
       .def("weight_values", &OpenedFile::WeightValues, "As weight_values(bytes) of this file.")
       .def("value_types", &OpenedFile::ValueTypes, "value_types"_a, "piece_bytes"_a = kPieceBytes,
+           "names"_a = nb::none(),
            "{name: serialized ValueInfoProto} for each main-graph value the file does not type and shape inference "
            "does, by `value_types` (as extract's) run on the main graph a piece of about `piece_bytes` of nodes at a "
-           "time (core/file/value_types.h InferInPieces). Raises TaggedFileError when inference fails.")
+           "time (core/file/value_types.h InferInPieces); given `names`, for those values alone, inference holding "
+           "only the types a later piece may need, as extract's. Raises TaggedFileError when inference fails.")
       .def("validate", &OpenedFile::Validate,
            "{'file', 'valid', 'nodes', 'modules', 'problems': [{'node', 'op_type' | 'subject', 'problem'}]}.")
       .def("tree", &OpenedFile::Tree, "depth"_a = -1,

@@ -90,7 +90,6 @@ class Extractor {
         call_(call),
         target_{tag_, call_},
         entry_(*file.FindModule(tag_)),
-        index_(file),
         types_(file.model, std::move(supplied_types), std::move(infer_types)) {}
 
   // Selects the module's nodes and prepares the output (WriteModel writes it);
@@ -102,19 +101,10 @@ class Extractor {
       return false;
     }
     if (!CheckRewrites(error)) return false;
-    std::optional<ModuleBoundary> boundary = index_.BoundaryOf(target_, error);
-    if (!boundary) return false;
-    boundary_ = std::move(*boundary);
-    selected_ = boundary_.members;
+    if (!Select(error)) return false;
     for (const OnnxInitializer& initializer : file_.model.graphs.at(0).initializers) {
       initializers_[initializer.name] = &initializer;
     }
-    if (selected_.empty()) {
-      *error = Described() + " has no nodes in the main graph";
-      return false;
-    }
-    if (!CheckConvex(error)) return false;
-    AddNeededConstants();
     return Assemble(error);
   }
 
@@ -140,16 +130,41 @@ class Extractor {
     return !why;
   }
 
+  // The module's boundary and nodes, the constants they need and the
+  // initializers they read. The graph's index, after the file the largest
+  // thing extract holds, lives only while selecting: shape inference, which
+  // may follow, never runs beside it.
+  bool Select(std::string* error) {
+    MainGraphIndex index(file_);
+    std::optional<ModuleBoundary> boundary = index.BoundaryOf(target_, error);
+    if (!boundary) return false;
+    boundary_ = std::move(*boundary);
+    selected_ = boundary_.members;
+    if (selected_.empty()) {
+      *error = Described() + " has no nodes in the main graph";
+      return false;
+    }
+    if (!CheckConvex(index, error)) return false;
+    AddNeededConstants(index);
+    std::set<std::string_view> seen;
+    for (int node : selected_) {
+      for (std::string_view input : index.Reads(node)) {
+        if (index.IsInitializer(input) && seen.insert(input).second) needed_initializers_.emplace_back(input);
+      }
+    }
+    return true;
+  }
+
   // No node outside the selection may both depend on it and feed it.
-  bool CheckConvex(std::string* error) const {
+  bool CheckConvex(const MainGraphIndex& graph, std::string* error) const {
     std::set<int> downstream;  // outside nodes reachable from the selection
     std::vector<int> work(selected_.begin(), selected_.end());
     while (!work.empty()) {
       int index = work.back();
       work.pop_back();
       for (std::string_view output : file_.model.nodes[index].outputs) {
-        for (int user : index_.Consumers(output)) {
-          if (index_.Leaves(index, user, selected_, target_) && downstream.insert(user).second) {
+        for (int user : graph.Consumers(output)) {
+          if (graph.Leaves(index, user, selected_, target_) && downstream.insert(user).second) {
             work.push_back(user);
           }
         }
@@ -160,8 +175,8 @@ class Extractor {
     while (!work.empty()) {
       int index = work.back();
       work.pop_back();
-      for (std::string_view input : index_.Reads(index)) {
-        int producer = index_.Producer(input);
+      for (std::string_view input : graph.Reads(index)) {
+        int producer = graph.Producer(input);
         if (producer < 0 || selected_.count(producer)) continue;
         if (downstream.count(producer)) {
           if (!entry_.ran) {
@@ -190,14 +205,14 @@ class Extractor {
   // Copies in the weight nodes the selection reads (Constants, and nodes that
   // compute from weights alone: the Identity of a deduplicated parameter), with
   // the weight nodes they read: weights the module needs, not values it makes.
-  void AddNeededConstants() {
+  void AddNeededConstants(const MainGraphIndex& graph) {
     std::vector<int> work(selected_.begin(), selected_.end());
     while (!work.empty()) {
       int index = work.back();
       work.pop_back();
-      for (std::string_view input : index_.Reads(index)) {
-        int producer = index_.Producer(input);
-        if (producer < 0 || selected_.count(producer) || !index_.IsWeight(producer)) continue;
+      for (std::string_view input : graph.Reads(index)) {
+        int producer = graph.Producer(input);
+        if (producer < 0 || selected_.count(producer) || !graph.IsWeight(producer)) continue;
         selected_.insert(producer);
         work.push_back(producer);
       }
@@ -211,16 +226,9 @@ class Extractor {
       *error = Described() + " produces nothing used outside it";
       return false;
     }
-    std::set<std::string> seen;
-    for (int index : selected_) {
-      for (std::string_view input : index_.Reads(index)) {
-        if (index_.IsInitializer(input) && seen.emplace(input).second) needed_initializers_.emplace_back(input);
-      }
-    }
     size_t node_bytes = 0;
     for (int index : selected_) node_bytes += file_.model.nodes[index].raw.size() + kFieldHeaderBytes;
     ExternalDataMode mode = mode_;
-    uint64_t inlined_bytes = 0;  // the external data the graph takes in
     if (mode == ExternalDataMode::kAuto || mode == ExternalDataMode::kInline) {
       std::optional<uint64_t> external_bytes = ExternalBytes(error);
       if (!external_bytes) return false;
@@ -232,20 +240,18 @@ class Extractor {
         return false;
       }
       mode = fits ? ExternalDataMode::kInline : ExternalDataMode::kCopy;
-      if (fits) inlined_bytes = *external_bytes;
     }
+    std::vector<std::string> boundary_values = boundary_.inputs;
+    boundary_values.insert(boundary_values.end(), boundary_.outputs.begin(), boundary_.outputs.end());
+    std::vector<std::optional<std::string_view>> types = types_.Find(boundary_values);
     std::vector<std::pair<uint32_t, std::string_view>> typed;  // (graph field, ValueInfoProto)
-    for (const auto& [field, names] :
-         {std::pair{kGraphInput, &boundary_.inputs}, std::pair{kGraphOutput, &boundary_.outputs}}) {
-      for (const std::string& name : *names) {
-        std::optional<std::string_view> type = types_.Find(name);
-        if (!type) {
-          *error = "no type for value '" + name + "'" +
-                   (types_.inference_error().empty() ? "" : " (" + types_.inference_error() + ")");
-          return false;
-        }
-        typed.emplace_back(field, *type);
+    for (size_t value = 0; value < boundary_values.size(); ++value) {
+      if (!types[value]) {
+        *error = "no type for value '" + boundary_values[value] + "'" +
+                 (types_.inference_error().empty() ? "" : " (" + types_.inference_error() + ")");
+        return false;
       }
+      typed.emplace_back(value < boundary_.inputs.size() ? kGraphInput : kGraphOutput, *types[value]);
     }
     // The graph's fields in order, as views of the source's bytes or of the
     // tensors rewritten for their external data: written straight to the
@@ -442,7 +448,6 @@ class Extractor {
   std::optional<int64_t> call_;
   ModuleCall target_;
   const ModuleEntry& entry_;
-  MainGraphIndex index_;
   ValueTypes types_;
   std::map<std::string, const OnnxInitializer*> initializers_;
   std::set<int> selected_;                                           // ordered: node indices are the source's order

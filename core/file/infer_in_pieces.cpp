@@ -21,6 +21,13 @@
 //   - the file's own types: each value the file types is listed as it is.
 // A value read from outside the main graph's nodes (a node's subgraph reading
 // an outer value) counts as read by that node (module_boundaries.h NodeReads).
+//
+// Asked for some values only, inference keeps a value's type while a later
+// piece may read it: when a node after its piece reads it, or when a node
+// making a value that may carry data reads it (a later piece may hold that
+// node for its data). The
+// others are dropped with their piece, so the types held are what crosses
+// between pieces, not every value of the model.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -167,15 +174,25 @@ std::string ModelFieldsButGraph(std::string_view model) {
 
 class PieceInference {
  public:
-  PieceInference(const OnnxModel& model, const ValueTypeMap& known)
-      : model_(model), main_(model.graphs.at(0)), known_(known) {
+  PieceInference(const OnnxModel& model, const ValueTypeMap& known, const ValueNames* wanted)
+      : model_(model), main_(model.graphs.at(0)), known_(known), wanted_(wanted) {
+    position_of_.resize(model_.nodes.size());
     for (size_t position = 0; position < main_.nodes.size(); ++position) {
       const OnnxNode& node = model_.nodes[main_.nodes[position]];
-      position_of_.emplace(main_.nodes[position], position);
+      position_of_[main_.nodes[position]] = position;
       for (std::string_view output : node.outputs) {
         if (!output.empty()) producer_.emplace(output, main_.nodes[position]);
       }
       reads_.push_back(NodeReads(model_, main_.nodes[position]));
+    }
+    last_read_.assign(main_.nodes.size(), 0);
+    for (size_t position = 0; position < main_.nodes.size(); ++position) {
+      for (std::string_view read : reads_[position]) {
+        if (auto producer = producer_.find(read); producer != producer_.end()) {
+          size_t& last = last_read_[position_of_[producer->second]];
+          last = std::max(last, position);
+        }
+      }
     }
     for (const OnnxInitializer& initializer : main_.initializers) initializer_.emplace(initializer.name, &initializer);
     for (const auto& [name, value_info] : known_) {
@@ -207,12 +224,38 @@ class PieceInference {
           inferred_.emplace(output, std::move(found->second));
         }
       }
+      if (wanted_ != nullptr) DropUnneeded(start, end);
       start = end;
+    }
+    if (wanted_ != nullptr) {
+      for (auto value = inferred_.begin(); value != inferred_.end();) {
+        value = wanted_->count(value->first) ? std::next(value) : inferred_.erase(value);
+      }
     }
     return std::move(inferred_);
   }
 
  private:
+  // Asked for some values: drops the types of the piece [start, end) that no
+  // later piece may read and no one asked for (the file's header comment).
+  void DropUnneeded(size_t start, size_t end) {
+    for (size_t position = start; position < end; ++position) {
+      for (std::string_view output : model_.nodes[main_.nodes[position]].outputs) {
+        std::optional<std::string_view> type = TypeOf(output);
+        if (!type || !MayCarryData(*type)) continue;
+        needed_.insert(reads_[position].begin(), reads_[position].end());
+        break;
+      }
+    }
+    for (size_t position = start; position < end; ++position) {
+      if (last_read_[position] >= end) continue;
+      for (std::string_view output : model_.nodes[main_.nodes[position]].outputs) {
+        auto inferred = inferred_.find(output);
+        if (inferred != inferred_.end() && !wanted_->count(output) && !needed_.count(output)) inferred_.erase(inferred);
+      }
+    }
+  }
+
   std::optional<std::string_view> TypeOf(std::string_view name) const {
     if (auto known = known_.find(name); known != known_.end()) return std::string_view(known->second);
     if (auto inferred = inferred_.find(name); inferred != inferred_.end()) return std::string_view(inferred->second);
@@ -231,7 +274,7 @@ class PieceInference {
       for (std::string_view read : reads_[position]) {
         auto producer = producer_.find(read);
         if (producer == producer_.end()) continue;
-        size_t from = position_of_.at(producer->second);
+        size_t from = position_of_[producer->second];
         if (positions.count(from)) continue;
         std::optional<std::string_view> type = TypeOf(read);
         if (!type || !MayCarryData(*type)) continue;
@@ -277,8 +320,11 @@ class PieceInference {
   const OnnxModel& model_;
   const OnnxGraph& main_;
   const ValueTypeMap& known_;
+  const ValueNames* wanted_;  // null: every value's type is kept
   ValueTypeMap inferred_;
-  std::map<int, size_t> position_of_;         // node id -> position in the main graph
+  std::vector<size_t> position_of_;           // node id -> position in the main graph
+  std::vector<size_t> last_read_;             // by position: the last position reading one of its outputs
+  std::set<std::string_view> needed_;         // values read by nodes making values that may carry data
   std::map<std::string_view, int> producer_;  // value -> main-graph node making it
   std::map<std::string_view, const OnnxInitializer*> initializer_;
   std::vector<std::vector<std::string_view>> reads_;  // by position
@@ -290,8 +336,9 @@ class PieceInference {
 
 InferTypes InferInPieces(InferPiece infer, size_t piece_bytes) {
   return [infer = std::move(infer), piece_bytes](const OnnxModel& model, const ValueTypeMap& known,
+                                                 const ValueNames* wanted,
                                                  std::string* error) -> std::optional<ValueTypeMap> {
-    return PieceInference(model, known).Run(infer, piece_bytes, error);
+    return PieceInference(model, known, wanted).Run(infer, piece_bytes, error);
   };
 }
 

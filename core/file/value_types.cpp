@@ -41,20 +41,32 @@ ValueTypes::ValueTypes(const OnnxModel& model, ValueTypeMap supplied, InferTypes
   known_.merge(supplied);  // the file's own type wins where both have one
 }
 
-std::optional<std::string_view> ValueTypes::Find(const std::string& name) {
-  if (auto known = known_.find(name); known != known_.end()) return std::string_view(known->second);
-  if (!inferred_once_) {
-    inferred_once_ = true;
+std::vector<std::optional<std::string_view>> ValueTypes::Find(const std::vector<std::string>& names) {
+  ValueNames untyped;
+  for (const std::string& name : names) {
+    if (!known_.count(name)) untyped.insert(name);
+  }
+  if (!untyped.empty()) {
+    inference_error_.clear();
+    std::optional<ValueTypeMap> inferred;
     if (infer_) {
-      inferred_ = infer_(model_, known_, &inference_error_);
+      inferred = infer_(model_, known_, &untyped, &inference_error_);
     } else {
       inference_error_ = "no shape inference was asked";
     }
+    inferred_ = inferred ? std::move(*inferred) : ValueTypeMap{};
   }
-  if (!inferred_) return std::nullopt;
-  auto inferred = inferred_->find(name);
-  if (inferred == inferred_->end()) return std::nullopt;
-  return std::string_view(inferred->second);
+  std::vector<std::optional<std::string_view>> types;
+  for (const std::string& name : names) {
+    if (auto known = known_.find(name); known != known_.end()) {
+      types.emplace_back(known->second);
+    } else if (auto inferred = inferred_.find(name); inferred != inferred_.end()) {
+      types.emplace_back(inferred->second);
+    } else {
+      types.emplace_back(std::nullopt);
+    }
+  }
+  return types;
 }
 
 }  // namespace hiertag

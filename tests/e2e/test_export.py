@@ -403,6 +403,11 @@ def _same_type_up_to_symbols(whole, pieces, symbols):
     return True
 
 
+# Bytes of nodes in a piece of a few nodes (infer_in_pieces.cpp): a node of
+# the bundled models is 100 to 400 bytes, tags included.
+PIECE_OF_A_FEW_NODES = 1024
+
+
 def test_types_inferred_a_node_at_a_time_are_those_of_whole_model_inference(exported, tmp_path):
     """Check that shape inference a piece at a time (core/file/infer_in_pieces.cpp,
     what extract runs) types every value as ONNX's inference of the whole model
@@ -423,6 +428,19 @@ def test_types_inferred_a_node_at_a_time_are_those_of_whole_model_inference(expo
     symbols = {}
     differ = [value for value in expected if not _same_type_up_to_symbols(expected[value], pieces[value], symbols)]
     assert not differ, f"{name}: {differ[0]}: whole {expected[differ[0]]} pieces {pieces[differ[0]]}"
+    # Asked for some values, as extract asks, inference drops the types no
+    # later piece needs, also within a piece: in pieces of a few nodes, every
+    # other value in graph order must come out as whole-model inference types
+    # it all the same.
+    made = [output for node in model.graph.node for output in node.output if output in expected]
+    wanted = made[::2]
+    asked = {name: onnx.ValueInfoProto.FromString(value).type for name, value in
+             core.TaggedFile(str(path)).value_types(core.value_types(), piece_bytes=PIECE_OF_A_FEW_NODES,
+                                                    names=wanted).items()}
+    assert sorted(asked) == sorted(wanted), name
+    symbols = {}
+    differ = [value for value in wanted if not _same_type_up_to_symbols(expected[value], asked[value], symbols)]
+    assert not differ, f"{name}: {differ[0]}: whole {expected[differ[0]]} asked alone {asked[differ[0]]}"
 
 
 def test_hiertag_validate_accepts_the_tagged_file_and_rejects_the_plain_one(exported, tmp_path):

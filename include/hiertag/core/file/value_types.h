@@ -6,15 +6,17 @@
 // 185 values of the bundled BERT). The others come, in this order, from a
 // types file (another ONNX model whose main graph lists them: the same model
 // after onnx.shape_inference, as the Python package's verbs pass it), then
-// from shape inference run on the model once, on first need (InferTypes).
+// from shape inference run on the model when they do not (InferTypes).
 #pragma once
 
 #include <cstddef>
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "hiertag/core/onnx/onnx_model.h"
 
@@ -24,11 +26,15 @@ namespace hiertag {
 // (inputs, outputs, value_info), by value name.
 using ValueTypeMap = std::map<std::string, std::string, std::less<>>;
 
+// Names of values, as InferTypes is asked for them.
+using ValueNames = std::set<std::string, std::less<>>;
+
 // Shape inference over a model: the types it gives the main graph's values
 // `known` (the file's own and a types file's) does not, or std::nullopt with
-// *error.
-using InferTypes =
-    std::function<std::optional<ValueTypeMap>(const OnnxModel& model, const ValueTypeMap& known, std::string* error)>;
+// *error; only those of `wanted` when it is given (inference may then keep no
+// more than it must), every one it types when it is null.
+using InferTypes = std::function<std::optional<ValueTypeMap>(const OnnxModel& model, const ValueTypeMap& known,
+                                                             const ValueNames* wanted, std::string* error)>;
 
 // ONNX's shape inference (with data propagation) over one serialized model: the
 // types it gives the main graph's values, or std::nullopt with *error. ONNX's
@@ -45,7 +51,8 @@ inline constexpr size_t kPieceBytes = size_t{1} << 20;
 // `piece_bytes` of nodes, typed from what the pieces before it gave, so that
 // inference holds one piece at a time rather than the whole model, and each
 // value gets the type whole-model inference gives it (a symbol inference makes
-// up may be numbered differently, never shared).
+// up may be numbered differently, never shared). Asked for some values, it
+// keeps a value's type only while a later piece may need it.
 InferTypes InferInPieces(InferPiece infer, size_t piece_bytes = kPieceBytes);
 
 // The types a model's main graph records (inputs, outputs, value_info).
@@ -57,9 +64,11 @@ class ValueTypes {
   // `infer`: asked once, after both, on the first value they do not type.
   explicit ValueTypes(const OnnxModel& model, ValueTypeMap supplied = {}, InferTypes infer = {});
 
-  // The serialized ValueInfoProto of `name`, or std::nullopt when neither the
-  // file, the types file nor shape inference gives it a type.
-  std::optional<std::string_view> Find(const std::string& name);
+  // The serialized ValueInfoProto of each of `names`, in order: std::nullopt
+  // for one neither the file, the types file nor shape inference types. Shape
+  // inference runs when a name is typed by neither file, asked for those names
+  // alone (each call asks again: ask for all the names at once).
+  std::vector<std::optional<std::string_view>> Find(const std::vector<std::string>& names);
 
   // Why shape inference gave no type, if it ran.
   const std::string& inference_error() const { return inference_error_; }
@@ -68,8 +77,7 @@ class ValueTypes {
   const OnnxModel& model_;
   ValueTypeMap known_;  // the file's own, then the supplied ones
   InferTypes infer_;
-  std::optional<ValueTypeMap> inferred_;
-  bool inferred_once_ = false;
+  ValueTypeMap inferred_;
   std::string inference_error_;
 };
 
