@@ -97,30 +97,6 @@ bool MayCarryData(std::string_view value_info) {
   return rank <= 1;
 }
 
-// An initializer's element type and dims (TensorProto fields 2 and 1, packed or not).
-struct TensorType {
-  uint64_t elem_type = 0;
-  std::vector<int64_t> dims;
-};
-
-TensorType TypeOfTensor(std::string_view tensor) {
-  TensorType type;
-  wire::Reader reader(tensor);
-  wire::Field field;
-  while (!reader.done() && reader.Next(&field)) {
-    if (field.number == onnx_field::kTensorDataType && field.wire_type == wire::kVarint) {
-      type.elem_type = field.varint;
-    } else if (field.number == onnx_field::kTensorDims && field.wire_type == wire::kVarint) {
-      type.dims.push_back(static_cast<int64_t>(field.varint));
-    } else if (field.number == onnx_field::kTensorDims && field.wire_type == wire::kLengthDelimited) {
-      wire::Reader packed(field.payload);
-      uint64_t dim = 0;
-      while (!packed.done() && packed.NextVarint(&dim)) type.dims.push_back(static_cast<int64_t>(dim));
-    }
-  }
-  return type;
-}
-
 // A ValueInfoProto named `name` of a tensor of `elem_type` whose shape holds
 // `dims` (serialized TensorShapeProto.Dimension messages).
 std::string TensorValueInfo(std::string_view name, uint64_t elem_type, const std::vector<std::string>& dims) {
@@ -138,15 +114,15 @@ std::string TensorValueInfo(std::string_view name, uint64_t elem_type, const std
   return value_info;
 }
 
-// A ValueInfoProto naming `name` with the tensor type `type`.
-std::string TypedInput(std::string_view name, const TensorType& type) {
+// A ValueInfoProto naming the initializer with its type.
+std::string TypedInput(const OnnxInitializer& initializer) {
   std::vector<std::string> dims;
-  for (int64_t size : type.dims) {
+  for (int64_t size : initializer.dims) {
     std::string& dim = dims.emplace_back();
     wire::AppendVarint(&dim, (static_cast<uint64_t>(kDimValue) << 3) | wire::kVarint);
     wire::AppendVarint(&dim, static_cast<uint64_t>(size));
   }
-  return TensorValueInfo(name, type.elem_type, dims);
+  return TensorValueInfo(initializer.name, initializer.data_type, dims);
 }
 
 // A ValueInfoProto named `name` whose tensor shape names each of `symbols`.
@@ -293,11 +269,10 @@ class PieceInference {
       for (std::string_view read : reads_[position]) {
         if (made.count(read) || !listed.insert(read).second) continue;
         if (auto initializer = initializer_.find(read); initializer != initializer_.end()) {
-          TensorType type = TypeOfTensor(initializer->second->raw);
-          if (type.dims.size() <= 1) {
+          if (initializer->second->dims.size() <= 1) {
             wire::AppendLengthDelimited(&graph, onnx_field::kGraphInitializer, initializer->second->raw);
           } else {
-            wire::AppendLengthDelimited(&graph, onnx_field::kGraphInput, TypedInput(read, type));
+            wire::AppendLengthDelimited(&graph, onnx_field::kGraphInput, TypedInput(*initializer->second));
           }
         } else if (std::optional<std::string_view> type = TypeOf(read)) {
           wire::AppendLengthDelimited(&graph, onnx_field::kGraphInput, *type);

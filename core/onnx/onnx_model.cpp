@@ -134,7 +134,6 @@ class Decoder {
   bool DecodeInitializer(std::string_view bytes, OnnxInitializer* out) {
     out->raw = bytes;
     out->elements = 1;
-    uint64_t data_type = 0;
     bool external = false;
     ExternalData where;
     Reader reader(bytes);
@@ -142,12 +141,15 @@ class Decoder {
     while (!reader.done()) {
       if (!reader.Next(&field)) return Fail("an initializer is not well-formed");
       if (field.number == kTensorName && field.wire_type == kLengthDelimited) out->name = field.payload;
-      if (field.number == kTensorDataType && field.wire_type == kVarint) data_type = field.varint;
-      if (field.number == kTensorDims && field.wire_type == kVarint) {
-        out->elements = SaturatingProduct(out->elements, field.varint);
-      }
+      if (field.number == kTensorDataType && field.wire_type == kVarint) out->data_type = field.varint;
+      if (field.number == kTensorDims && field.wire_type == kVarint) AddDim(field.varint, out);
       if (field.number == kTensorDims && field.wire_type == kLengthDelimited) {  // packed dims
-        if (!MultiplyPacked(field.payload, &out->elements)) return Fail("an initializer's dims are not well-formed");
+        Reader packed(field.payload);
+        uint64_t dim = 0;
+        while (!packed.done()) {
+          if (!packed.NextVarint(&dim)) return Fail("an initializer's dims are not well-formed");
+          AddDim(dim, out);
+        }
       }
       if (field.number == kTensorDataLocation && field.wire_type == kVarint) {
         external = field.varint == kDataLocationExternal;
@@ -167,7 +169,8 @@ class Decoder {
         }
       }
     }
-    out->bytes = static_cast<int64_t>(SaturatingProduct(out->elements, static_cast<uint64_t>(ElementSize(data_type))));
+    out->bytes =
+        static_cast<int64_t>(SaturatingProduct(out->elements, static_cast<uint64_t>(ElementSize(out->data_type))));
     if (external) out->external = std::move(where);
     return true;
   }
@@ -190,14 +193,9 @@ class Decoder {
   }
 
   // Multiplies *product by every value of a packed repeated varint field.
-  static bool MultiplyPacked(std::string_view packed, int64_t* product) {
-    wire::Reader values(packed);
-    while (!values.done()) {
-      uint64_t value = 0;
-      if (!values.NextVarint(&value)) return false;
-      *product = SaturatingProduct(*product, value);
-    }
-    return true;
+  static void AddDim(uint64_t dim, OnnxInitializer* out) {
+    out->dims.push_back(static_cast<int64_t>(dim));
+    out->elements = SaturatingProduct(out->elements, dim);
   }
 
   bool DecodeGraph(std::string_view bytes, int holder, int depth) {

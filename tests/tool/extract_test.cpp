@@ -326,6 +326,27 @@ TEST_F(ExtractTest, OnlyInitializersTheModuleReadsAreCopied) {
   EXPECT_EQ(written->graphs.at(0).initializers[0].raw, source.graph.initializers[1].Bytes());
 }
 
+// Check that a parsed initializer keeps its data type and dims as the file
+// gives them, one field per dim or packed (piece inference types an
+// initializer it does not copy from them).
+TEST(OnnxModelTest, InitializerKeepsItsDataTypeAndDims) {
+  ModelSpec model = ChainModel();
+  model.graph.initializers.push_back({"packed", {2, 0, 5}, kFloat16, /*packed_dims=*/true});
+  model.graph.initializers.push_back({"scalar", {}, kInt64});
+  std::string error;
+  std::optional<OnnxModel> parsed = OnnxModel::Parse(model.Bytes(), &error);
+  ASSERT_TRUE(parsed) << error;
+  std::map<std::string, const OnnxInitializer*> by_name;
+  for (const OnnxInitializer& initializer : parsed->graphs.at(0).initializers) by_name[initializer.name] = &initializer;
+  for (const InitializerSpec& spec : model.graph.initializers) {
+    ASSERT_TRUE(by_name.count(spec.name)) << spec.name;
+    EXPECT_EQ(by_name[spec.name]->data_type, spec.data_type) << spec.name;
+    EXPECT_EQ(by_name[spec.name]->dims, spec.dims) << spec.name;
+  }
+  EXPECT_EQ(by_name["packed"]->elements, 0);
+  EXPECT_EQ(by_name["scalar"]->elements, 1);
+}
+
 // Check that a Constant node outside the module that the module reads is copied in.
 TEST_F(ExtractTest, ConstantTheModuleReadsIsCopied) {
   std::optional<OnnxModel> written = ExtractOk(ChainModel(), kLayer1);

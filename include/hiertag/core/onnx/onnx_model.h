@@ -50,6 +50,8 @@ struct ExternalData {
 
 struct OnnxInitializer {
   std::string name;
+  uint64_t data_type = 0;                // TensorProto.DataType
+  std::vector<int64_t> dims;             // as the file gives them
   int64_t elements = 0;                  // product of dims (saturating at INT64_MAX)
   int64_t bytes = 0;                     // elements times the element size of its data type
   std::optional<ExternalData> external;  // data_location EXTERNAL
