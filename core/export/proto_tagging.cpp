@@ -22,7 +22,7 @@ namespace hiertag {
 namespace {
 
 using wire::AppendLengthDelimited;
-using wire::AppendVarint;
+using wire::AppendLengthDelimitedHeader;
 using wire::Field;
 using wire::kLengthDelimited;
 using wire::Reader;
@@ -212,8 +212,7 @@ class PlanBuilder {
   // Appends the header of length-delimited field `field` of `size` bytes.
   void OwnHeader(Rebuilt* out, uint32_t field, size_t size) {
     header_.clear();
-    AppendVarint(&header_, (static_cast<uint64_t>(field) << 3) | kLengthDelimited);
-    AppendVarint(&header_, size);
+    AppendLengthDelimitedHeader(&header_, field, size);
     Own(out, View(header_));
   }
 

@@ -270,7 +270,7 @@ class Extractor {
     }
     for (const auto& [field, type] : typed) graph_fields_.emplace_back(field, type);
     graph_size_ = 0;
-    for (const auto& [field, payload] : graph_fields_) graph_size_ += FieldSize(field, payload.size());
+    for (const auto& [field, payload] : graph_fields_) graph_size_ += wire::LengthDelimitedSize(field, payload.size());
     return true;
   }
 
@@ -296,13 +296,11 @@ class Extractor {
       }
       if (field.number == kModelGraph) {
         std::string header;
-        wire::AppendVarint(&header, (static_cast<uint64_t>(kModelGraph) << 3) | wire::kLengthDelimited);
-        wire::AppendVarint(&header, graph_size_);
+        wire::AppendLengthDelimitedHeader(&header, kModelGraph, graph_size_);
         write(header);
         for (const auto& [number, payload] : graph_fields_) {
           header.clear();
-          wire::AppendVarint(&header, (static_cast<uint64_t>(number) << 3) | wire::kLengthDelimited);
-          wire::AppendVarint(&header, payload.size());
+          wire::AppendLengthDelimitedHeader(&header, number, payload.size());
           write(header);
           write(payload);
         }
@@ -430,12 +428,6 @@ class Extractor {
   static constexpr uint64_t kInlineLimit = (uint64_t{2} << 30) - (uint64_t{64} << 20);
   // At most a field's key and length varints (a key of a field number below 2^11, a length below 2^35).
   static constexpr size_t kFieldHeaderBytes = 7;
-
-  // The bytes a length-delimited field of `length` bytes takes.
-  static uint64_t FieldSize(uint32_t number, uint64_t length) {
-    return wire::VarintSize((static_cast<uint64_t>(number) << 3) | wire::kLengthDelimited) + wire::VarintSize(length) +
-           length;
-  }
 
   const TaggedFile& file_;
   std::string output_path_;

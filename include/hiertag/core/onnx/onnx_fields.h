@@ -71,12 +71,9 @@ inline constexpr uint32_t kOpsetVersion = 2;
 // a std::string or a vector of char (proto_wire.h).
 template <typename String>
 void AppendStringEntry(String* out, uint32_t field, std::string_view key, std::string_view value) {
-  constexpr uint64_t kKeyTag = (static_cast<uint64_t>(kEntryKey) << 3) | wire::kLengthDelimited;
-  constexpr uint64_t kValueTag = (static_cast<uint64_t>(kEntryValue) << 3) | wire::kLengthDelimited;
-  size_t size = wire::VarintSize(kKeyTag) + wire::VarintSize(key.size()) + key.size() + wire::VarintSize(kValueTag) +
-                wire::VarintSize(value.size()) + value.size();
-  wire::AppendVarint(out, (static_cast<uint64_t>(field) << 3) | wire::kLengthDelimited);
-  wire::AppendVarint(out, size);
+  wire::AppendLengthDelimitedHeader(
+      out, field,
+      wire::LengthDelimitedSize(kEntryKey, key.size()) + wire::LengthDelimitedSize(kEntryValue, value.size()));
   wire::AppendLengthDelimited(out, kEntryKey, key);
   wire::AppendLengthDelimited(out, kEntryValue, value);
 }

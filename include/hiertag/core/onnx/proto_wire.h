@@ -107,10 +107,22 @@ inline size_t VarintSize(uint64_t value) {
   return size;
 }
 
+// The key and length of length-delimited field `field` of `length` bytes: what
+// comes before its payload.
+template <typename String>
+void AppendLengthDelimitedHeader(String* out, uint32_t field, uint64_t length) {
+  AppendVarint(out, (static_cast<uint64_t>(field) << 3) | kLengthDelimited);
+  AppendVarint(out, length);
+}
+
+// How many bytes length-delimited field `field` of `length` bytes takes, header and payload.
+inline uint64_t LengthDelimitedSize(uint32_t field, uint64_t length) {
+  return VarintSize((static_cast<uint64_t>(field) << 3) | kLengthDelimited) + VarintSize(length) + length;
+}
+
 template <typename String>
 void AppendLengthDelimited(String* out, uint32_t field, std::string_view payload) {
-  AppendVarint(out, (static_cast<uint64_t>(field) << 3) | kLengthDelimited);
-  AppendVarint(out, payload.size());
+  AppendLengthDelimitedHeader(out, field, payload.size());
   out->insert(out->end(), payload.begin(), payload.end());
 }
 
