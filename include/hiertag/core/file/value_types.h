@@ -6,7 +6,8 @@
 // 185 values of the bundled BERT). The others come, in this order, from a
 // types file (another ONNX model whose main graph lists them: the same model
 // after onnx.shape_inference, as the Python package's verbs pass it), then
-// from shape inference run on the model when they do not (InferTypes).
+// from shape inference, run on the model for the values they do not type
+// (InferTypes).
 #pragma once
 
 #include <cstddef>
@@ -61,13 +62,14 @@ ValueTypeMap RecordedValueTypes(const OnnxModel& model);
 class ValueTypes {
  public:
   // `supplied`: types from a types file, consulted after the model's own;
-  // `infer`: asked once, after both, on the first value they do not type.
+  // `infer`: asked by Find for the values neither types.
   explicit ValueTypes(const OnnxModel& model, ValueTypeMap supplied = {}, InferTypes infer = {});
 
   // The serialized ValueInfoProto of each of `names`, in order: std::nullopt
   // for one neither the file, the types file nor shape inference types. Shape
   // inference runs when a name is typed by neither file, asked for those names
-  // alone (each call asks again: ask for all the names at once).
+  // alone (each call asks again: ask for all the names at once). The views
+  // last until the next call.
   std::vector<std::optional<std::string_view>> Find(const std::vector<std::string>& names);
 
   // Why shape inference gave no type, if it ran.
