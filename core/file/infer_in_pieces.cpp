@@ -25,9 +25,8 @@
 // Asked for some values only, inference keeps a value's type while a later
 // piece may read it: when a node after its piece reads it, or when a node
 // making a value that may carry data reads it (a later piece may hold that
-// node for its data). The
-// others are dropped with their piece, so the types held are what crosses
-// between pieces, not every value of the model.
+// node for its data). The others are dropped with their piece, so the types
+// held are what crosses between pieces, not every value of the model.
 #include <algorithm>
 #include <map>
 #include <set>
