@@ -192,7 +192,7 @@ class Decoder {
     return value;
   }
 
-  // Multiplies *product by every value of a packed repeated varint field.
+  // Appends one dim to the initializer and multiplies its element count by it.
   static void AddDim(uint64_t dim, OnnxInitializer* out) {
     out->dims.push_back(static_cast<int64_t>(dim));
     out->elements = SaturatingProduct(out->elements, dim);
