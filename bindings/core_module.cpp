@@ -25,6 +25,8 @@
 //                      graph_outputs, opset over one read of the
 //                      file (core/file/file_commands.h), results as the objects
 //                      `--json` prints, refusals as TaggedFileError's subclasses
+//   carry's graph      ValueGraph: a main graph's values, makers, readers and
+//                      descent, for carry's correspondence (value_graph_binding.cpp)
 //   the command line   run_tool: the native tool's commands in process; tool_commands: their names and summaries
 //
 // A malformed argument raises ValueError with the core's one-line reason.
@@ -46,6 +48,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bindings/value_graph_binding.h"
 #include "hiertag/core/export/export_options.h"
 #include "hiertag/core/file/file_commands.h"
 #include "hiertag/core/file/module_boundaries.h"
@@ -725,6 +728,7 @@ NB_MODULE(_core, m) {
            "None), asked on the first value the file does not type; what it gives is kept for the next extract with "
            "the same callable. Raises UnknownModule, ExtractRefused, OverwritesInput, BadValueTypes or WriteFailed "
            "with the tool's one line; nothing is written then.");
+  BindValueGraph(m, &ModelOf);
   m.def("run_tool", &RunToolInProcess, "args"_a, "value_types"_a = nb::none(),
         "The native tool's command line (validate, tree, extract) in process: (exit status, stdout, stderr) as "
         "bytes. `value_types`: as TaggedFile.extract's.");

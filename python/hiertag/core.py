@@ -210,6 +210,12 @@ class CallTable:
         return self._table.belongs(tuple(user), tuple(ref))
 
 
+def value_graph(model):
+    """carry's tables of `model`'s main graph (bytes or a ModelProto): the
+    core's ValueGraph (core/carry/value_graph.h)."""
+    return _core.ValueGraph(_serialized(model))
+
+
 def _asked(model, question):
     """The core's answer to `question` (module_boundaries, rewritten_boundaries,
     rewrite_records, weight_values) about `model`: the opened TaggedFile's

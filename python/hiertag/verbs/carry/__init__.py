@@ -270,7 +270,7 @@ def _record_types(model, correspondence):
     here, and for a value the original has, unchanged, the original's type,
     unless the tool changed element types (fp16) where both models say."""
     typed = {info.name for info in [*model.graph.input, *model.graph.output, *model.graph.value_info]}
-    made = correspondence.t.producer
+    made = set(correspondence.t.made())
     found = {name: info for name, info in correspondence.t_inferred.items() if name not in typed and name in made}
     original = correspondence.o_inferred
     retyped = any(original[name].type.tensor_type.elem_type != info.type.tensor_type.elem_type

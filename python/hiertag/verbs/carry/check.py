@@ -269,14 +269,14 @@ class Proof:
         what carry says they stand for, and the values kept under their
         original names (which measure the pair's precision)."""
         c = self.c
-        kept = {n for n in set(c.t.producer) | set(c.t.inputs) if c.known(n) and n in c.o.values}
+        kept = {n for n in [*c.t.made(), *c.t.inputs] if c.known(n)}
         t_wanted = {n for ins, outs in self.t_bounds.values() for n in ins + outs}
         t_wanted |= {o.name for o in self.carried.graph.output} | kept
         o_wanted = {n for ins, outs in self.o_bounds.values() for n in ins + outs}
         o_wanted |= {o.name for o in self.original.graph.output} | kept
         o_wanted |= {c.corr(n) for n in t_wanted} - {None}
         try:
-            self.o_values = _run(self.original, self.feeds, o_wanted & c.o.values, self.o_data)
+            self.o_values = _run(self.original, self.feeds, set(filter(c.o.has_value, o_wanted)), self.o_data)
         except RuntimeError as error:
             raise CannotRun(f"ONNX Runtime cannot run the tagged model: {error}") from None
         try:
@@ -314,8 +314,8 @@ class Proof:
 
         def wanted(names, inferred):
             return {n for n in names if inferred.get(n) is None or None in inferred[n] or inferred[n] in shapes}
-        o_names = wanted(set(self.c.o.producer) - self.c.o.weights, self.c.o_shapes) - set(self.o_values)
-        t_names = wanted(set(self.c.t.producer) - self.c.t.weights, self.c.t_shapes) - set(self.t_values)
+        o_names = wanted(set(self.c.o.made()) - self.c.o.weights, self.c.o_shapes) - set(self.o_values)
+        t_names = wanted(set(self.c.t.made()) - self.c.t.weights, self.c.t_shapes) - set(self.t_values)
         try:
             self.o_values.update(_run(self.original, self.feeds, o_names, self.o_data))
             self.t_values.update(_run(self.carried, self.feeds, t_names, self.t_data, known=self.o_values))
@@ -521,8 +521,8 @@ class Proof:
         for a value it reads; a node outside, for one it hands out) stands for
         an original node that read `original`."""
         members = set(self.t_members.get(ref, []))
-        readers = {index for index, _ in self.c.t.consumers.get(name, []) if (index in members) == reads}
-        original_readers = {index for index, _ in self.c.o.consumers.get(original, [])}
+        readers = {index for index, _ in self.c.t.consumers(name) if (index in members) == reads}
+        original_readers = {index for index, _ in self.c.o.consumers(original)}
         return any(self.regions.get(index, set()) & original_readers or self.c.matched.get(index) in original_readers
                    for index in readers)
 

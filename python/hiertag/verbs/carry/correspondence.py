@@ -11,174 +11,30 @@ from hiertag import checks, core
 
 
 class Graph:
-    """One model's main graph: its values and nodes, who makes and who reads each value."""
+    """One model's main graph: its nodes as protobuf, and the core's tables of
+    its values (core.ValueGraph, core/carry/value_graph.h): who makes and who
+    reads each, what each node reads with weights left out, and which values
+    each node descends from. Nodes are indices into `nodes`; a name the graph
+    never mentions has no maker and no readers."""
 
-    def __init__(self, model, names=None):
-        names = {} if names is None else names
-        graph = model.graph
-        self.nodes = list(graph.node)
-        self.inputs = [i.name for i in graph.input]
-        self.initializers = {i.name for i in graph.initializer}
-        self.outputs = [o.name for o in graph.output]
-        self.weights = core.weight_values(model)
-        self.producer, self.consumers, self.reads = {}, defaultdict(list), []
-        # Each name the tables hold as one string, shared through `names` with
-        # the other model's tables and the shape tables: protobuf makes a new
-        # string at each read, and they hold each name many times over (tens
-        # of MB at depth). A dict, not sys.intern: CPython 3.12.0 to 3.12.5
-        # never free interned strings.
-        for index, node in enumerate(self.nodes):
-            for name in node.output:
-                if name:
-                    self.producer[names.setdefault(name, name)] = index
-            reads = [names.setdefault(name, name) for name in checks._implicit_inputs(node)]
-            self.reads.append([name for name in reads if name not in self.weights])
-            read = 0  # reads[read] is the next non-empty input, interned
-            for position, name in enumerate(node.input):
-                if name:
-                    self.consumers[reads[read]].append((index, position))
-                    read += 1
-            for name in reads[read:]:
-                self.consumers[name].append((index, None))
-        self.values = set(self.inputs) | self.initializers | set(self.producer)
-
-    def used_outputs(self, index):
-        graph_outputs = set(self.outputs)
-        used = [name for name in self.nodes[index].output
-                if name and (self.consumers.get(name) or name in graph_outputs)]
-        return used or [name for name in self.nodes[index].output if name]
-
-
-class Reachability:
-    """Which values of one graph (a Graph) each node is computed from, weights
-    aside: a node descends from the values it reads, from everything those
-    descend from, and from what it makes itself. Answered by searching back
-    from the node, no further than the value's maker in a topological order,
-    so memory stays linear in the graph (a bitmask of ancestors per node is
-    quadratic: about 1 GB at 100k nodes); the graph inputs (weights aside)
-    each node descends from are kept per node as a mask, being few."""
-
-    def __init__(self, graph):
-        self.g = graph
-        inputs = [name for name in graph.inputs if name not in graph.producer and name not in graph.weights]
-        self.input_bit = {name: k for k, name in enumerate(inputs)}
-        self.position = _topological_positions(graph)
-        self.from_inputs = [0] * len(graph.nodes)
-        for index in sorted(range(len(graph.nodes)), key=self.position.__getitem__):
-            mask = 0
-            for name in graph.reads[index]:
-                source = graph.producer.get(name)
-                if source is not None:
-                    mask |= self.from_inputs[source]
-                elif name in self.input_bit:
-                    mask |= 1 << self.input_bit[name]
-            self.from_inputs[index] = mask
-
-    def known(self, value):
-        """Whether `value` is a graph input or made by a node (not a weight alone)."""
-        return value in self.g.producer or value in self.input_bit
-
-    def _upstream(self, start, lowest):
-        """The nodes `start` (node indices) descend from, themselves included,
-        at or after topological position `lowest`."""
-        producer, reads, position = self.g.producer, self.g.reads, self.position
-        found, stack = set(), [i for i in start if position[i] >= lowest]
-        while stack:
-            index = stack.pop()
-            if index in found:
-                continue
-            found.add(index)
-            for name in reads[index]:
-                source = producer.get(name)
-                if source is not None and source not in found and position[source] >= lowest:
-                    stack.append(source)
-        return found
-
-    def descends(self, node, value):
-        if value in self.g.producer:
-            maker = self.g.producer[value]
-            if maker == node:
-                return True
-            lowest = self.position[maker]
-            seen, stack = {node}, [node]
-            while stack:  # back from the node, no further than the maker's position
-                for name in self.g.reads[stack.pop()]:
-                    source = self.g.producer.get(name)
-                    if source == maker:
-                        return True
-                    if source is not None and source not in seen and self.position[source] > lowest:
-                        seen.add(source)
-                        stack.append(source)
-            return False
-        return value in self.input_bit and bool(self.from_inputs[node] >> self.input_bit[value] & 1)
-
-    def descending(self, nodes, values):
-        """Those of `nodes` that descend from any of `values`."""
-        producer, reads, position = self.g.producer, self.g.reads, self.position
-        values = set(filter(self.known, values))  # a name nothing makes is no one's ancestor
-        mask = sum(1 << self.input_bit[v] for v in values if v in self.input_bit)
-        makers = {producer[v] for v in values if v in producer}
-        # Those that read one, make one, or descend from a graph input among them.
-        found = {index for index in nodes if self.from_inputs[index] & mask or index in makers
-                 or any(name in values for name in reads[index])}
-        if not makers:
-            return found
-        lowest = min(position[m] for m in makers)
-        barren = set()  # searched through: no maker upstream of them
-        for start in sorted(nodes, key=position.__getitem__):  # nearest the makers first
-            if start in found or start in barren:
-                continue
-            seen, stack, reached = {start}, [start], False
-            while stack and not reached:  # back from it, no further than the earliest maker
-                for name in reads[stack.pop()]:
-                    source = producer.get(name)
-                    if source in makers or source in found:
-                        reached = True
-                        break
-                    if source is not None and source not in seen and source not in barren and \
-                            position[source] > lowest:
-                        seen.add(source)
-                        stack.append(source)
-            if reached:
-                found.add(start)
-            else:
-                barren |= seen
-        return found
-
-    def between(self, earliest, end):
-        """The nodes node `end` descends from (itself included) that descend
-        from value `earliest`."""
-        if earliest in self.g.producer:
-            upstream = self._upstream([end], self.position[self.g.producer[earliest]])
-        else:
-            upstream = self._upstream([end], -1)
-        return self.descending(upstream, [earliest])
-
-
-def _topological_positions(graph):
-    """{node index: its position in a topological order}: the file's order
-    when it is one (ONNX asks for it), else Kahn's on the reads."""
-    producer = graph.producer
-    if all(producer.get(name, -1) < index for index, reads in enumerate(graph.reads) for name in reads):
-        return list(range(len(graph.nodes)))
-    waiting = [sum(1 for name in set(reads) if name in producer) for reads in graph.reads]
-    readers = defaultdict(list)
-    for index, reads in enumerate(graph.reads):
-        for name in set(reads):
-            if name in producer:
-                readers[producer[name]].append(index)
-    ready = [index for index, count in enumerate(waiting) if count == 0]
-    position = [len(graph.nodes)] * len(graph.nodes)  # a cycle's nodes (no valid ONNX has one) come last
-    placed = 0
-    while ready:
-        index = ready.pop()
-        position[index] = placed
-        placed += 1
-        for reader in readers[index]:
-            waiting[reader] -= 1
-            if waiting[reader] == 0:
-                ready.append(reader)
-    return position
+    def __init__(self, model):
+        self.nodes = list(model.graph.node)
+        native = core.value_graph(model)
+        self.inputs, self.outputs = native.inputs, native.outputs
+        self.initializers, self.weights = native.initializers, native.weights
+        self.producer = native.producer  # (name) -> node or None
+        self.consumers = native.consumers  # (name) -> [(node, input position or None)]
+        self.reads = native.reads  # (node) -> [name]
+        self.used_outputs = native.used_outputs  # (node) -> [name]
+        self.has_value = native.has_value  # an input, initializer or node output
+        self.made = native.made  # () -> every node output, in node order
+        # Descent, weights aside: whether a node makes or reads a value, or
+        # reads what a node descending from it makes (known: a graph input or a
+        # made value, which a node can descend from).
+        self.known = native.known
+        self.descends = native.descends  # (node, value)
+        self.descending = native.descending  # (nodes, values) -> those descending from any
+        self.between = native.between  # (earliest value, end node) -> end's ancestors descending from it
 
 
 class Correspondence:
@@ -187,9 +43,9 @@ class Correspondence:
     def __init__(self, original, transformed):
         self.table = checks.module_table(original)
         self.calls = core.CallTable(original)
-        names = {}  # one string per name and node entry (Graph)
-        self.o = Graph(original, names)
-        self.t = Graph(transformed, names)
+        names = {}  # one string per name, for the shape tables and the node entries
+        self.o = Graph(original)
+        self.t = Graph(transformed)
         self.o_inferred = _inferred_values(original, names)
         self.o_shapes, self.o_types = _value_shapes(self.o_inferred)
         self.t_inferred = _inferred_values(transformed, names)
@@ -197,14 +53,10 @@ class Correspondence:
         self.reshaped = {name for name, shape in self.t_shapes.items()
                          if name in self.o_shapes and not _same_shape(self.o_shapes[name], shape)}
         self.o_props = [checks.node_props(node, names) for node in self.o.nodes]
-        self.reach = Reachability(self.o)
         self.matched = {}
         self._corr = {}
         self._walks = {}
         self._match()
-
-    def _descends_from(self, node, value):
-        return self.reach.descends(node, value)
 
     def release_inferred(self):
         """Lets go of shape inference's results once carry recorded its types:
@@ -213,7 +65,7 @@ class Correspondence:
         self.o_inferred = self.t_inferred = None
 
     def known(self, name):
-        return name in self.o.values and name not in self.reshaped
+        return self.o.has_value(name) and name not in self.reshaped
 
     def _weight_readers(self):
         """{original initializer: the one node reading it}, for initializers
@@ -222,7 +74,7 @@ class Correspondence:
         tools merge freely, say nothing either)."""
         readers = {}
         for weight in self.o.initializers:
-            found = {index for index, _ in self.o.consumers.get(weight, [])}
+            found = {index for index, _ in self.o.consumers(weight)}
             if len(found) == 1:
                 readers[weight] = found.pop()
         return readers
@@ -234,7 +86,7 @@ class Correspondence:
         for index, node in enumerate(self.o.nodes):
             by_name[node.name].append(index)
         for t_index, node in enumerate(self.t.nodes):
-            made = {self.o.producer[name] for name in node.output if name in self.o.producer and self.known(name)}
+            made = {self.o.producer(name) for name in node.output if self.known(name)} - {None}
             if len(made) == 1:
                 o_index = made.pop()
                 if self.o.nodes[o_index].op_type == node.op_type and o_index not in taken:
@@ -257,7 +109,7 @@ class Correspondence:
                 self.matched[t_index] = found.pop()
                 taken.add(self.matched[t_index])
         self.present_in_t = {index for index, node in enumerate(self.o.nodes)
-                             if any(name in self.t.values for name in node.output if name)}
+                             if any(self.t.has_value(name) for name in node.output if name)}
         changed = True
         while changed:
             changed = False
@@ -278,10 +130,10 @@ class Correspondence:
         initializers (zero biases) makes the name point elsewhere: refused."""
         node = self.t.nodes[t_index]
         found = {self.readers[name] for name in node.input if name in self.readers and name in self.t.weights}
-        placed = [self.corr(name) for name in self.t.reads[t_index]]
+        placed = [self.corr(name) for name in self.t.reads(t_index)]
         placed = [value for value in placed if value is not None]
         return {index for index in found
-                if all(self._descends_from(index, value) or self.o.producer.get(value) == index for value in placed)}
+                if all(self.o.descends(index, value) or self.o.producer(value) == index for value in placed)}
 
     def _structural_match(self, t_index, taken):
         """The original node of the same op type that reads, at the same
@@ -300,7 +152,7 @@ class Correspondence:
         candidates, seen, frontier = [], set(), [first_value]
         while frontier:
             value = frontier.pop()
-            for o_index, position in self.o.consumers.get(value, []):
+            for o_index, position in self.o.consumers(value):
                 if o_index in seen:
                     continue
                 seen.add(o_index)
@@ -314,9 +166,10 @@ class Correspondence:
         downstream = self._known_downstream(t_index)
 
         def consistent(o_index):
-            reads_all = all(self._descends_from(o_index, value) for _, value in placed[1:])
-            feeds_known = all(self._descends_from(self.o.producer[name], self.o.nodes[o_index].output[0])
-                              for name in downstream if name in self.o.producer and self.o.nodes[o_index].output)
+            reads_all = all(self.o.descends(o_index, value) for _, value in placed[1:])
+            feeds_known = all(self.o.descends(self.o.producer(name), self.o.nodes[o_index].output[0])
+                              for name in downstream
+                              if self.o.producer(name) is not None and self.o.nodes[o_index].output)
             return reads_all, feeds_known
 
         def rank(candidate):
@@ -339,7 +192,7 @@ class Correspondence:
             if self.known(name):
                 found.add(name)
                 continue
-            for consumer, _ in self.t.consumers.get(name, []):
+            for consumer, _ in self.t.consumers(name):
                 stack.extend(self.t.used_outputs(consumer))
         return found
 
@@ -353,12 +206,12 @@ class Correspondence:
             return name
         if name in self._corr:
             return self._corr[name]
-        read_as = [self.o.nodes[self.matched[c]].input[p] for c, p in self.t.consumers.get(name, [])
+        read_as = [self.o.nodes[self.matched[c]].input[p] for c, p in self.t.consumers(name)
                    if c in self.matched and p is not None and p < len(self.o.nodes[self.matched[c]].input)]
         read_as = [value for value in read_as if value and value not in self.o.weights]
         latest = max(read_as, key=self._order) if read_as else None
         earliest = None
-        maker = self.t.producer.get(name)
+        maker = self.t.producer(name)
         if maker in self.matched:
             position = list(self.t.nodes[maker].output).index(name)
             outputs = self.o.nodes[self.matched[maker]].output
@@ -375,36 +228,37 @@ class Correspondence:
         return max(fitting, key=self._order) if latest else min(fitting, key=self._order)
 
     def _order(self, value):
-        return self.o.producer.get(value, -1)
+        maker = self.o.producer(value)
+        return -1 if maker is None else maker
 
     def _between(self, earliest, latest):
         """Original values from `earliest` to `latest` (either may be None:
         then as far as values the transformed model no longer has reach)."""
         found = {value for value in (earliest, latest) if value}
         if earliest and latest:
-            end = self.o.producer.get(latest)
-            if end is None or not self.reach.known(earliest):
+            end = self.o.producer(latest)
+            if end is None or not self.o.known(earliest):
                 return found
-            for index in self.reach.between(earliest, end):
+            for index in self.o.between(earliest, end):
                 found.update(name for name in self.o.nodes[index].output if name)
             return found
         stack = [latest or earliest]
         while stack:
             value = stack.pop()
             if latest:
-                index = self.o.producer.get(value)
-                following = self.o.reads[index] if index is not None else []
+                index = self.o.producer(value)
+                following = self.o.reads(index) if index is not None else []
             else:
-                following = [out for index, _ in self.o.consumers.get(value, []) for out in self.o.nodes[index].output]
+                following = [out for index, _ in self.o.consumers(value) for out in self.o.nodes[index].output]
             for name in following:
-                if name and name not in found and name not in self.t.values and name not in self.o.weights:
+                if name and name not in found and not self.t.has_value(name) and name not in self.o.weights:
                     found.add(name)
                     stack.append(name)
         return found
 
     def freeze(self):
         """Matching is done: corr answers no longer change, so remember them."""
-        for name in self.t.producer:
+        for name in self.t.made():
             self._corr[name] = self.corr(name)
 
     def _walk(self, name, forward):
@@ -414,12 +268,12 @@ class Correspondence:
             self._walks[key] = set()
             found = set()
             if forward:
-                for consumer, _ in self.t.consumers.get(name, []):
+                for consumer, _ in self.t.consumers(name):
                     for output in self.t.used_outputs(consumer):
                         value = self.corr(output)
                         found |= {value} if value is not None else self._walk(output, True)
-            elif name in self.t.producer:
-                for read in self.t.reads[self.t.producer[name]]:
+            elif self.t.producer(name) is not None:
+                for read in self.t.reads(self.t.producer(name)):
                     value = self.corr(read)
                     found |= {value} if value is not None else self._walk(read, False)
             self._walks[key] = found
@@ -429,7 +283,7 @@ class Correspondence:
         """(original values the node reads, original values it makes)."""
         ins, outs = set(), set()
         kept = self._dropped_before(t_index)
-        for name in self.t.reads[t_index]:
+        for name in self.t.reads(t_index):
             value = kept.get(name) or self.corr(name)
             ins |= {value} if value is not None else self._walk(name, False)
         for name in self.t.used_outputs(t_index):
@@ -452,9 +306,10 @@ class Correspondence:
         # Optional trailing inputs may be listed on one side only: the inputs both list.
         for name, read in zip(node.input, original.input, strict=False):
             value = self.corr(name) if name else None
-            if value is None or not read or value == read or read not in self.o.producer or read in self.o.weights:
+            if value is None or not read or value == read or self.o.producer(read) is None or \
+                    read in self.o.weights:
                 continue
-            if self._descends_from(self.o.producer[read], value) and \
+            if self.o.descends(self.o.producer(read), value) and \
                     self.o_types.get(value) == self.o_types.get(read) and self.o_types.get(value) is not None and \
                     self.o_shapes.get(value) == self.o_shapes.get(read) and self.o_shapes.get(value) is not None:
                 kept[name] = read
@@ -464,22 +319,23 @@ class Correspondence:
         """The original nodes computing `outs` from `ins`: back from outs
         through values the transformed model no longer has, kept to those
         computed from ins when the node reads anything."""
-        makers = {self.o.producer[u] for u in outs if u in self.o.producer and u not in ins}
+        makers = {self.o.producer(u) for u in outs if u not in ins} - {None}
         found, stack = set(), list(makers)
         while stack:
             index = stack.pop()
             if index in found:
                 continue
             found.add(index)
-            for name in self.o.reads[index]:
-                if name in ins or name not in self.o.producer or name in self.t.values:
+            for name in self.o.reads(index):
+                maker = self.o.producer(name)
+                if name in ins or maker is None or self.t.has_value(name):
                     continue
-                stack.append(self.o.producer[name])
+                stack.append(maker)
         if ins:
             # What the node makes it stands for; what lies before that only when
             # computed from what it reads (not a computation the tool merged
             # into another node's, which reads other values).
-            found = makers | self.reach.descending(found, ins)
+            found = makers | self.o.descending(found, ins)
         return found
 
 

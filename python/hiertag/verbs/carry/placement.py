@@ -162,7 +162,7 @@ class Carrier:
         t = self.c.t
         found = []
         for name in t.nodes[index].output:
-            for consumer, _ in t.consumers.get(name, []):
+            for consumer, _ in t.consumers(name):
                 if consumer in self.placements and consumer != index:
                     found.append(self.placements[consumer])
         return found
@@ -176,7 +176,7 @@ class Carrier:
             if index not in self.placements or any(c.corr(n) is not None for n in t.used_outputs(index)):
                 continue
             consumers = sorted({consumer for name in t.nodes[index].output
-                                for consumer, _ in t.consumers.get(name, [])})
+                                for consumer, _ in t.consumers(name)})
             placements = [self.placements[i] for i in consumers if i in self.placements]
             if len(placements) < 2 or len({p.key() for p in placements}) == 1:
                 continue
@@ -189,10 +189,11 @@ class Carrier:
         waiting = []
         for index, ins, outs in reversed(pending):
             converted = ins & outs
-            writes_original = [name for name in t.used_outputs(index) if name in converted and name in c.o.producer]
+            writes_original = [name for name in t.used_outputs(index)
+                               if name in converted and c.o.producer(name) is not None]
             if writes_original:
                 # The value leaves its maker under its original name: the maker's boundary stays exact.
-                placement = placement_of_original(c.o_props[c.o.producer[writes_original[0]]])
+                placement = placement_of_original(c.o_props[c.o.producer(writes_original[0])])
                 placement.spans, placement.rewrite = (), None
                 placement.category, placement.rule = RULE, CONVERSION
                 self.placements[index] = placement
@@ -214,11 +215,11 @@ class Carrier:
         left = set(waiting)
         nodes = []
         for index in waiting:
-            readers = [reader for name in t.nodes[index].output for reader, _ in t.consumers.get(name, [])
+            readers = [reader for name in t.nodes[index].output for reader, _ in t.consumers(name)
                        if reader != index]
-            producers = [t.producer[name] for name in t.reads[index] if name in t.producer]
+            producers = [maker for maker in map(t.producer, t.reads(index)) if maker is not None]
             neighbours = [i if i in left else self.placements.get(i) for i in readers + producers]
-            nodes.append((index, bool(t.reads[index]), [n for n in neighbours if n is not None]))
+            nodes.append((index, bool(t.reads(index)), [n for n in neighbours if n is not None]))
         self._by_rules(nodes)
 
     def _follow_weight_readers(self):
@@ -229,13 +230,13 @@ class Carrier:
         c, t = self.c, self.c.t
         moved = []
         for index in reversed(range(len(t.nodes))):
-            if t.reads[index]:
+            if t.reads(index):
                 continue
             placement = self.placements[index]
             before = {checks.node_refs(c.o.nodes[reader])[0] for name in t.nodes[index].output
-                      for reader, _ in c.o.consumers.get(name, []) if checks.node_refs(c.o.nodes[reader])}
+                      for reader, _ in c.o.consumers(name) if checks.node_refs(c.o.nodes[reader])}
             readers = [self.placements[reader] for name in t.nodes[index].output
-                       for reader, _ in t.consumers.get(name, []) if reader != index]
+                       for reader, _ in t.consumers(name) if reader != index]
             if any(reader.own() not in before and not self.calls.belongs(reader.own(), placement.own())
                    for reader in readers):
                 moved.append((index, False, readers))
@@ -291,14 +292,14 @@ class Carrier:
         t_node, o_node = t.nodes[t_index], c.o.nodes[o_index]
         # Optional trailing inputs may be listed on one side only: the inputs both list.
         for x, y in zip(t_node.input, o_node.input, strict=False):
-            if not x or not y or x == y or y in t.values or not c.known(x) or x in t.weights:
+            if not x or not y or x == y or t.has_value(y) or not c.known(x) or x in t.weights:
                 continue
-            maker, original_maker = t.producer.get(x), c.o.producer.get(y)
+            maker, original_maker = t.producer(x), c.o.producer(y)
             # Nodes of one input the tool dropped on the way (a no-op Cast) pair with nothing.
             while original_maker is not None and maker is not None and \
                     t.nodes[maker].op_type != c.o.nodes[original_maker].op_type and \
-                    len(c.o.reads[original_maker]) == 1 and c.o.reads[original_maker][0] not in t.values:
-                original_maker = c.o.producer.get(c.o.reads[original_maker][0])
+                    len(c.o.reads(original_maker)) == 1 and not t.has_value(c.o.reads(original_maker)[0]):
+                original_maker = c.o.producer(c.o.reads(original_maker)[0])
             if maker is None or original_maker is None or (maker, original_maker) in seen or \
                     t.nodes[maker].op_type != c.o.nodes[original_maker].op_type:
                 continue
