@@ -197,6 +197,8 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
             _set_props(inner, inner_placement.props(table))
             count(inner, inner_placement)
 
+    carrier.release_placing()
+    original_makers.cache_clear()
     records = _kept_records(original, carrier, model) + records
     _set_props(model, {core.TABLE_KEY: _table_for(model, props[core.TABLE_KEY]),
                        core.FORMAT_VERSION_KEY: core.FORMAT_VERSION})

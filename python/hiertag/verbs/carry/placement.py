@@ -158,6 +158,13 @@ class Carrier:
         self._share_merged()
         self._follow_weight_readers()
 
+    def release_placing(self):
+        """Lets go of what only placing needs, once the placements are
+        written into the model: the placements, the original's entries per
+        node and the walks (the check after it holds values of both models)."""
+        self.placements = None
+        self.c.o_props = self.c._walks = None
+
     def _consumer_placements(self, index):
         t = self.c.t
         found = []
