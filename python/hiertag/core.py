@@ -145,7 +145,7 @@ def inferred_value_infos(path, **options):
         return onnx.GraphProto.FromString(main_graph_value_infos(inferred.read_bytes()))
 
 
-def _serialized(model):
+def serialized(model):
     """A model's bytes: `model` itself, or a ModelProto serialized. The core reads
     the graph and never a weight's bytes, so a model protobuf cannot serialize
     (2 GiB or more, its weights read in) is serialized from a copy whose main
@@ -201,7 +201,7 @@ class CallTable:
     `model`: bytes or a ModelProto."""
 
     def __init__(self, model):
-        self._table = _core.CallTable(_serialized(model))
+        self._table = _core.CallTable(serialized(model))
 
     def calls_at(self, ref, ancestor):
         return set(self._table.calls_at(tuple(ref), ancestor))
@@ -213,7 +213,7 @@ class CallTable:
 def value_graph(model):
     """carry's tables of `model`'s main graph (bytes or a ModelProto): the
     core's ValueGraph (core/carry/value_graph.h)."""
-    return _core.ValueGraph(_serialized(model))
+    return _core.ValueGraph(serialized(model))
 
 
 def _asked(model, question):
@@ -223,7 +223,7 @@ def _asked(model, question):
     that name over the model's bytes."""
     if isinstance(model, TaggedFile):
         return getattr(model, question)()
-    return getattr(_core, question)(_serialized(model))
+    return getattr(_core, question)(serialized(model))
 
 
 def module_boundaries(model):

@@ -64,7 +64,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import onnx
 
-from hiertag import checks
+from hiertag import checks, core
 
 VERIFIED, DECLARED, EXPORT, NEVER_RAN, NO_NODES = "verified", "declared", "export", "never ran", "no nodes"
 TOOL, CARRY = "tool", "carry"
@@ -230,6 +230,20 @@ class CallResult:
         self.recorded = recorded  # declared by a record carry already wrote (a fused node's span)
 
 
+class Boundaries:
+    """A tagged model's module calls as the check reads them, from one
+    serialization of it: `bounds`, {(tag, call): (inputs, outputs)}
+    (checks.module_boundaries); `members`, the main-graph nodes the file gives
+    each call; `rewritten`, {(tag, call): why} for the calls whose boundary a
+    recorded rewrite removed (checks.rewritten_boundaries)."""
+
+    def __init__(self, model):
+        data = core.serialized(model)
+        self.members = {}
+        self.bounds = checks.module_boundaries(data, self.members)
+        self.rewritten = checks.rewritten_boundaries(data, checks.module_table(model))
+
+
 class Proof:
     """The check of every module call of a carried file (module docstring)."""
 
@@ -244,12 +258,11 @@ class Proof:
         self.regions = regions or {}
         self.o_data, self.t_data = data_folders
         self.table = checks.module_table(carried)
-        self.at_export = checks.rewritten_boundaries(original)
-        self.fused = {key: reason for key, reason in checks.rewritten_boundaries(carried).items()
-                      if key not in self.at_export}
-        self.o_members, self.t_members = {}, {}
-        self.o_bounds = checks.module_boundaries(original, self.o_members)
-        self.t_bounds = checks.module_boundaries(carried, self.t_members)
+        o, t = Boundaries(original), Boundaries(carried)
+        self.at_export = o.rewritten
+        self.fused = {key: reason for key, reason in t.rewritten.items() if key not in self.at_export}
+        self.o_members, self.o_bounds = o.members, o.bounds
+        self.t_members, self.t_bounds = t.members, t.bounds
         self.outputs = {o.name for o in carried.graph.output}
         self.unrunnable = None
         self._searched = False
