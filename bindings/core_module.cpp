@@ -39,6 +39,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -89,10 +90,21 @@ ModuleTable TableOf(const std::vector<ModuleRow>& rows) {
   return table;
 }
 
+// Python bytes as the owner of the buffer the core reads in place (OnnxModel::Parse):
+// a reference to them, dropped under the GIL, so a model's bytes are not held twice.
+std::shared_ptr<const void> OwnerOf(const nb::bytes& bytes) {
+  return std::shared_ptr<const void>(new nb::bytes(bytes), [](const void* held) {
+    nb::gil_scoped_acquire gil;
+    delete static_cast<const nb::bytes*>(held);
+  });
+}
+
+std::string_view ViewOf(const nb::bytes& bytes) { return std::string_view(bytes.c_str(), bytes.size()); }
+
 // The tagged file of a serialized model; ValueError with the reader's reason.
 TaggedFile TaggedFileOf(const nb::bytes& model) {
   std::string error;
-  std::optional<TaggedFile> file = ParseTaggedFile(std::string(model.c_str(), model.size()), "model", &error);
+  std::optional<TaggedFile> file = ParseTaggedFile(OwnerOf(model), ViewOf(model), "model", &error);
   if (!file) throw nb::value_error(error.c_str());
   return std::move(*file);
 }
@@ -220,7 +232,7 @@ std::vector<std::string> WeightValuesOf(const OnnxModel& model) {
 // The model of a serialized ModelProto (tagged or not); ValueError with the reader's reason.
 OnnxModel ModelOf(const nb::bytes& bytes) {
   std::string error;
-  std::optional<OnnxModel> model = OnnxModel::Parse(std::string(bytes.c_str(), bytes.size()), &error);
+  std::optional<OnnxModel> model = OnnxModel::Parse(OwnerOf(bytes), ViewOf(bytes), &error);
   if (!model) throw nb::value_error(("model: " + error).c_str());
   return std::move(*model);
 }

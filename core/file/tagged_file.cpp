@@ -101,6 +101,13 @@ std::optional<TaggedFile> ParseTaggedFile(std::string bytes, const std::string& 
   return TaggedFileOf(std::move(model), name, reason, error);
 }
 
+std::optional<TaggedFile> ParseTaggedFile(std::shared_ptr<const void> owner, std::string_view bytes,
+                                          const std::string& name, std::string* error) {
+  std::string reason;
+  std::optional<OnnxModel> model = OnnxModel::Parse(std::move(owner), bytes, &reason);
+  return TaggedFileOf(std::move(model), name, reason, error);
+}
+
 const std::string_view* NodeTag(const OnnxNode& node) {
   auto found = node.metadata.find(std::string(kHierarchyTagKey));
   return found == node.metadata.end() ? nullptr : &found->second;

@@ -289,9 +289,17 @@ class Decoder {
 }  // namespace
 
 std::optional<OnnxModel> OnnxModel::Parse(std::string bytes, std::string* error) {
+  auto owned = std::make_shared<const std::string>(std::move(bytes));
+  std::string_view view = *owned;
+  return Parse(std::move(owned), view, error);
+}
+
+std::optional<OnnxModel> OnnxModel::Parse(std::shared_ptr<const void> owner, std::string_view bytes,
+                                          std::string* error) {
   OnnxModel model;
-  model.bytes_ = std::make_shared<const std::string>(std::move(bytes));
-  if (!Decoder(&model, error).DecodeModel(*model.bytes_)) return std::nullopt;
+  model.owner_ = std::move(owner);
+  model.bytes_ = bytes;
+  if (!Decoder(&model, error).DecodeModel(model.bytes_)) return std::nullopt;
   return model;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,6 +50,9 @@ std::optional<TaggedFile> LoadTaggedFile(const std::string& path, std::string* e
 // The same from a serialized ModelProto (no external data read); `name` starts
 // its errors as the path does LoadTaggedFile's.
 std::optional<TaggedFile> ParseTaggedFile(std::string bytes, const std::string& name, std::string* error);
+// The same over bytes `owner` keeps alive (OnnxModel::Parse), read in place.
+std::optional<TaggedFile> ParseTaggedFile(std::shared_ptr<const void> owner, std::string_view bytes,
+                                          const std::string& name, std::string* error);
 
 // The node's hierarchy_tag, or nullptr.
 const std::string_view* NodeTag(const OnnxNode& node);

@@ -77,6 +77,9 @@ class OnnxModel {
   // Parses a serialized ModelProto. std::nullopt with a one-line reason when
   // the bytes are not one (truncated, another format, no graph).
   static std::optional<OnnxModel> Parse(std::string bytes, std::string* error);
+  // The same over bytes `owner` keeps alive (a caller's buffer, read in place
+  // rather than copied): the model and every copy of it hold `owner`.
+  static std::optional<OnnxModel> Parse(std::shared_ptr<const void> owner, std::string_view bytes, std::string* error);
   // Reads and parses a file; the reason names what failed (missing, unreadable...).
   static std::optional<OnnxModel> Load(const std::string& path, std::string* error);
 
@@ -87,10 +90,11 @@ class OnnxModel {
   std::map<std::string, std::string> metadata;  // ModelProto.metadata_props
   std::vector<OnnxGraph> graphs;                // graphs[0]: the main graph
   std::vector<OnnxNode> nodes;                  // every node, pre-order
-  std::string_view bytes() const { return *bytes_; }
+  std::string_view bytes() const { return bytes_; }
 
  private:
-  std::shared_ptr<const std::string> bytes_;
+  std::shared_ptr<const void> owner_;  // keeps bytes_ alive
+  std::string_view bytes_;
 };
 
 // The main graph's inputs, outputs and value_info of a serialized ModelProto
