@@ -48,6 +48,8 @@ class ValueGraph {
   };
 
   explicit ValueGraph(const OnnxModel& model);
+  ValueGraph(const ValueGraph&) = delete;  // names_ and ids_ are views of arena_
+  ValueGraph& operator=(const ValueGraph&) = delete;
 
   int node_count() const { return static_cast<int>(node_reads_.size()) - 1; }
   int value_count() const { return static_cast<int>(names_.size()); }
