@@ -36,7 +36,7 @@ if ! cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="$flags" \
      -DHIERTAG_BUILD_PLUGIN=$plugin -DHIERTAG_BUILD_BENCHMARKS=OFF >>"$log" 2>&1; then
   tail -40 "$log"; echo "sanitize: configure failed (log: $log)"; exit 1
 fi
-targets=(hiertag_core_tests hiertag_tool_tests)
+targets=(hiertag_core_tests hiertag_carry_tests hiertag_tool_tests)
 [ "$plugin" = ON ] && targets+=(hiertag_pass_tests hiertag_loader_tests)
 if ! cmake --build "$build" -j2 --target "${targets[@]}" >>"$log" 2>&1; then
   tail -60 "$log"; echo "sanitize: build failed (log: $log)"; exit 1
