@@ -53,7 +53,6 @@ ValueGraph::ValueGraph(const OnnxModel& model) {
     node_outputs_.push_back(static_cast<int>(outputs_of_.size()));
     const std::vector<std::string_view>& read = reads.at(main.nodes[node]);
     size_t next = 0;  // read[next]: the next non-empty input, then the bodies' outer reads
-    consumers.resize(names.size());
     auto consumed = [&](std::string_view name, int position) {
       int id = intern(name);
       if (consumers.size() <= static_cast<size_t>(id)) consumers.resize(names.size());

@@ -232,16 +232,18 @@ class CallResult:
 
 class Boundaries:
     """A tagged model's module calls as the check reads them, from one
-    serialization of it: `bounds`, {(tag, call): (inputs, outputs)}
+    serialization of it: `table`, its module table (checks.module_table);
+    `bounds`, {(tag, call): (inputs, outputs)}
     (checks.module_boundaries); `members`, the main-graph nodes the file gives
     each call; `rewritten`, {(tag, call): why} for the calls whose boundary a
     recorded rewrite removed (checks.rewritten_boundaries)."""
 
     def __init__(self, model):
         data = core.serialized(model)
+        self.table = checks.module_table(model)
         self.members = {}
         self.bounds = checks.module_boundaries(data, self.members)
-        self.rewritten = checks.rewritten_boundaries(data, checks.module_table(model))
+        self.rewritten = checks.rewritten_boundaries(data, self.table)
 
 
 class Proof:
@@ -257,8 +259,8 @@ class Proof:
         self.original, self.carried, self.c, self.by, self.feeds = original, carried, correspondence, by, feeds
         self.regions = regions or {}
         self.o_data, self.t_data = data_folders
-        self.table = checks.module_table(carried)
         o, t = Boundaries(original), Boundaries(carried)
+        self.table = t.table
         self.at_export = o.rewritten
         self.fused = {key: reason for key, reason in t.rewritten.items() if key not in self.at_export}
         self.o_members, self.o_bounds = o.members, o.bounds
