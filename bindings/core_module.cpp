@@ -111,9 +111,11 @@ TaggedFile TaggedFileOf(const nb::bytes& model) {
 
 // (tag, call, inputs, outputs, nodes) for every call of every module of a
 // serialized tagged model; nodes (ModuleBoundary::nodes) are positions in the
-// main graph's node list.
-using BoundaryRow =
-    std::tuple<std::string, int64_t, std::vector<std::string>, std::vector<std::string>, std::vector<int>>;
+// main graph's node list, packed as native int32 (Python's array("i") reads
+// them): a call lists every node of the calls inside it, so a deep model's
+// calls list each node many times, and a Python int per position was the
+// largest table carry's check held.
+using BoundaryRow = std::tuple<std::string, int64_t, std::vector<std::string>, std::vector<std::string>, nb::bytes>;
 
 std::vector<BoundaryRow> ModuleBoundariesOf(const TaggedFile& file) {
   std::string error;
@@ -125,10 +127,11 @@ std::vector<BoundaryRow> ModuleBoundariesOf(const TaggedFile& file) {
   std::vector<BoundaryRow> rows;
   rows.reserve(all->size());
   for (CallBoundary& call : *all) {
-    std::vector<int> nodes;
+    std::vector<int32_t> nodes;
+    nodes.reserve(call.boundary.nodes.size());
     for (int index : call.boundary.nodes) nodes.push_back(position[index]);
     rows.emplace_back(std::move(call.tag), call.call, std::move(call.boundary.inputs), std::move(call.boundary.outputs),
-                      std::move(nodes));
+                      nb::bytes(reinterpret_cast<const char*>(nodes.data()), nodes.size() * sizeof(int32_t)));
   }
   return rows;
 }
@@ -580,8 +583,8 @@ NB_MODULE(_core, m) {
       "module_boundaries", [](const nb::bytes& model) { return ModuleBoundariesOf(TaggedFileOf(model)); }, "model"_a,
       "For a serialized tagged model (bytes): (tag, call, inputs, outputs, nodes) for every call of every "
       "module of its table, by the rule `hiertag extract` cuts by. Nodes (weights too) are positions in the "
-      "main graph's node list; inputs and outputs in node order. ValueError with the reason for a file that "
-      "is not tagged or has malformed references.");
+      "main graph's node list, packed native int32 (array('i')); inputs and outputs in node order. ValueError "
+      "with the reason for a file that is not tagged or has malformed references.");
 
   m.def("write_module_table", &WriteTable, "table"_a,
         "hiertag.modules' text as the plugin writes it, from {tag: {'path', 'class', and optionally 'calls', "

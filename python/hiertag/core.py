@@ -14,6 +14,7 @@ format differently. Imports neither torch nor onnxruntime.
 The extension, _core, lies with the other native files (hiertag._native_dirs:
 the package's _native/ when installed, build/ in a checkout)."""
 
+import array
 import importlib.machinery
 import importlib.util
 import sys
@@ -233,14 +234,23 @@ def module_boundaries(model):
     module-boundary rule `hiertag extract` cuts by (tool/module_boundaries.h):
     the values the call's nodes read from outside and hand out, in node order,
     and the positions in the main graph of the nodes the file gives the call
-    (weight nodes too). ValueError for a model that is not tagged or has
-    malformed references."""
+    (weight nodes too), an array("i"). ValueError for a model that is not
+    tagged or has malformed references."""
     rows = _asked(model, "module_boundaries")
     # One string per name, which many calls' boundaries list (a dict: see
     # hiertag/verbs/carry/correspondence.py Graph).
     names = {}
-    return {(tag, call): ([names.setdefault(n, n) for n in inputs], [names.setdefault(n, n) for n in outputs], nodes)
+    return {(tag, call): ([names.setdefault(n, n) for n in inputs], [names.setdefault(n, n) for n in outputs],
+                          _positions(nodes))
             for tag, call, inputs, outputs, nodes in rows}
+
+
+def _positions(packed):
+    """Node positions the core packs as native int32 (a call lists the nodes of
+    every call inside it: at 825 layers 406k positions, 15 MB as Python ints)."""
+    positions = array.array("i")
+    positions.frombytes(packed)
+    return positions
 
 
 def rewritten_boundaries(model):
