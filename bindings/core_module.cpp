@@ -109,30 +109,30 @@ TaggedFile TaggedFileOf(const nb::bytes& model) {
   return std::move(*file);
 }
 
-// (tag, call, inputs, outputs, nodes) for every call of every module of a
-// serialized tagged model; nodes (ModuleBoundary::nodes) are positions in the
-// main graph's node list, packed as native int32 (Python's array("i") reads
-// them): a call lists every node of the calls inside it, so a deep model's
-// calls list each node many times, and a Python int per position was the
-// largest table carry's check held.
-using BoundaryRow = std::tuple<std::string, int64_t, std::vector<std::string>, std::vector<std::string>, nb::bytes>;
-
-std::vector<BoundaryRow> ModuleBoundariesOf(const TaggedFile& file) {
-  std::string error;
-  std::optional<std::vector<CallBoundary>> all = AllModuleBoundaries(file, &error);
-  if (!all) throw nb::value_error(error.c_str());
-  std::vector<int> position(file.model.nodes.size(), -1);
+// [(tag, call, inputs, outputs, nodes)] for every call of every module of a
+// serialized tagged model, each row made as the core finds the call's boundary;
+// nodes (ModuleBoundary::nodes) are positions in the main graph's node list,
+// packed as native int32 (Python's array("i") reads them): a call lists every
+// node of the calls inside it, so a deep model's calls list each node many
+// times, and a Python int per position was the largest table carry's check held.
+nb::list ModuleBoundariesOf(const TaggedFile& file) {
+  std::vector<int32_t> position(file.model.nodes.size(), -1);
   const std::vector<int>& main = file.model.graphs.at(0).nodes;
-  for (size_t i = 0; i < main.size(); ++i) position[main[i]] = static_cast<int>(i);
-  std::vector<BoundaryRow> rows;
-  rows.reserve(all->size());
-  for (CallBoundary& call : *all) {
-    std::vector<int32_t> nodes;
-    nodes.reserve(call.boundary.nodes.size());
-    for (int index : call.boundary.nodes) nodes.push_back(position[index]);
-    rows.emplace_back(std::move(call.tag), call.call, std::move(call.boundary.inputs), std::move(call.boundary.outputs),
-                      nb::bytes(reinterpret_cast<const char*>(nodes.data()), nodes.size() * sizeof(int32_t)));
-  }
+  for (size_t i = 0; i < main.size(); ++i) position[main[i]] = static_cast<int32_t>(i);
+  nb::list rows;
+  std::vector<int32_t> nodes;
+  std::string error;
+  bool found = ForEachModuleBoundary(
+      file,
+      [&](CallBoundary&& call) {
+        nodes.clear();
+        for (int index : call.boundary.nodes) nodes.push_back(position[index]);
+        rows.append(
+            nb::make_tuple(call.tag, call.call, call.boundary.inputs, call.boundary.outputs,
+                           nb::bytes(reinterpret_cast<const char*>(nodes.data()), nodes.size() * sizeof(int32_t))));
+      },
+      &error);
+  if (!found) throw nb::value_error(error.c_str());
   return rows;
 }
 
@@ -358,7 +358,7 @@ class OpenedFile {
 
   const std::string& path() const { return path_; }
   size_t node_count() const { return file_.model.nodes.size(); }
-  std::vector<BoundaryRow> ModuleBoundaries() const { return ModuleBoundariesOf(file_); }
+  nb::list ModuleBoundaries() const { return ModuleBoundariesOf(file_); }
   std::vector<std::tuple<std::string, int64_t, std::string>> RewrittenBoundaries() const {
     return RewrittenBoundariesOf(file_);
   }

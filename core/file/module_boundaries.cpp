@@ -298,31 +298,31 @@ std::optional<std::string> CutBy(const TaggedFile& file, const CallsInFile& call
   return std::nullopt;
 }
 
-std::optional<std::vector<CallBoundary>> AllModuleBoundaries(const TaggedFile& file, std::string* error) {
+bool ForEachModuleBoundary(const TaggedFile& file, const std::function<void(CallBoundary&&)>& visit,
+                           std::string* error) {
   MainGraphIndex index(file);
-  std::vector<CallBoundary> all;
   bool failed = false;
   if (index.HasMalformedRefs()) {  // each call asked alone: the first it concerns says why
     ForEachCall(file, [&](const std::string& tag, int64_t call, const ModuleCall& target) {
       std::optional<ModuleBoundary> boundary = index.BoundaryOf(target, error);
       if (!boundary) return !(failed = true);
-      all.push_back({tag, call, std::move(*boundary)});
+      visit({tag, call, std::move(*boundary)});
       return true;
     });
-    if (failed) return std::nullopt;
-    return all;
+    return !failed;
   }
   MainGraphIndex::EveryCallsNodes every = index.NodesOfEveryCall();
   static const std::vector<int> kNone;
   ForEachCall(file, [&](const std::string& tag, int64_t call, const ModuleCall& target) {
     auto nodes = every.nodes.find({target.tag, target.call});
     auto weights = every.weights_under.find(target.tag);
-    all.push_back({tag, call,
-                   index.BoundaryOfNodes(target, nodes == every.nodes.end() ? kNone : nodes->second,
-                                         weights == every.weights_under.end() ? kNone : weights->second)});
+    visit({tag, call,
+           index.BoundaryOfNodes(target, nodes == every.nodes.end() ? kNone : nodes->second,
+                                 weights == every.weights_under.end() ? kNone : weights->second)});
+    if (nodes != every.nodes.end()) every.nodes.erase(nodes);  // each call is asked once
     return true;
   });
-  return all;
+  return true;
 }
 
 std::vector<CutCall> AllCutCalls(const TaggedFile& file) {

@@ -27,6 +27,7 @@
 //   members {MatMul_3, Add_4}   inputs {relu_out}   outputs {y}
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -135,16 +136,20 @@ std::optional<std::string> CutBy(const TaggedFile& file, const CallsInFile& call
 
 // Every call of every module of the table: ((tag, call ordinal), boundary),
 // in table order, calls in order; a module with one call is asked as a whole
-// (every call). std::nullopt with the reason as BoundaryOf gives it.
+// (every call). Each is handed to `visit` as it is found, to keep or let go
+// (at depth the calls' node sets, held together, were most of the memory a
+// reader of every boundary took). False with the reason as BoundaryOf gives
+// it, `visit` having had the calls before the first it concerns.
 struct CallBoundary {
   std::string tag;
   int64_t call = 0;
   ModuleBoundary boundary;
 };
-std::optional<std::vector<CallBoundary>> AllModuleBoundaries(const TaggedFile& file, std::string* error);
+bool ForEachModuleBoundary(const TaggedFile& file, const std::function<void(CallBoundary&&)>& visit,
+                           std::string* error);
 
 // Every call of every module whose boundary a rewrite removed (CutBy), in the
-// order of AllModuleBoundaries: ((tag, call ordinal), why).
+// order of ForEachModuleBoundary: ((tag, call ordinal), why).
 struct CutCall {
   std::string tag;
   int64_t call = 0;
