@@ -538,7 +538,8 @@ class Proof:
         members = set(self.t_members.get(ref, []))
         readers = {index for index, _ in self.c.t.consumers(name) if (index in members) == reads}
         original_readers = {index for index, _ in self.c.o.consumers(original)}
-        return any(self.regions.get(index, set()) & original_readers or self.c.matched.get(index) in original_readers
+        return any(original_readers.intersection(self.regions.get(index, ())) or
+                   self.c.matched.get(index) in original_readers
                    for index in readers)
 
     def _has_counterpart(self, original):

@@ -18,7 +18,10 @@ class Graph:
     never mentions has no maker and no readers."""
 
     def __init__(self, model):
-        self.nodes = list(model.graph.node)
+        # The model's own node list, not a list of its nodes: protobuf makes a
+        # node's Python object when it is read, and a list would hold one per
+        # node of both models for as long as carry runs.
+        self.nodes = model.graph.node
         native = core.value_graph(model)
         self.inputs, self.outputs = native.inputs, native.outputs
         self.initializers, self.weights = native.initializers, native.weights
@@ -43,13 +46,13 @@ class Correspondence:
     def __init__(self, original, transformed):
         self.table = checks.module_table(original)
         self.calls = core.CallTable(original)
-        names = {}  # one string per name, for the shape tables and the node entries
+        names, shapes = {}, {}  # one string per name, one tuple per shape, for the tables and the node entries
         self.o = Graph(original)
         self.t = Graph(transformed)
         self.o_inferred = _inferred_values(original, names)
-        self.o_shapes, self.o_types = _value_shapes(self.o_inferred)
+        self.o_shapes, self.o_types = _value_shapes(self.o_inferred, shapes)
         self.t_inferred = _inferred_values(transformed, names)
-        self.t_shapes, _ = _value_shapes(self.t_inferred)
+        self.t_shapes, _ = _value_shapes(self.t_inferred, shapes)
         self.reshaped = {name for name, shape in self.t_shapes.items()
                          if name in self.o_shapes and not _same_shape(self.o_shapes[name], shape)}
         self.o_props = [checks.node_props(node, names) for node in self.o.nodes]
@@ -63,6 +66,11 @@ class Correspondence:
         a type for every value of both models, while the value check after it
         runs ONNX Runtime sessions."""
         self.o_inferred = self.t_inferred = None
+
+    def release_matching(self):
+        """Lets go of what only matching and placing read (Carrier.release_placing)."""
+        self.o_props = self._walks = self.o_types = self.readers = self.present_in_t = None
+        self.o.initializers = self.t.initializers = None
 
     def known(self, name):
         return self.o.has_value(name) and name not in self.reshaped
@@ -399,13 +407,15 @@ def _merged_values(sources, names):
     return found
 
 
-def _value_shapes(values):
-    """({value: shape (None for a symbolic dim)}, {value: element type})."""
+def _value_shapes(values, seen):
+    """({value: shape (None for a symbolic dim)}, {value: element type});
+    each shape the tuple `seen` has for it (most values share a few shapes)."""
     shapes, types = {}, {}
     for name, info in values.items():
         tensor = info.type.tensor_type
         if tensor.HasField("shape"):
-            shapes[name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+            shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+            shapes[name] = seen.setdefault(shape, shape)
         types[name] = tensor.elem_type
     return shapes, types
 

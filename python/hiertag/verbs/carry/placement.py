@@ -161,9 +161,12 @@ class Carrier:
     def release_placing(self):
         """Lets go of what only placing needs, once the placements are
         written into the model: the placements, the original's entries per
-        node and the walks (the check after it holds values of both models)."""
+        node and types, the walks, and the matching's tables (the check after
+        it holds values of both models)."""
         self.placements = None
-        self.c.o_props = self.c._walks = None
+        self.c.release_matching()
+        # Each node's region as a tuple: a set of one index is four times its size.
+        self.regions = {index: tuple(region) for index, region in self.regions.items() if region}
 
     def _consumer_placements(self, index):
         t = self.c.t
