@@ -113,8 +113,7 @@ TaggedFile TaggedFileOf(const nb::bytes& model) {
 // serialized tagged model, each row made as the core finds the call's boundary;
 // nodes (ModuleBoundary::nodes) are positions in the main graph's node list,
 // packed as native int32 (Python's array("i") reads them): a call lists every
-// node of the calls inside it, so a deep model's calls list each node many
-// times, and a Python int per position was the largest table carry's check held.
+// node of the calls inside it, so a deep model's calls list each node many times.
 nb::list ModuleBoundariesOf(const TaggedFile& file) {
   std::vector<int32_t> position(file.model.nodes.size(), -1);
   const std::vector<int>& main = file.model.graphs.at(0).nodes;

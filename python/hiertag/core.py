@@ -246,8 +246,8 @@ def module_boundaries(model):
 
 
 def _positions(packed):
-    """Node positions the core packs as native int32 (a call lists the nodes of
-    every call inside it: at 825 layers 406k positions, 15 MB as Python ints)."""
+    """Node positions the core packs as native int32, as an array("i"): a call
+    lists the nodes of every call inside it, too many for a Python int each."""
     positions = array.array("i")
     positions.frombytes(packed)
     return positions

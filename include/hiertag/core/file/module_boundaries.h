@@ -136,10 +136,10 @@ std::optional<std::string> CutBy(const TaggedFile& file, const CallsInFile& call
 
 // Every call of every module of the table: ((tag, call ordinal), boundary),
 // in table order, calls in order; a module with one call is asked as a whole
-// (every call). Each is handed to `visit` as it is found, to keep or let go
-// (at depth the calls' node sets, held together, were most of the memory a
-// reader of every boundary took). False with the reason as BoundaryOf gives
-// it, `visit` having had the calls before the first it concerns.
+// (every call). Each is handed to `visit` as it is found, to keep or let go:
+// a call's sets list the nodes of every call inside it, so a caller need not
+// hold every call's at once. False with the reason as BoundaryOf gives it,
+// `visit` having had the calls before the first it concerns.
 struct CallBoundary {
   std::string tag;
   int64_t call = 0;
