@@ -235,7 +235,7 @@ def plain_export_error(name, directory):
 def cell(name, tool, source, directory, eager):
     import onnx
 
-    from hiertag import checks, core
+    from hiertag import checks, core, verbs
     from hiertag.models import quiet
     from hiertag.verbs import carry
     started = time.perf_counter()
@@ -246,13 +246,15 @@ def cell(name, tool, source, directory, eager):
         loads_in_onnxruntime(target)
     except Exception as error:  # the tool fails on the model, or writes a file ONNX Runtime refuses
         return {"model": name, "tool": tool, "family": family(name), "passed": None, "tool_error": first_line(error)}
-    transformed = onnx.load(str(target))
-    nodes = list(checks.walk_nodes(transformed.graph))
-    original = onnx.load(str(source))
-    with quiet():
-        carried, summary = carry.carry(original, transformed, tool)
+    nodes = list(checks.walk_nodes(onnx.load(str(target)).graph))
     out = Path(directory) / f"{name}.{tool}.carried.onnx"
-    onnx.save(carried, str(out))
+    # As `hiertag carry` runs: both read with their weights left in their files.
+    with quiet():
+        carried, summary = carry.carry(verbs.load_model(source, weights_in_place=True),
+                                       verbs.load_model(target, weights_in_place=True), tool,
+                                       data_folders=(Path(source).parent, target.parent), in_place=True)
+    verbs.save_model(carried, out, sources=[source, target], data_from=target)
+    original, carried = onnx.load(str(source)), onnx.load(str(out))
     validate = run_tool("validate", out)
     tree = run_tool("tree", out, "--depth", "1")
     calls = summary["calls"]

@@ -20,6 +20,7 @@
 //                      rule `hiertag extract` cuts by, and the calls whose boundary
 //                      a recorded rewrite removed, the weights (tool/module_boundaries.h)
 //   value types        main_graph_value_infos: an inferred model's types without its graph
+//   weights in place   with_weights_left_in_file: a model file read without its weights' bytes
 //   an opened file     TaggedFile: validate, tree, extract, module_boundaries,
 //                      rewritten_boundaries, rewrite_records, weight_values, graph_inputs,
 //                      graph_outputs, opset over one read of the
@@ -61,6 +62,7 @@
 #include "hiertag/core/format/printable.h"
 #include "hiertag/core/format/tag_format.h"
 #include "hiertag/core/format/tagged_entries.h"
+#include "hiertag/core/onnx/external_data.h"
 #include "hiertag/core/onnx/onnx_fields.h"
 #include "hiertag/core/onnx/onnx_model.h"
 #include "hiertag/core/onnx/proto_wire.h"
@@ -211,6 +213,14 @@ std::string WriteRewriteRecords(const nb::list& records) {
 }
 
 // The main graph's inputs, outputs and value_info as a serialized GraphProto.
+nb::bytes WithWeightsLeftInFileOf(const nb::bytes& file, std::string_view location, uint64_t over_bytes) {
+  std::string error;
+  std::optional<std::string> model =
+      WithWeightsLeftInFile(std::string_view(file.c_str(), file.size()), location, over_bytes, &error);
+  if (!model) throw nb::value_error(error.c_str());
+  return nb::bytes(model->data(), model->size());
+}
+
 nb::bytes MainGraphValueInfosOf(const nb::bytes& model) {
   std::string error;
   std::optional<std::string> values = MainGraphValueInfos(std::string_view(model.c_str(), model.size()), &error);
@@ -598,6 +608,11 @@ NB_MODULE(_core, m) {
       "For a serialized model (bytes; tagged or not): its main graph's weights, the values no module call "
       "receives or hands out: initializers, and the outputs of Constants and of nodes computing from weights "
       "alone (tool/module_boundaries.h).");
+  m.def("with_weights_left_in_file", &WithWeightsLeftInFileOf, "file"_a, "location"_a, "over_bytes"_a,
+        "For a model file's bytes, read from a file named LOCATION: the model with each main-graph initializer "
+        "over OVER_BYTES of raw_data pointing at those bytes in that file as external data instead of holding "
+        "them (core/onnx/external_data.h WithWeightsLeftInFile). ValueError with the one-line reason when the "
+        "bytes are not a model with one graph.");
   m.def("main_graph_value_infos", &MainGraphValueInfosOf, "model"_a,
         "For a serialized model (bytes): its main graph's inputs, outputs and value_info as a serialized "
         "GraphProto holding those alone (core/onnx/onnx_model.h MainGraphValueInfos), its nodes never decoded.");

@@ -3,6 +3,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
 
 #include "hiertag/core/onnx/onnx_fields.h"
 #include "hiertag/core/onnx/proto_wire.h"
@@ -121,6 +123,79 @@ std::string TensorWithExternalData(std::string_view tensor, const ExternalData& 
   }
   wire::AppendVarint(&out, (static_cast<uint64_t>(kTensorDataLocation) << 3) | wire::kVarint);
   wire::AppendVarint(&out, kDataLocationExternal);
+  return out;
+}
+
+namespace {
+
+// The main graph's initializers over `over_bytes` of raw_data pointing at it in
+// `file` (WithWeightsLeftInFile); false when `graph` is not well-formed.
+bool GraphWithWeightsLeftInFile(std::string_view file, std::string_view graph, std::string_view location,
+                                uint64_t over_bytes, std::string* out) {
+  wire::Reader reader(graph);
+  wire::Field field;
+  while (!reader.done()) {
+    if (!reader.Next(&field)) return false;
+    if (field.number != kGraphInitializer || field.wire_type != wire::kLengthDelimited) {
+      out->append(field.raw);
+      continue;
+    }
+    std::optional<std::string_view> data;
+    bool external = false;
+    wire::Reader tensor(field.payload);
+    wire::Field tensor_field;
+    while (!tensor.done()) {
+      if (!tensor.Next(&tensor_field)) return false;
+      if (tensor_field.number == kTensorRawData && tensor_field.wire_type == wire::kLengthDelimited) {
+        data = tensor_field.payload;
+      } else if (tensor_field.number == kTensorExternalData ||
+                 (tensor_field.number == kTensorDataLocation && tensor_field.varint == kDataLocationExternal)) {
+        external = true;
+      }
+    }
+    if (external || !data || data->size() <= over_bytes) {
+      out->append(field.raw);
+      continue;
+    }
+    ExternalData where{std::string(location), static_cast<uint64_t>(data->data() - file.data()), data->size()};
+    wire::AppendLengthDelimited(out, kGraphInitializer, TensorWithExternalData(field.payload, where));
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::string> WithWeightsLeftInFile(std::string_view file, std::string_view location, uint64_t over_bytes,
+                                                 std::string* error) {
+  wire::Reader reader(file);
+  wire::Field field;
+  std::string out;
+  bool saw_graph = false;
+  while (!reader.done()) {
+    if (!reader.Next(&field)) {
+      *error = "not a well-formed ONNX model (truncated or another format)";
+      return std::nullopt;
+    }
+    if (field.number != kModelGraph || field.wire_type != wire::kLengthDelimited) {
+      out.append(field.raw);
+      continue;
+    }
+    if (saw_graph) {
+      *error = "the model has two graphs";  // as OnnxModel::Parse refuses them
+      return std::nullopt;
+    }
+    saw_graph = true;
+    std::string graph;
+    if (!GraphWithWeightsLeftInFile(file, field.payload, location, over_bytes, &graph)) {
+      *error = "a graph is not well-formed";
+      return std::nullopt;
+    }
+    wire::AppendLengthDelimited(&out, kModelGraph, graph);
+  }
+  if (!saw_graph) {
+    *error = "not an ONNX model (no graph)";
+    return std::nullopt;
+  }
   return out;
 }
 

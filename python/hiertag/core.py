@@ -80,6 +80,13 @@ place_by_rules = _core.place_by_rules
 calls_of_readers = _core.calls_of_readers
 unplaced = _core.unplaced
 main_graph_value_infos = _core.main_graph_value_infos  # an inferred model's types without its graph
+# A model file's bytes with its main graph's weights pointing at where they lie in it.
+with_weights_left_in_file = _core.with_weights_left_in_file
+
+# An initializer of more bytes than this is a weight: the core and carry read
+# no such tensor's values (shape inputs, the few integers shape inference and
+# ONNX Runtime's graph resolution read, are far smaller).
+WEIGHT_BYTES = 1024
 
 # A tagged file opened once (core/file/file_commands.h): validate, tree and
 # extract, results as the native tool's --json prints them; refusals raise
@@ -163,7 +170,8 @@ def serialized(model):
     _copy_fields(model, light, skip={"graph"})
     _copy_fields(model.graph, light.graph, skip={"initializer"})
     for tensor in model.graph.initializer:
-        _copy_fields(tensor, light.graph.initializer.add(), skip=_DATA_FIELDS if larger_than(tensor, 1024) else ())
+        weight = larger_than(tensor, WEIGHT_BYTES)
+        _copy_fields(tensor, light.graph.initializer.add(), skip=_DATA_FIELDS if weight else ())
     return light.SerializeToString()
 
 

@@ -496,6 +496,43 @@ def test_files_keeping_every_tensor_in_a_data_file_are_carried_as_the_same_files
     assert not list(verbs.external_tensors(outside))
 
 
+@pytest.mark.parametrize("tool", ["ort-basic", "quantize"])
+def test_the_command_holds_no_weight_and_writes_the_file_carried_from_whole_models(cells, workdir, tmp_path, tool):
+    """Check that `hiertag carry` reads both files without their weights'
+    bytes (each initializer over core.WEIGHT_BYTES points at its bytes in its
+    own file, the smaller ones hold theirs), and writes the file carry gives
+    the same models read whole, field for field."""
+    cells("bert", tool)  # writes the transformed file
+    tagged, transformed = workdir / "bert.onnx", workdir / f"bert.{tool}.onnx"
+    for path in (tagged, transformed):
+        whole = {tensor.name: tensor for tensor in onnx.load(path).graph.initializer}
+        read = verbs.load_model(path, weights_in_place=True)
+        data = path.read_bytes()
+        weights = 0
+        for tensor in read.graph.initializer:
+            size = len(whole[tensor.name].raw_data)
+            if size <= core.WEIGHT_BYTES:
+                assert tensor.raw_data == whole[tensor.name].raw_data
+                continue
+            weights += 1
+            entries = {entry.key: entry.value for entry in tensor.external_data}
+            assert not tensor.raw_data and entries["location"] == path.name
+            offset, length = int(entries["offset"]), int(entries["length"])
+            assert data[offset:offset + length] == whole[tensor.name].raw_data
+        assert weights > 0
+    out = tmp_path / "carried.onnx"
+    done = hiertag_carry(tagged, transformed, "-o", out, "--by", tool)
+    assert done.returncode == 0, done.stderr
+    whole, _ = carry.carry(onnx.load(tagged), onnx.load(transformed), tool)
+    # The same file, but that a tensor read back from its file carries no
+    # data_location (the tool may have written DEFAULT, which it means).
+    written = onnx.load(out)
+    for tensor in [*written.graph.initializer, *whole.graph.initializer]:
+        if tensor.data_location == onnx.TensorProto.DEFAULT:
+            tensor.ClearField("data_location")
+    assert written.SerializeToString() == whole.SerializeToString()
+
+
 def test_the_command_says_how_each_node_was_placed_and_how_each_call_was_established(cells, workdir, tmp_path):
     cells("mobilenet_v3_style", "ort-all")
     transformed = workdir / "mobilenet_v3_style.ort-all.onnx"

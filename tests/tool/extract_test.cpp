@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <set>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "hiertag/core/format/json.h"
+#include "hiertag/core/onnx/external_data.h"
 #include "hiertag/core/onnx/onnx_model.h"
 #include "tool_test_support.h"
 
@@ -1675,6 +1677,99 @@ TEST(MainGraphValueInfosTest, RefusesWhatIsNoModelWithOneGraph) {
     std::string error;
     std::string parse_error;
     EXPECT_FALSE(MainGraphValueInfos(bytes, &error)) << bytes;
+    EXPECT_NE(error.find(reason), std::string::npos) << error;
+    EXPECT_FALSE(OnnxModel::Parse(bytes, &parse_error));
+    EXPECT_EQ(error, parse_error);
+  }
+}
+
+// Check that WithWeightsLeftInFile points each main-graph initializer over the
+// threshold at its raw_data where it lies in the file, and leaves every other
+// byte as it was: smaller ones, external ones, ones in typed fields, a nested
+// graph's, and the rest of the model.
+TEST(WithWeightsLeftInFileTest, PointsLargeInitializersAtTheirBytesInTheFile) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_metadata_props()->set_key("hiertag.modules");
+  onnx::GraphProto* graph = model.mutable_graph();
+  auto raw = [](onnx::TensorProto* tensor, const std::string& name, size_t bytes, char fill) {
+    tensor->set_name(name);
+    tensor->set_data_type(onnx::TensorProto::UINT8);
+    tensor->add_dims(static_cast<int64_t>(bytes));
+    std::string data(bytes, fill);
+    for (size_t i = 0; i < bytes; i += 7) data[i] = static_cast<char>(i);
+    tensor->set_raw_data(data);
+  };
+  onnx::NodeProto* node = graph->add_node();
+  node->set_op_type("If");
+  node->add_input("c");
+  onnx::AttributeProto* branch = node->add_attribute();
+  branch->set_name("then_branch");
+  branch->set_type(onnx::AttributeProto::GRAPH);
+  raw(branch->mutable_g()->add_initializer(), "nested", 2000, 'n');
+  raw(graph->add_initializer(), "large", 2000, 'l');
+  raw(graph->add_initializer(), "small", 1024, 's');
+  raw(graph->add_initializer(), "second", 1025, 'x');
+  graph->mutable_initializer(2)->set_data_location(onnx::TensorProto::DEFAULT);  // written, as some tools do
+  onnx::TensorProto* typed = graph->add_initializer();
+  typed->set_name("typed");
+  typed->set_data_type(onnx::TensorProto::FLOAT);
+  for (int i = 0; i < 600; ++i) typed->add_float_data(static_cast<float>(i));
+  onnx::TensorProto* outside = graph->add_initializer();
+  outside->set_name("outside");
+  outside->set_data_location(onnx::TensorProto::EXTERNAL);
+  onnx::StringStringEntryProto* location = outside->add_external_data();
+  location->set_key("location");
+  location->set_value("w.bin");
+  graph->add_output()->set_name("y");
+  std::string file = model.SerializeAsString();
+
+  std::string error;
+  std::optional<std::string> left = WithWeightsLeftInFile(file, "model.onnx", 1024, &error);
+  ASSERT_TRUE(left) << error;
+  onnx::ModelProto read;
+  ASSERT_TRUE(read.ParseFromString(*left));
+  ASSERT_EQ(read.graph().initializer_size(), 5);
+  for (int index : {0, 2}) {  // "large" and "second"
+    const onnx::TensorProto& tensor = read.graph().initializer(index);
+    const onnx::TensorProto& original = graph->initializer(index);
+    EXPECT_FALSE(tensor.has_raw_data()) << tensor.name();
+    EXPECT_EQ(tensor.data_location(), onnx::TensorProto::EXTERNAL);
+    std::map<std::string, std::string> entries;
+    for (const auto& entry : tensor.external_data()) entries[entry.key()] = entry.value();
+    ASSERT_EQ(entries.size(), 3u);
+    EXPECT_EQ(entries["location"], "model.onnx");
+    EXPECT_EQ(entries["length"], std::to_string(original.raw_data().size()));
+    EXPECT_EQ(file.substr(std::stoull(entries["offset"]), original.raw_data().size()), original.raw_data());
+  }
+  // Held again where they lie, the model is the file it was read from.
+  for (int index : {0, 2}) {
+    onnx::TensorProto* tensor = read.mutable_graph()->mutable_initializer(index);
+    tensor->set_raw_data(graph->initializer(index).raw_data());
+    tensor->clear_external_data();
+    tensor->clear_data_location();
+    if (graph->initializer(index).has_data_location()) tensor->set_data_location(onnx::TensorProto::DEFAULT);
+  }
+  EXPECT_EQ(read.SerializeAsString(), file);
+  // Nothing over the threshold: the file as it is.
+  EXPECT_EQ(WithWeightsLeftInFile(file, "model.onnx", 2000, &error), file);
+}
+
+// Check that bytes that are no model with one graph give OnnxModel::Parse's reason.
+TEST(WithWeightsLeftInFileTest, RefusesWhatIsNoModelWithOneGraph) {
+  onnx::ModelProto no_graph;
+  no_graph.set_ir_version(8);
+  onnx::ModelProto model;
+  model.mutable_graph()->add_initializer()->set_raw_data(std::string(2000, 'w'));
+  std::string serialized = model.SerializeAsString();
+  for (const auto& [bytes, reason] : std::vector<std::pair<std::string, std::string>>{
+           {no_graph.SerializeAsString(), "not an ONNX model (no graph)"},
+           {serialized + serialized, "the model has two graphs"},
+           {serialized.substr(0, serialized.size() - 1), "(truncated or another format)"},
+           {"not a model", "(truncated or another format)"}}) {
+    std::string error;
+    std::string parse_error;
+    EXPECT_FALSE(WithWeightsLeftInFile(bytes, "model.onnx", 1024, &error)) << bytes;
     EXPECT_NE(error.find(reason), std::string::npos) << error;
     EXPECT_FALSE(OnnxModel::Parse(bytes, &parse_error));
     EXPECT_EQ(error, parse_error);

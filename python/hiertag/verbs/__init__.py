@@ -30,62 +30,69 @@ def torch_modules_option(given):
         fail(f"{source}={error}")
 
 
-def load_model(path, data_directory=None, read_data=True):
+def load_model(path, data_directory=None, read_data=True, weights_in_place=False):
     """The ONNX model at `path`, its external data read in from `data_directory`
     (default: the model's folder), or only checked when not `read_data`; a
     missing, empty, truncated or non-ONNX file, and external data that cannot
-    be read safely, is a UsageError."""
+    be read safely, is a UsageError. `weights_in_place`: for a verb that reads
+    the graph and has ONNX Runtime run it from the files but never reads a
+    weight's values (carry), its weights (main-graph initializers over
+    core.WEIGHT_BYTES) are not read into memory: one the file holds points at
+    its bytes in the file (core.with_weights_left_in_file), one in an external
+    data file stays there; every other tensor is read in (SMALL_TENSOR_BYTES)."""
     path = Path(path)
     if not path.is_file() or not os.access(path, os.R_OK):
         fail(f"{path}: cannot open the file (missing or unreadable)")
     if path.stat().st_size == 0:
         fail(f"{path}: the file is empty")
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        if weights_in_place:
+            model = onnx.ModelProto.FromString(
+                core.with_weights_left_in_file(path.read_bytes(), path.name, core.WEIGHT_BYTES))
+        else:
+            model = onnx.load(str(path), load_external_data=False)
+    except ValueError as error:  # the core's reason
+        fail(f"{path}: {error}")
     except Exception:
         fail(f"{path}: not a well-formed ONNX model (truncated or another format)")
     if not model.HasField("graph"):
-        fail(f"{path}: not a well-formed ONNX model (no graph)")
-    read_external_data(model, path, data_directory, read_data)
+        fail(f"{path}: not an ONNX model (no graph)")
+    read_external_data(model, path, data_directory, "small" if weights_in_place else read_data)
     return model
 
 
 def read_external_data(model, path, data_directory=None, read_data=True):
     """Reads the external data of `model` (read from `path`) in from
     `data_directory` (default: the model's folder); only checks it when not
-    `read_data`. A location that is not safe, a missing file or a range
-    outside it is a UsageError worded as the native tool words it, and
+    `read_data`, and reads in all but weights when it is "small"
+    (SMALL_TENSOR_BYTES). A location that is not safe, a missing file or a
+    range outside it is a UsageError worded as the native tool words it, and
     nothing is opened for it."""
     path = Path(path)
     directory = Path(data_directory) if data_directory is not None else path.parent
-    for tensor, subject in external_tensors(model):
-        problem = external_data_problem(directory, tensor)
+    tensors, files = list(external_tensors(model)), {}
+    for tensor, subject in tensors:
+        problem = external_data_problem(directory, tensor, files)
         if problem:
             fail(f"{path}: {subject}: {problem}")
-    if not read_data:
-        return
     try:
-        external_data_helper.load_external_data_for_model(model, str(directory))
+        if read_data == "small":
+            for tensor, subject in tensors:
+                if _external_length(tensor, files) <= (core.WEIGHT_BYTES if subject.startswith("initializer")
+                                                       else SMALL_TENSOR_BYTES):
+                    external_data_helper.load_external_data_for_tensor(tensor, str(directory))
+        elif read_data:
+            external_data_helper.load_external_data_for_model(model, str(directory))
     except Exception as error:
         fail(f"{path}: cannot read its external data ({first_line(error)})")
 
 
-# The external data `carry` reads in though it keeps weights outside: a tensor
-# this small is a shape input or a constant that shape inference and ONNX
-# Runtime's graph resolution read the values of.
+# The external data a verb that keeps weights outside (carry) still reads in:
+# a tensor of at most core.WEIGHT_BYTES, or at most this many bytes but for an
+# initializer, is a shape input or a constant that shape inference and ONNX
+# Runtime's graph resolution read the values of (ONNX Runtime reads no
+# Constant's value from a file); the rest stays in its file.
 SMALL_TENSOR_BYTES = 64 * 1024
-
-
-def read_small_external_data(model, path):
-    """Reads in the external data of the tensors of `model` (read from `path`
-    without it, so checked) of at most SMALL_TENSOR_BYTES; larger ones stay in
-    their files."""
-    directory = Path(path).parent
-    for tensor, _ in external_tensors(model):
-        if _external_range(tensor, directory)[2] <= SMALL_TENSOR_BYTES:
-            external_data_helper.load_external_data_for_tensor(tensor, str(directory))
-            tensor.data_location = onnx.TensorProto.DEFAULT
-            del tensor.external_data[:]
 
 
 def external_tensors(model):
@@ -100,13 +107,36 @@ def external_tensors(model):
                 yield tensor, f"{kind} '{tensor.name}'"
 
 
-def external_data_problem(directory, tensor):
+def external_data_problem(directory, tensor, files=None):
     """Why `tensor`'s external data cannot be read from `directory`, worded as
     the native tool words it (core/onnx/external_data.cpp: a location is relative,
     names no "..", stays inside the model's folder with links resolved, and its
-    range lies in the file), or None. A hostile location is never opened."""
+    range lies in the file), or None. A hostile location is never opened.
+    `files`: {location: its problem or its size}, what the tensors of one
+    folder share, filled in as they are asked."""
     entries = {entry.key: entry.value for entry in tensor.external_data}
     location = entries.get("location", "")
+    files = {} if files is None else files
+    if location not in files:
+        files[location] = _file_problem(directory, location)
+    size = files[location]
+    if isinstance(size, str):
+        return size
+    try:
+        offset = int(entries.get("offset", "0"))
+        length = int(entries["length"]) if "length" in entries else size - offset
+    except ValueError:
+        return f"external data of '{location}' has an offset or length that is no number"
+    if offset > size:
+        return f"external data file '{location}' holds {size} bytes, the tensor starts at byte {offset}"
+    if length > size - offset:
+        return f"external data file '{location}' holds {size} bytes, the tensor needs {offset} + {length}"
+    return None
+
+
+def _file_problem(directory, location):
+    """Why external data at `location` cannot be read from `directory` (a
+    string, external_data_problem's words), or the file's size."""
     reason = None
     if not location:
         reason = "is empty"
@@ -125,17 +155,16 @@ def external_data_problem(directory, tensor):
         return f"external data location '{location}' {reason}"
     if not os.path.isfile(file):
         return f"external data file '{location}' does not exist next to the model"
-    size = os.path.getsize(file)
-    try:
-        offset = int(entries.get("offset", "0"))
-        length = int(entries["length"]) if "length" in entries else size - offset
-    except ValueError:
-        return f"external data of '{location}' has an offset or length that is no number"
-    if offset > size:
-        return f"external data file '{location}' holds {size} bytes, the tensor starts at byte {offset}"
-    if length > size - offset:
-        return f"external data file '{location}' holds {size} bytes, the tensor needs {offset} + {length}"
-    return None
+    return os.path.getsize(file)
+
+
+def _external_length(tensor, files):
+    """The length of a checked external tensor's range (`files` as
+    external_data_problem filled it)."""
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    if "length" in entries:
+        return int(entries["length"])
+    return files[entries["location"]] - int(entries.get("offset", "0"))
 
 
 def external_data_files(path):
@@ -158,10 +187,10 @@ def is_tagged(model):
     return core.TABLE_KEY in checks.model_props(model)
 
 
-def load_tagged(path, read_data=True):
-    """(model, module table) of a file tagged by hiertag, or a UsageError
-    worded as the native tool words it."""
-    model = load_model(path, read_data=read_data)
+def load_tagged(path, read_data=True, weights_in_place=False):
+    """(model, module table) of a file tagged by hiertag (read as load_model
+    reads it), or a UsageError worded as the native tool words it."""
+    model = load_model(path, read_data=read_data, weights_in_place=weights_in_place)
     if not is_tagged(model):
         fail(f"{path}: not tagged by hiertag (no {core.TABLE_KEY} in the model's metadata_props)")
     try:
@@ -275,14 +304,15 @@ def save_model(model, output, sources=(), data_from=None):
     if external and data_from is None:
         raise ValueError("save_model: the model keeps tensors in external data files; say which file it was read "
                          "from (data_from)")
-    ranges = [(tensor, _external_range(tensor, Path(data_from).parent)) for tensor in external]
+    files = {}
+    ranges = [(tensor, _external_range(tensor, Path(data_from).parent, files)) for tensor in external]
     outside = sum(length for _, (_, _, length) in ranges)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
     try:
         staged = staging / path.name
         if outside < INLINE_LIMIT and not core.larger_than(model, INLINE_LIMIT - outside):
             if external:
-                read_external_data(model, data_from)
+                _read_in(external, Path(data_from).parent, data_from)
             onnx.save(model, str(staged))
         else:
             data = f"{path.name}.data"
@@ -297,12 +327,29 @@ def save_model(model, output, sources=(), data_from=None):
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _external_range(tensor, directory):
-    """(file, offset, length) of a tensor kept in an external data file."""
+def _read_in(tensors, directory, data_from):
+    """Reads the external data of `tensors` (checked when their model was read
+    from `data_from`) in from `directory`: each then holds its data as a tensor
+    read from a file holding it does (no data_location)."""
+    try:
+        for tensor in tensors:
+            external_data_helper.load_external_data_for_tensor(tensor, str(directory))
+            tensor.ClearField("data_location")
+    except Exception as error:
+        fail(f"{data_from}: cannot read its external data ({first_line(error)})")
+
+
+def _external_range(tensor, directory, files):
+    """(file, offset, length) of a tensor kept in an external data file;
+    `files`: {location: (the file, its size)}, filled in as asked."""
     entries = {entry.key: entry.value for entry in tensor.external_data}
-    source = (directory / entries["location"]).resolve()
+    location = entries["location"]
+    if location not in files:
+        source = (directory / location).resolve()
+        files[location] = source, os.path.getsize(source)
+    source, size = files[location]
     offset = int(entries.get("offset", "0"))
-    length = int(entries["length"]) if "length" in entries else os.path.getsize(source) - offset
+    length = int(entries["length"]) if "length" in entries else size - offset
     return source, offset, length
 
 

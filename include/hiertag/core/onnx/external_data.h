@@ -39,4 +39,18 @@ std::string TensorWithInlineData(std::string_view tensor, std::string_view data)
 // A TensorProto's bytes pointing at `where` instead of its own data.
 std::string TensorWithExternalData(std::string_view tensor, const ExternalData& where);
 
+// The model file `file` (its bytes, as read from a file named `location`)
+// with every main-graph initializer whose raw_data is over `over_bytes` pointing
+// at those bytes where they lie in that file (external data: `location`, the
+// offset of its raw_data in `file` and its length) instead of holding them: a
+// reader that never reads a weight's values holds the graph without them, and
+// ONNX Runtime maps them from the file. Every other byte is as it was (fields
+// in their order; a rewritten tensor's data_location DEFAULT, if written,
+// becomes EXTERNAL); tensors already external, or holding their values in
+// typed fields, and tensors of nested graphs and attributes are left alone.
+// std::nullopt with a one-line reason, worded as OnnxModel::Parse words it,
+// when the bytes are not a model with one graph.
+std::optional<std::string> WithWeightsLeftInFile(std::string_view file, std::string_view location, uint64_t over_bytes,
+                                                 std::string* error);
+
 }  // namespace hiertag

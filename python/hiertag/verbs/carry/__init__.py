@@ -376,15 +376,12 @@ def arguments(parser):
 
 def run(options):
     verbs.refuse_overwriting([options.output], models=[options.tagged, options.transformed])
-    # Both are read without their large external data, whose values carry never
-    # reads: the check's ONNX Runtime maps it from the models' folders, and the
-    # result's is written by verbs.save_model (read in when OUT holds it, else
-    # copied file to file into OUT.data). Small tensors (shape inputs) are read
-    # in: shape inference and ONNX Runtime read their values.
-    original, _ = verbs.load_tagged(options.tagged, read_data=False)
-    transformed = verbs.load_model(options.transformed, read_data=False)
-    verbs.read_small_external_data(original, options.tagged)
-    verbs.read_small_external_data(transformed, options.transformed)
+    # Both are read without their weights' bytes, whose values carry never reads:
+    # the check's ONNX Runtime maps them from the models' folders, and the
+    # result's are written by verbs.save_model (read in when OUT holds them, else
+    # copied file to file into OUT.data).
+    original, _ = verbs.load_tagged(options.tagged, weights_in_place=True)
+    transformed = verbs.load_model(options.transformed, weights_in_place=True)
     by = options.by or describe_producer(original, transformed) or Path(options.transformed).name
     folders = (Path(options.tagged).parent, Path(options.transformed).parent)
     try:
