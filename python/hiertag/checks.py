@@ -536,6 +536,27 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes, known=None)
     return {name: found[name] for name in order}
 
 
+def _hold_weights(model, data_folder):
+    """Reads the external data of `model`'s initializers in from `data_folder`
+    when it then still fits in one protobuf message, so ONNX Runtime runs it as
+    it runs a file holding them: a weight it maps from a file may lie unaligned,
+    and a kernel can round differently over it (a BatchNormalization over a
+    weight, by one ulp). A model read without its weights (carry) holds them
+    only in the session that runs it; past 2 GiB they stay mapped."""
+    from onnx import external_data_helper
+    external = [tensor for graph in walk_graphs(model.graph) for tensor in graph.initializer
+                if external_data_helper.uses_external_data(tensor)]
+    lengths = [next((int(e.value) for e in tensor.external_data if e.key == "length"), None) for tensor in external]
+    if not external or None in lengths or core.larger_than(model, _MESSAGE_LIMIT - sum(lengths)):
+        return
+    for tensor in external:
+        external_data_helper.load_external_data_for_tensor(tensor, str(data_folder))
+
+
+# What one protobuf message holds, with room for the fields around the data.
+_MESSAGE_LIMIT = 2**31 - 2**20
+
+
 def _session_values(model, names, feeds, data_folder=None):
     """{output: value} of one ONNX Runtime session, optimizations off, on
     `model` with `names` added to its outputs. Each tensor is copied into an
@@ -546,6 +567,8 @@ def _session_values(model, names, feeds, data_folder=None):
     and is 210 MB with copies, by heaptrack)."""
     import onnxruntime
     probe = with_outputs(model, names)
+    if data_folder is not None:
+        _hold_weights(probe, data_folder)
     options = unoptimized_session_options(data_folder)
     wanted = [o.name for o in probe.graph.output]
     try:

@@ -150,7 +150,7 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
         raise CarryError(str(error)) from None
     if model.graph.node and not _shares_a_value(model, original):
         raise CarryError("the transformed model has no value the tagged model has: not made from it")
-    carrier = Carrier(original, model, by)
+    carrier = Carrier(original, model, by, data_folders)
     carrier.run()
     table = carrier.table
     _record_types(model, carrier.c)

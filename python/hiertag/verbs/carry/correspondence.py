@@ -7,6 +7,9 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+import onnx
+from onnx import external_data_helper
+
 from hiertag import checks, core
 
 
@@ -43,15 +46,15 @@ class Graph:
 class Correspondence:
     """The transformed model's nodes against the original's (the verb's docstring, hiertag.verbs.carry)."""
 
-    def __init__(self, original, transformed):
+    def __init__(self, original, transformed, data_folders=(None, None)):
         self.table = checks.module_table(original)
         self.calls = core.CallTable(original)
         names, shapes = {}, {}  # one string per name, one tuple per shape, for the tables and the node entries
         self.o = Graph(original)
         self.t = Graph(transformed)
-        self.o_inferred = _inferred_values(original, names)
+        self.o_inferred = _inferred_values(original, names, data_folders[0])
         self.o_shapes, self.o_types = _value_shapes(self.o_inferred, shapes)
-        self.t_inferred = _inferred_values(transformed, names)
+        self.t_inferred = _inferred_values(transformed, names, data_folders[1])
         self.t_shapes, _ = _value_shapes(self.t_inferred, shapes)
         self.reshaped = {name for name, shape in self.t_shapes.items()
                          if name in self.o_shapes and not _same_shape(self.o_shapes[name], shape)}
@@ -359,9 +362,11 @@ def _onnx_inferred(model):
         return core.inferred_value_infos(path, strict_mode=False)
 
 
-def _inferred_values(model, names):
+def _inferred_values(model, names, data_folder=None):
     """{value: ValueInfoProto} from ONNX shape inference, then ONNX Runtime's
-    symbolic one, which knows its own contrib ops (a tool's fused nodes);
+    symbolic one, which knows its own contrib ops (a tool's fused nodes) and
+    computes with the values of any initializer an op reads (read from
+    `data_folder` as it asks for them, for a model read without its weights);
     either may give up on a model, leaving what the other found."""
     sources = []
     try:
@@ -381,6 +386,7 @@ def _inferred_values(model, names):
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
         inference = SymbolicShapeInference(2**31 - 1, True, False, 0)
         inference._preprocess(model)
+        inference.initializers_ = _ReadWhenAsked(inference.initializers_, data_folder)
         while inference.run_:
             inference._infer_impl()
         inference._update_output_from_vi()
@@ -388,6 +394,28 @@ def _inferred_values(model, names):
     except Exception:  # ops it does not know (a layout's blocked kernels), another ONNX Runtime: ONNX's types
         pass
     return _merged_values(sources, names)
+
+
+class _ReadWhenAsked(dict):
+    """{name: initializer} whose external data is read from `folder` when an
+    initializer is asked for (a copy holding it, kept while the mapping is):
+    the initializers ONNX Runtime's symbolic inference looks up by `in` and
+    `[]`, which read only the few an op computes with."""
+
+    def __init__(self, initializers, folder):
+        super().__init__(initializers)
+        self.folder, self.held = folder, {}
+
+    def __getitem__(self, name):
+        tensor = super().__getitem__(name)
+        if self.folder is None or not external_data_helper.uses_external_data(tensor):
+            return tensor
+        if name not in self.held:
+            held = onnx.TensorProto()
+            held.CopyFrom(tensor)
+            external_data_helper.load_external_data_for_tensor(held, str(self.folder))
+            self.held[name] = held
+        return self.held[name]
 
 
 def _typed_names(source):

@@ -74,11 +74,12 @@ def placement_of_original(props):
 
 
 class Carrier:
-    """Places every node of `transformed` by correspondence with `original`."""
+    """Places every node of `transformed` by correspondence with `original`
+    (`data_folders`: where the weights of models read without them lie)."""
 
-    def __init__(self, original, transformed, by):
+    def __init__(self, original, transformed, by, data_folders=(None, None)):
         self.pass_name = f"carry: {by}"
-        self.c = Correspondence(original, transformed)
+        self.c = Correspondence(original, transformed, data_folders)
         self.table = self.c.table
         self.calls = self.c.calls
         self.root = next(tag for tag in self.table if checks.parent_tag(tag) == "")
