@@ -212,7 +212,7 @@ std::string WriteRewriteRecords(const nb::list& records) {
   return WriteRewrites(entries);
 }
 
-// The main graph's inputs, outputs and value_info as a serialized GraphProto.
+// A model file's bytes with its main graph's weights pointing at where they lie in it.
 nb::bytes WithWeightsLeftInFileOf(const nb::bytes& file, std::string_view location, uint64_t over_bytes) {
   std::string error;
   std::optional<std::string> model =
@@ -221,6 +221,7 @@ nb::bytes WithWeightsLeftInFileOf(const nb::bytes& file, std::string_view locati
   return nb::bytes(model->data(), model->size());
 }
 
+// The main graph's inputs, outputs and value_info as a serialized GraphProto.
 nb::bytes MainGraphValueInfosOf(const nb::bytes& model) {
   std::string error;
   std::optional<std::string> values = MainGraphValueInfos(std::string_view(model.c_str(), model.size()), &error);

@@ -45,14 +45,13 @@ def load_model(path, data_directory=None, read_data=True, weights_in_place=False
         fail(f"{path}: cannot open the file (missing or unreadable)")
     if path.stat().st_size == 0:
         fail(f"{path}: the file is empty")
+    if weights_in_place:
+        try:
+            data = core.with_weights_left_in_file(path.read_bytes(), path.name, core.WEIGHT_BYTES)
+        except ValueError as error:  # the core's one-line reason
+            fail(f"{path}: {error}")
     try:
-        if weights_in_place:
-            model = onnx.ModelProto.FromString(
-                core.with_weights_left_in_file(path.read_bytes(), path.name, core.WEIGHT_BYTES))
-        else:
-            model = onnx.load(str(path), load_external_data=False)
-    except ValueError as error:  # the core's reason
-        fail(f"{path}: {error}")
+        model = onnx.ModelProto.FromString(data) if weights_in_place else onnx.load(str(path), load_external_data=False)
     except Exception:
         fail(f"{path}: not a well-formed ONNX model (truncated or another format)")
     if not model.HasField("graph"):
