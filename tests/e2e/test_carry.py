@@ -169,13 +169,22 @@ def test_a_block_handing_out_its_layernorms_intermediate_is_declared_by_carry_no
     assert checks.node_props(next(n for n in model.graph.node if n.name == "/ln_f/Add_1"))[core.TAG_KEY] == norm
     results = _proof(workdir, "gpt_style", tool, "/ln_f/Add_1_output_0", block)
     assert results[norm].status == results[block].status == carry_check.DECLARED
-    assert "hands out '/ln_f/Mul_output_0'" in results[norm].reason
     if tool == "onnxslim":
-        # By value the Mul is the Mul: carry's placement is the cause. In int8
-        # whether it is told apart from the result at carry's margin depends on
-        # the kernels' rounding: either cause, never verified.
+        # By value the Mul is the Mul: carry's placement is the cause.
+        assert "hands out '/ln_f/Mul_output_0'" in results[norm].reason
         assert results[norm].cause == results[block].cause == carry_check.CARRY
-    assert results["/GPTStyle/GPTBlock.0"].status == carry_check.VERIFIED
+    else:
+        # In int8 whether the Mul is told apart from the result depends on the
+        # kernels' rounding and the draws: carry's cause, naming the Mul, or
+        # the tool's, the result no longer told apart; never verified.
+        assert "hands out '/ln_f/Mul_output_0'" in results[norm].reason or \
+            "past telling its boundary apart: what stands for '/ln_f/Add_1_output_0'" in results[norm].reason
+    # Every other call is as the file carry wrote has it.
+    unmoved = _proof(workdir, "gpt_style", tool, "/ln_f/Add_1_output_0", norm)
+    assert {key: r.status for key, r in results.items() if key not in (norm, block)} == \
+        {key: r.status for key, r in unmoved.items() if key not in (norm, block)}
+    assert results["/GPTStyle/GPTBlock.0"].status == unmoved["/GPTStyle/GPTBlock.0"].status
+    assert any(r.status == carry_check.VERIFIED for r in results.values())
 
 
 def test_a_call_whose_received_value_the_tool_folded_into_weights_is_declared_as_the_tools(cells, workdir):
@@ -777,3 +786,20 @@ def test_ids_viewed_before_the_tables_gather_are_drawn_from_its_rows():
     assert carry_check.index_ranges(model) == {"ids": 5}
     model.graph.node.append(helper.make_node("Cast", ["ids_viewed"], ["ids_float"], to=TensorProto.FLOAT))
     assert carry_check.index_ranges(model) == {}  # read as numbers: nothing bounds them
+
+
+def test_the_margin_on_new_inputs_is_predicted_from_the_spread_over_the_input_sets():
+    predicted = carry_check.predicted_margin
+    assert predicted([3.0, 3.0, 3.0, 3.0]) == pytest.approx(3.0)
+    # T5's encoder residual sum in int8 on an AVX2 CPU: 2.84 at worst on
+    # carry's four sets, 1.77 on the judge's eager inputs.
+    assert predicted([4.24, 6.9, 2.84, 9.46]) < carry_check.PROMISED < 2.84
+    assert predicted([20.0, 25.0, 18.0, 30.0]) > 10
+    logs = np.log([4.24, 6.9, 2.84, 9.46])
+    expected = np.exp(logs.mean() - carry_check.PREDICTED_Z * logs.std(ddof=1) * np.sqrt(1 + 1 / 4))
+    assert predicted([4.24, 6.9, 2.84, 9.46]) == pytest.approx(expected)
+    # An infinite margin (a value equal to its original) says nothing of the
+    # spread; one margin is all there is.
+    assert predicted([4.24, 6.9, float("inf"), 2.84, 9.46]) == predicted([4.24, 6.9, 2.84, 9.46])
+    assert predicted([2.6]) == 2.6 and predicted([float("inf")]) == float("inf")
+    assert predicted([0.0, 3.0]) == 0.0

@@ -347,7 +347,8 @@ def report_lines(out, summary, tagged):
            if calls["method"] == check.BY_VALUE else
            f"{calls['method']}: each value the one carry says it stands for and at least "
            f"{check.MARGIN:g} times nearer to it than to any other of the tagged model's values on each of "
-           f"{calls['input_sets']} input sets, the tool's median drift being {calls['drift']:.0e}")
+           f"{calls['input_sets']} input sets and {check.PROMISED:g} times on new ones as their spread predicts, "
+           f"the tool's median drift being {calls['drift']:.0e}")
     others = [f"{calls[key]} {text}" for key, text in (("declared_at_export", "declared at export"),
                                                         ("never_ran", "never ran"), ("no_nodes", "left no node"))
               if calls[key]]
