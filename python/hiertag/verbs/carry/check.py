@@ -154,13 +154,17 @@ _VIEWS = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand", "T
 
 
 def index_ranges(model):
-    """{graph input: n} for each integer input whose values the graph bounds:
-    read only as the indices of a Gather from a constant table with n rows
-    along its axis (token ids into an embedding; n the smallest such table)
-    or by Shape, directly or through ops that only move its elements
-    (_VIEWS: a text tower's `input_ids.view(-1, n)` before its embedding;
-    a Cast to a float type ends that). Any id in [0, n) is then one the model
-    is made for."""
+    """{graph input: n} for each integer input the graph reads as the indices
+    of a Gather from a constant table with n rows along its axis (token ids
+    into an embedding; n the smallest such table), directly or through ops
+    that only move its elements (_VIEWS: a text tower's
+    `input_ids.view(-1, n)` before its embedding). Any id in [0, n) is then
+    one the model's tables are made for, whatever else reads the ids (as
+    numbers: MPNet's position ids count the ids that are not padding, so ids
+    kept all ones gave it no positions and carry four equal input sets). A
+    set of ids the rest of the graph cannot run on, ONNX Runtime says so,
+    and the check leaves that set out and says so (Proof.unrun_input_sets).
+    An input no such Gather reads (a mask, a flag) has no range."""
     tables = {i.name: tuple(i.dims) for i in model.graph.initializer}
     tables.update({node.output[0]: tuple(attribute.t.dims) for node in model.graph.node if node.op_type == "Constant"
                    for attribute in node.attribute if attribute.name == "value"})
@@ -171,20 +175,16 @@ def index_ranges(model):
     ranges = {}
     for graph_input in model.graph.input:
         rows, work, seen = [], [graph_input.name], {graph_input.name}
-        while work and rows is not None:
+        while work:
             for node, position in readers.get(work.pop(), []):
-                if node.op_type == "Shape":
-                    continue
                 if node.op_type in _VIEWS and position == 0 and _keeps_integers(node):
                     work.extend(o for o in node.output if o and o not in seen)
                     seen.update(node.output)
                     continue
                 table = tables.get(node.input[0]) if node.op_type == "Gather" and position == 1 else None
                 axis = next((attribute.i for attribute in node.attribute if attribute.name == "axis"), 0)
-                if not table or not -len(table) <= axis < len(table):
-                    rows = None
-                    break
-                rows.append(table[axis])
+                if table and -len(table) <= axis < len(table):
+                    rows.append(table[axis])
         if rows:
             ranges[graph_input.name] = min(rows)
     return ranges
@@ -200,9 +200,9 @@ def _keeps_integers(node):
 
 def drawn_inputs(model, feeds, seed):
     """Another input set of the shapes and types of `feeds`, seeded: floats
-    standard normal, integer inputs the graph bounds (index_ranges) uniform
-    over their range, the others (a mask, a flag: nothing says which values
-    are valid) as in `feeds`."""
+    standard normal, integer inputs a constant table's Gather reads
+    (index_ranges) uniform over its rows, the others (a mask, a flag: nothing
+    says which values are valid) as in `feeds`."""
     generator = np.random.default_rng(seed)
     ranges = index_ranges(model)
     drawn = {}
