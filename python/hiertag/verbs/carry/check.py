@@ -4,9 +4,9 @@ the boundary they had in the tagged original.
 carry (hiertag.verbs.carry) places every node of a transformed model by
 correspondence with the tagged original; a placement is an inference, and a
 wrong one would move a module call's boundary (README "Module boundaries") to
-values the call never received or handed out. Here both files run once in
-ONNX Runtime, optimizations off, on the same generated inputs, every value
-the check needs exposed as an output, and each module call's boundary in the
+values the call never received or handed out. Here both files run in ONNX
+Runtime, optimizations off, on the same generated inputs, every value the
+check needs exposed as an output, and each module call's boundary in the
 carried file is held against the same call's boundary in the original:
 
   verified   every value crossing the carried boundary is a specific value
@@ -90,25 +90,28 @@ INPUT_SETS = 4
 # over the input sets predict it (predicted_margin): what a call's values are
 # promised, the judge's (bench/carry_judge.py).
 PROMISED = 2.0
-# How far below the mean of the margins' logarithms, in their standard
-# deviations, the prediction lies: one new input set in a hundred falls below
-# it, the logarithms taken as normally spread.
-PREDICTED_Z = 2.33
+# Margins past this count as this in the prediction: how far past safety a set
+# lies (a value equal to its original on it: infinitely far) says nothing of
+# how low a new set can go, and would spread the margins as much as a low one.
+MARGIN_CAP = 10 * PROMISED
+# Student's t, one-sided 95 %, by degrees of freedom (the input sets less one):
+# the prediction a new input set falls below one time in twenty.
+_T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833, 10: 1.812}
 
 
 def predicted_margin(margins):
-    """The margin a value keeps on new inputs, one input set in a hundred below
-    it, from its margins over the input sets: their logarithms' mean less
-    PREDICTED_Z standard deviations, widened for a new set (the estimate's own
-    error over few sets). Infinite margins (a value equal to its original)
-    say nothing of the spread and are left out; under two margins, the least."""
-    finite = [m for m in margins if np.isfinite(m)]
-    if len(finite) < 2:
-        return min(margins, default=float("inf"))
-    with np.errstate(divide="ignore"):
-        logs = np.log(finite)
-    spread = float(np.std(logs, ddof=1)) if np.all(np.isfinite(logs)) else float("inf")
-    return float(np.exp(np.mean(logs) - PREDICTED_Z * spread * np.sqrt(1 + 1 / len(logs))))
+    """The margin a value keeps on a new input set, as its margins over the
+    input sets predict it: one new set in twenty falls below (their logarithms
+    taken as normally spread, a one-sided 95 % prediction bound: their mean
+    less Student's t times their standard deviation times √(1 + 1/n) for n
+    sets). Margins past MARGIN_CAP count as MARGIN_CAP; a margin that is not a
+    number (no value to measure) as none. Under two margins, the least."""
+    capped = [0.0 if np.isnan(m) else min(m, MARGIN_CAP) for m in margins]
+    if len(capped) < 2 or min(capped) <= 0:
+        return min(capped, default=MARGIN_CAP)
+    logs = np.log(capped)
+    t = _T95.get(len(logs) - 1, 1.645)
+    return float(np.exp(np.mean(logs) - t * np.std(logs, ddof=1) * np.sqrt(1 + 1 / len(logs))))
 
 
 class Unrelated(ValueError):
@@ -291,6 +294,7 @@ class _Measure:
     def __init__(self, proof, o_held, t_held, kept):
         self.proof, self.o_held, self.t_held, self.kept = proof, o_held, t_held, kept
         self.o_values, self.t_values, self.drifts = {}, {}, []
+        self.shapes = set()  # of every value that came
         self._o_waiting, self._t_waiting = {}, {}
 
     def run(self, original, transformed):
@@ -313,6 +317,7 @@ class _Measure:
 
     def _came(self, values, held, into, waiting, other, original):
         for name, value in values.items():
+            self.shapes.add(np.shape(value))
             if name in held:
                 into[name] = value
             if name not in self.kept:
@@ -374,7 +379,7 @@ class Proof:
         self._searched = False
         self._nearest = {}
         self.unrun_input_sets = []
-        self._dropped = (set(), set())
+        self._dropped, self._shapes = (set(), set()), set()
         self._run_both()
         # (original values, transformed values) on each input set, the first the given one.
         self._input_sets = [(self.o_values, self.t_values)]
@@ -390,7 +395,7 @@ class Proof:
         says they stand for, held; the values kept under their original names,
         which measure the pair's precision, let go of once measured (every value
         of both models, most of them: holding them all was the largest thing
-        carry held). A call declared later has them run again (_restore); a
+        carry held). A call declared later has them run again (_search_all_values); a
         tool that changed precision is checked by correspondence, which compares
         with every value, and has them all run again at once."""
         c = self.c
@@ -423,6 +428,7 @@ class Proof:
         if self.drift <= checks.FLOAT32_TOLERANCE:
             self.method, self.tolerance = BY_VALUE, checks.FLOAT32_TOLERANCE
             self._dropped = (o_wanted - self.o_values.keys(), t_wanted - self.t_values.keys())
+            self._shapes = measure.shapes
             return
         self.method, self.tolerance = BY_CORRESPONDENCE, UNRELATED
         try:  # they ran once: they run again
@@ -431,11 +437,29 @@ class Proof:
         except RuntimeError as error:
             raise CannotRun(f"ONNX Runtime cannot run the models a second time: {error}") from None
 
-    def _restore(self):
-        """The values the first run let go of once measured, run again for a
-        declared call's cause, which is read from every value of both models."""
-        o_names, t_names = self._dropped
+    def _search_all_values(self):
+        """For a declared call's cause: every value of both main graphs whose
+        shape is one a value of the first run has (or unknown), run once more,
+        with those the first run let go of (_dropped)."""
+        if self._searched:
+            return
+        self._searched = True
+        o_dropped, t_dropped = self._dropped
         self._dropped = (set(), set())
+        shapes = {np.shape(v) for v in [*self.o_values.values(), *self.t_values.values()]} | self._shapes
+
+        def wanted(names, inferred):
+            return {n for n in names if inferred.get(n) is None or None in inferred[n] or inferred[n] in shapes}
+        o_names = (wanted(set(self.c.o.made()) - self.c.o.weights, self.c.o_shapes) | o_dropped) - set(self.o_values)
+        t_names = (wanted(set(self.c.t.made()) - self.c.t.weights, self.c.t_shapes) | t_dropped) - set(self.t_values)
+        try:
+            self.o_values.update(_run(self.original, self.feeds, o_names, self.o_data))
+            self.t_values.update(_run(self.carried, self.feeds, t_names, self.t_data, known=self.o_values))
+        except RuntimeError:  # a value ONNX Runtime cannot expose: the causes rest on the first run's values
+            self._restore(o_dropped - self.o_values.keys(), t_dropped - self.t_values.keys())
+
+    def _restore(self, o_names, t_names):
+        """The values of the first run it let go of once measured, run again."""
         try:  # they ran once: they run again
             if o_names:
                 self.o_values.update(_run(self.original, self.feeds, o_names, self.o_data))
@@ -443,25 +467,6 @@ class Proof:
                 self.t_values.update(_run(self.carried, self.feeds, t_names, self.t_data, known=self.o_values))
         except RuntimeError as error:
             raise CannotRun(f"ONNX Runtime cannot run the models a second time: {error}") from None
-
-    def _search_all_values(self):
-        """For a declared call's cause: every value of both main graphs whose
-        shape is one a boundary value has (or unknown), run once more."""
-        if self._searched:
-            return
-        self._searched = True
-        self._restore()
-        shapes = {np.shape(v) for v in [*self.o_values.values(), *self.t_values.values()]}
-
-        def wanted(names, inferred):
-            return {n for n in names if inferred.get(n) is None or None in inferred[n] or inferred[n] in shapes}
-        o_names = wanted(set(self.c.o.made()) - self.c.o.weights, self.c.o_shapes) - set(self.o_values)
-        t_names = wanted(set(self.c.t.made()) - self.c.t.weights, self.c.t_shapes) - set(self.t_values)
-        try:
-            self.o_values.update(_run(self.original, self.feeds, o_names, self.o_data))
-            self.t_values.update(_run(self.carried, self.feeds, t_names, self.t_data, known=self.o_values))
-        except RuntimeError:  # a value ONNX Runtime cannot expose: the causes rest on the values at hand
-            pass
 
     def _run_drawn_input_sets(self):
         """Both files on INPUT_SETS - 1 more input sets (drawn_inputs), every
