@@ -397,8 +397,8 @@ def intermediate_values(model, feeds, names, data_folder=None, segment_nodes=SEG
     off so every node runs; `data_folder` as for unoptimized_session_options).
     `known`: {name: array}, values computed before (another model's): a value
     equal to the one of its name there, in type, shape and every element, is
-    handed back as that array, so the two are held once (hiertag carry's check
-    by correspondence holds every value of both models, most of them the same).
+    handed back as that array, so the two are held once (hiertag carry holds
+    every value of both models, most of them the same).
 
     The main graph runs in segments of `segment_nodes` nodes in file order:
     each segment a model of those nodes, whose inputs are the graph inputs and
@@ -418,38 +418,19 @@ def intermediate_values(model, feeds, names, data_folder=None, segment_nodes=SEG
     when a value crossing a cut is not a tensor, or is a float16 or bfloat16
     one, when the feeds are not exactly the graph's feedable inputs, or when a
     segment cannot run."""
-    found = {}
-    for values in values_as_computed(model, feeds, names, data_folder, segment_nodes):
-        found.update(held_once(values, known))
-    return {name: found[name] for name in dict.fromkeys([*(o.name for o in model.graph.output), *names])}
-
-
-def values_as_computed(model, feeds, names, data_folder=None, segment_nodes=SEGMENT_NODES):
-    """intermediate_values as the segments compute them: yields {name: value}
-    dicts, each value of the graph outputs and `names` in one of them, so a
-    caller can compare values and let go of them as they come rather than hold
-    every one (hiertag carry's check). One dict where intermediate_values runs
-    one session. ONNX Runtime's error is raised as intermediate_values raises
-    it, possibly after some dicts came: a segment that cannot run gives way to
-    the one session, which hands on the values that have not come yet."""
     graph = model.graph
     if len(graph.node) <= segment_nodes or graph.sparse_initializer or not _feeds_fit(model, feeds):
-        yield _session_values(model, names, feeds, data_folder)
-        return
-    came = set()
+        return _held_once(_session_values(model, names, feeds, data_folder), known)
     try:
-        for values in _segments(model, feeds, names, data_folder, segment_nodes):
-            came.update(values)
-            yield values
+        return _segment_values(model, feeds, names, data_folder, segment_nodes, known)
     except _CannotSegment:
-        yield {name: value for name, value in _session_values(model, names, feeds, data_folder).items()
-               if name not in came}
+        return _held_once(_session_values(model, names, feeds, data_folder), known)
 
 
-def held_once(values, known):
+def _held_once(values, known):
     """`values` with each one equal to the array of its name in `known` (in
     type, shape and every element, NaNs in the same places) replaced by that
-    array, so the two are held once (intermediate_values)."""
+    array (intermediate_values)."""
     if not known:
         return values
     for name, value in values.items():
@@ -479,37 +460,32 @@ def _feeds_fit(model, feeds):
     return set(feeds) <= feedable and inputs - initializers <= set(feeds)
 
 
-def _segments(model, feeds, names, data_folder, segment_nodes):
-    """values_as_computed in segments: {name: value} of what each segment
-    computes of the outputs and `names` (raises _CannotSegment)."""
+def _segment_values(model, feeds, names, data_folder, segment_nodes, known=None):
+    """intermediate_values in segments (raises _CannotSegment)."""
     graph = model.graph
     outputs_declared = {o.name: o for o in graph.output}
     order = list(dict.fromkeys([*outputs_declared, *names]))
     wanted = set(order)
-    # Tables of every value, alive while the segments run (both models' at once
-    # in carry's check): one string per name, which protobuf makes anew at each
-    # read, and what a node reads read again when its segment runs.
-    one = {}
-    segment_of, last_read, constants = {}, {}, {}
+    segment_of, last_read, reads, constants = {}, {}, [], {}
     for index, node in enumerate(graph.node):
         segment = index // segment_nodes
-        for name in _implicit_inputs(node):
-            last_read[one.setdefault(name, name)] = segment
+        reads.append(list(dict.fromkeys(_implicit_inputs(node))))
+        for name in reads[-1]:
+            last_read[name] = segment
         for name in node.output:
             if name:
-                segment_of[one.setdefault(name, name)] = segment
+                segment_of[name] = segment
         if node.op_type == "Constant" and node.output:  # in any domain, as ONNX Runtime reads it
             constants[node.output[0]] = node
     inputs = {i.name: i for i in graph.input}
     initializers = {i.name: i for i in graph.initializer}
-    described = {one.get(v.name, v.name): index for index, v in enumerate(graph.value_info)}
-    del one
-    computed = {}
+    described = {v.name: v for v in graph.value_info}
+    computed, found = {}, {}
     for start in range(0, len(graph.node), segment_nodes):
         segment = start // segment_nodes
         nodes = graph.node[start:start + segment_nodes]
         copied, part_inputs, part_initializers, part_feeds = [], [], [], {}
-        read_here = dict.fromkeys(n for node in nodes for n in _implicit_inputs(node))
+        read_here = dict.fromkeys(n for node_reads in reads[start:start + segment_nodes] for n in node_reads)
         if segment == 0:
             # Every feed and every initializer asked for, read or not: ONNX Runtime
             # checks the feeds, and hands back what is asked as one session does.
@@ -546,19 +522,18 @@ def _segments(model, feeds, names, data_folder, segment_nodes):
         part.graph.input.extend(part_inputs)
         part.graph.initializer.extend(part_initializers)
         part.graph.output.extend(outputs_declared.get(n) or onnx.ValueInfoProto(name=n) for n in outputs)
-        part.graph.value_info.extend(graph.value_info[described[n]] for n in made if n in described)
+        part.graph.value_info.extend(described[n] for n in made if n in described)
         try:
             values = _session_values(part, (), part_feeds, data_folder)
         except Exception:  # ONNX Runtime's error on a part: the whole model's is the one to report
             raise _CannotSegment from None
         computed.update(values)
-        found = {n: v for n, v in values.items() if n in wanted}
+        found.update(_held_once({n: v for n, v in values.items() if n in wanted}, known))
         for name in [n for n in computed if last_read.get(n, -1) <= segment]:
             del computed[name]
-        wanted -= found.keys()
-        yield found
-    if wanted:  # made by no node, fed by none: the one session reports it as the model's error
+    if wanted - found.keys():  # made by no node, fed by none: the one session reports it as the model's error
         raise _CannotSegment
+    return {name: found[name] for name in order}
 
 
 def _hold_weights(model, data_folder):
@@ -586,10 +561,10 @@ def _session_values(model, names, feeds, data_folder=None):
     """{output: value} of one ONNX Runtime session, optimizations off, on
     `model` with `names` added to its outputs. Each tensor is copied into an
     array of its own: ONNX Runtime hands back arrays over its own tensors,
-    which the array keeps alive at several kB each whatever their size (when
-    carry held every value of both models: on the 200-layer decoder, 24k values
-    of 23 MB of elements, its peak heap was 268 MB with ONNX Runtime's tensors
-    and 210 MB with copies, by heaptrack)."""
+    which the array keeps alive at several kB each whatever their size (carry
+    holds every value of both models: on the 200-layer decoder, 24k values of
+    23 MB of elements, its peak heap was 268 MB with ONNX Runtime's tensors
+    and is 210 MB with copies, by heaptrack)."""
     import onnxruntime
     probe = with_outputs(model, names)
     if data_folder is not None:

@@ -262,48 +262,6 @@ def test_carrying_in_place_tags_the_given_model_as_a_copy_would(cells, workdir):
     assert itself_summary["exact"] == itself_summary["nodes"]
 
 
-class _InSegments(carry_check._AsComputed):
-    """carry's first run of a model, in segments of `size` nodes."""
-
-    def __init__(self, model, feeds, names, size):
-        self._values = checks.values_as_computed(model, carry_check._fed(model, feeds), sorted(names),
-                                                 segment_nodes=size)
-        self.done = False
-
-
-def test_the_check_measures_every_kept_value_and_holds_only_what_crosses_a_boundary(cells, workdir):
-    """The check runs both models side by side and lets go of each value it
-    measured the tool's drift with, once measured: the drifts are those of
-    every value kept by name, as when all are held, whichever model runs
-    ahead; what stays held is the boundaries' values and the outputs; a call
-    declared later has the others run again, so its cause is read from every
-    value."""
-    cells("bert", "ort-basic")
-    original = onnx.load(workdir / "bert.onnx")
-    model = onnx.load(carried(workdir, "bert", "ort-basic"))
-    carrier = carry.Carrier(original, checks.strip_tags(onnx.load(workdir / "bert.ort-basic.onnx")), "ort-basic")
-    carrier.run()
-    feeds, _ = carry_check.generated_inputs(original)
-    proof = carry_check.Proof(original, model, carrier.c, feeds, "ort-basic", carrier.regions)
-    c = carrier.c
-    kept = sorted(n for n in [*c.t.made(), *c.t.inputs] if c.known(n))
-    o_all = carry_check._run(original, feeds, kept)
-    t_all = carry_check._run(model, feeds, kept)
-    drifts = sorted(checks.disagreement(t_all[n], o_all[n]) for n in kept if carry_check._is_float(o_all[n]))
-    assert len(drifts) > 50 and max(drifts) > 0
-    assert proof.drift == float(np.median([d for d in drifts if np.isfinite(d)]))
-    for o_size, t_size in ((37, 91), (91, 37), (len(original.graph.node), 5)):
-        measure = carry_check._Measure(proof, set(), {kept[0]}, set(kept))
-        measure.run(_InSegments(original, feeds, kept, o_size), _InSegments(model, feeds, kept, t_size))
-        assert sorted(measure.drifts) == drifts and not measure._o_waiting and not measure._t_waiting
-        assert measure.o_values == {} and list(measure.t_values) == [kept[0]]
-    crossing = {n for inputs, outputs in proof.t_bounds.values() for n in inputs + outputs}
-    assert set(proof.t_values) == crossing | {o.name for o in model.graph.output} < set(kept)
-    assert proof.method == carry_check.BY_VALUE and proof.counts()["verified"] > 0
-    proof._search_all_values()
-    assert set(kept) <= set(proof.t_values) and set(kept) <= set(proof.o_values)
-
-
 def test_a_transformed_model_onnx_runtime_cannot_run_has_every_call_declared_by_carry(workdir):
     # It crashed (no values of the transformed model to hold).
     skip_unless_torch_exports("gpt_style")

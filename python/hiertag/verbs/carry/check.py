@@ -4,9 +4,9 @@ the boundary they had in the tagged original.
 carry (hiertag.verbs.carry) places every node of a transformed model by
 correspondence with the tagged original; a placement is an inference, and a
 wrong one would move a module call's boundary (README "Module boundaries") to
-values the call never received or handed out. Here both files run in ONNX
-Runtime, optimizations off, on the same generated inputs, every value the
-check needs exposed as an output, and each module call's boundary in the
+values the call never received or handed out. Here both files run once in
+ONNX Runtime, optimizations off, on the same generated inputs, every value
+the check needs exposed as an output, and each module call's boundary in the
 carried file is held against the same call's boundary in the original:
 
   verified   every value crossing the carried boundary is a specific value
@@ -237,97 +237,17 @@ def check_io(original, transformed):
                             "not made from it")
 
 
-def _fed(model, feeds):
-    """The feeds cast to the model's input types."""
-    types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in model.graph.input}
-    return {name: feeds[name].astype(types[name]) for name in types if name in feeds}
-
-
-def _last_line(error):
-    """ONNX Runtime's Fail, InvalidArgument, InvalidGraph, ...: the model's error, in its last line."""
-    lines = str(error).strip().splitlines()
-    return lines[-1] if lines else type(error).__name__
-
-
 def _run(model, feeds, names, data_folder=None, known=None):
     """ONNX Runtime values of `names`, the feeds cast to the model's input types
     (`known`: as for checks.intermediate_values); its error's last line as a
     RuntimeError when it cannot run the model."""
-    fed = _fed(model, feeds)
+    types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in model.graph.input}
+    fed = {name: feeds[name].astype(types[name]) for name in types if name in feeds}
     try:
         return checks.intermediate_values(model, fed, sorted(names), data_folder, known=known)
-    except Exception as error:
-        raise RuntimeError(_last_line(error)) from None
-
-
-class _AsComputed:
-    """One model's values of `names` as its segments compute them
-    (checks.values_as_computed): `take()` gives the next {name: value}, {}
-    once every one came (`done`); its error's last line as a RuntimeError."""
-
-    def __init__(self, model, feeds, names, data_folder):
-        self._values = checks.values_as_computed(model, _fed(model, feeds), sorted(names), data_folder)
-        self.done = False
-
-    def take(self):
-        if self.done:
-            return {}
-        try:
-            return next(self._values)
-        except StopIteration:
-            self.done = True
-            return {}
-        except Exception as error:
-            self.done = True
-            raise RuntimeError(_last_line(error)) from None
-
-
-class _Measure:
-    """The first run of both models (Proof._run_both), side by side: the
-    values in `o_held` and `t_held` are kept; each value in `kept`, which both
-    models make, is measured against its counterpart once both came
-    (checks.disagreement, into `drifts`) and let go of unless held. The model
-    the other waits on runs its next segment, so few values wait. The
-    tagged model's error raises CannotRun; the transformed model's is the
-    proof's `unrunnable`, the tagged one running on."""
-
-    def __init__(self, proof, o_held, t_held, kept):
-        self.proof, self.o_held, self.t_held, self.kept = proof, o_held, t_held, kept
-        self.o_values, self.t_values, self.drifts = {}, {}, []
-        self.shapes = set()  # of every value that came
-        self._o_waiting, self._t_waiting = {}, {}
-
-    def run(self, original, transformed):
-        while not original.done or not (transformed.done or self.proof.unrunnable is not None):
-            t_running = not transformed.done and self.proof.unrunnable is None
-            if not original.done and (len(self._t_waiting) >= len(self._o_waiting) or not t_running):
-                try:
-                    self._came(original.take(), self.o_held, self.o_values, self._o_waiting, self._t_waiting, True)
-                except RuntimeError as error:
-                    raise CannotRun(f"ONNX Runtime cannot run the tagged model: {error}") from None
-            if t_running and (len(self._o_waiting) >= len(self._t_waiting) or original.done):
-                try:
-                    self._came(transformed.take(), self.t_held, self.t_values, self._t_waiting, self._o_waiting,
-                               False)
-                except RuntimeError as error:
-                    self.proof.unrunnable = str(error)
-                    self.t_values, self._o_waiting, self.kept = {}, {}, set()
-        # A value the tool left as it was is held once for both models.
-        checks.held_once(self.t_values, self.o_values)
-
-    def _came(self, values, held, into, waiting, other, original):
-        for name, value in values.items():
-            self.shapes.add(np.shape(value))
-            if name in held:
-                into[name] = value
-            if name not in self.kept:
-                continue
-            if name not in other:
-                waiting[name] = value
-                continue
-            o_value, t_value = (value, other.pop(name)) if original else (other.pop(name), value)
-            if _is_float(o_value):
-                self.drifts.append(checks.disagreement(t_value, o_value))
+    except Exception as error:  # ONNX Runtime's Fail, InvalidArgument, InvalidGraph, ...: the model
+        lines = str(error).strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else type(error).__name__) from None
 
 
 class CallResult:
@@ -379,7 +299,6 @@ class Proof:
         self._searched = False
         self._nearest = {}
         self.unrun_input_sets = []
-        self._dropped, self._shapes = (set(), set()), set()
         self._run_both()
         # (original values, transformed values) on each input set, the first the given one.
         self._input_sets = [(self.o_values, self.t_values)]
@@ -390,28 +309,25 @@ class Proof:
                         for call in range(checks.call_count(self.table, tag))]
 
     def _run_both(self):
-        """Both files on the same inputs, side by side as their segments
-        compute (_Measure): the values crossing every boundary and what carry
-        says they stand for, held; the values kept under their original names,
-        which measure the pair's precision, let go of once measured (every value
-        of both models, most of them: holding them all was the largest thing
-        carry held). A call declared later has them run again (_search_all_values); a
-        tool that changed precision is checked by correspondence, which compares
-        with every value, and has them all run again at once."""
+        """Both files on the same inputs: the values crossing every boundary,
+        what carry says they stand for, and the values kept under their
+        original names (which measure the pair's precision)."""
         c = self.c
         kept = {n for n in [*c.t.made(), *c.t.inputs] if c.known(n)}
-        t_held = {n for ins, outs in self.t_bounds.values() for n in ins + outs}
-        t_held |= {o.name for o in self.carried.graph.output}
-        t_wanted = t_held | kept
-        o_held = {n for ins, outs in self.o_bounds.values() for n in ins + outs}
-        o_held |= {o.name for o in self.original.graph.output} | {c.corr(n) for n in t_held} - {None}
-        o_wanted = set(filter(c.o.has_value, o_held | kept | {c.corr(n) for n in kept} - {None}))
-        o_held &= o_wanted
-        measure = _Measure(self, o_held, t_held, kept)
-        measure.run(_AsComputed(self.original, self.feeds, o_wanted, self.o_data),
-                    _AsComputed(self.carried, self.feeds, t_wanted, self.t_data))
-        self.o_values, self.t_values = measure.o_values, measure.t_values
-        if self.unrunnable is not None:  # no value of it to establish anything with
+        t_wanted = {n for ins, outs in self.t_bounds.values() for n in ins + outs}
+        t_wanted |= {o.name for o in self.carried.graph.output} | kept
+        o_wanted = {n for ins, outs in self.o_bounds.values() for n in ins + outs}
+        o_wanted |= {o.name for o in self.original.graph.output} | kept
+        o_wanted |= {c.corr(n) for n in t_wanted} - {None}
+        try:
+            self.o_values = _run(self.original, self.feeds, set(filter(c.o.has_value, o_wanted)), self.o_data)
+        except RuntimeError as error:
+            raise CannotRun(f"ONNX Runtime cannot run the tagged model: {error}") from None
+        try:
+            # A value the tool left as it was is held once for both models.
+            self.t_values = _run(self.carried, self.feeds, t_wanted, self.t_data, known=self.o_values)
+        except RuntimeError as error:  # no value of it to establish anything with
+            self.unrunnable, self.t_values = str(error), {}
             self.method, self.tolerance, self.drift = BY_VALUE, checks.FLOAT32_TOLERANCE, 0.0
             return
         # Most of an output's elements, not its worst: a lower-precision copy of
@@ -421,52 +337,34 @@ class Proof:
             if distance > UNRELATED:
                 raise Unrelated(f"on the same inputs its output '{output.name}' differs from the tagged model's by "
                                 f"{distance:.2g} of its magnitude in most of its elements: not made from it")
+        drifts = [checks.disagreement(self.t_values[n], self.o_values[n]) for n in kept
+                  if _is_float(self.o_values[n])]
         # The median: a few values a tool keeps under their names in another
         # layout (a square tensor transposed) or clamps (fp16's -inf masks) do
         # not make a tool that keeps values look like one that does not.
-        self.drift = float(np.median([d for d in measure.drifts if np.isfinite(d)] or [0.0]))
+        self.drift = float(np.median([d for d in drifts if np.isfinite(d)] or [0.0]))
         if self.drift <= checks.FLOAT32_TOLERANCE:
             self.method, self.tolerance = BY_VALUE, checks.FLOAT32_TOLERANCE
-            self._dropped = (o_wanted - self.o_values.keys(), t_wanted - self.t_values.keys())
-            self._shapes = measure.shapes
-            return
-        self.method, self.tolerance = BY_CORRESPONDENCE, UNRELATED
-        try:  # they ran once: they run again
-            self.o_values = _run(self.original, self.feeds, o_wanted, self.o_data)
-            self.t_values = _run(self.carried, self.feeds, t_wanted, self.t_data, known=self.o_values)
-        except RuntimeError as error:
-            raise CannotRun(f"ONNX Runtime cannot run the models a second time: {error}") from None
+        else:
+            self.method, self.tolerance = BY_CORRESPONDENCE, UNRELATED
 
     def _search_all_values(self):
         """For a declared call's cause: every value of both main graphs whose
-        shape is one a value of the first run has (or unknown), run once more,
-        with those the first run let go of (_dropped)."""
+        shape is one a boundary value has (or unknown), run once more."""
         if self._searched:
             return
         self._searched = True
-        o_dropped, t_dropped = self._dropped
-        self._dropped = (set(), set())
-        shapes = {np.shape(v) for v in [*self.o_values.values(), *self.t_values.values()]} | self._shapes
+        shapes = {np.shape(v) for v in [*self.o_values.values(), *self.t_values.values()]}
 
         def wanted(names, inferred):
             return {n for n in names if inferred.get(n) is None or None in inferred[n] or inferred[n] in shapes}
-        o_names = (wanted(set(self.c.o.made()) - self.c.o.weights, self.c.o_shapes) | o_dropped) - set(self.o_values)
-        t_names = (wanted(set(self.c.t.made()) - self.c.t.weights, self.c.t_shapes) | t_dropped) - set(self.t_values)
+        o_names = wanted(set(self.c.o.made()) - self.c.o.weights, self.c.o_shapes) - set(self.o_values)
+        t_names = wanted(set(self.c.t.made()) - self.c.t.weights, self.c.t_shapes) - set(self.t_values)
         try:
             self.o_values.update(_run(self.original, self.feeds, o_names, self.o_data))
             self.t_values.update(_run(self.carried, self.feeds, t_names, self.t_data, known=self.o_values))
-        except RuntimeError:  # a value ONNX Runtime cannot expose: the causes rest on the first run's values
-            self._restore(o_dropped - self.o_values.keys(), t_dropped - self.t_values.keys())
-
-    def _restore(self, o_names, t_names):
-        """The values of the first run it let go of once measured, run again."""
-        try:  # they ran once: they run again
-            if o_names:
-                self.o_values.update(_run(self.original, self.feeds, o_names, self.o_data))
-            if t_names:
-                self.t_values.update(_run(self.carried, self.feeds, t_names, self.t_data, known=self.o_values))
-        except RuntimeError as error:
-            raise CannotRun(f"ONNX Runtime cannot run the models a second time: {error}") from None
+        except RuntimeError:  # a value ONNX Runtime cannot expose: the causes rest on the values at hand
+            pass
 
     def _run_drawn_input_sets(self):
         """Both files on INPUT_SETS - 1 more input sets (drawn_inputs), every
