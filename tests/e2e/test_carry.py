@@ -183,7 +183,6 @@ def test_a_block_handing_out_its_layernorms_intermediate_is_declared_by_carry_no
     unmoved = _proof(workdir, "gpt_style", tool, "/ln_f/Add_1_output_0", norm)
     assert {key: r.status for key, r in results.items() if key not in (norm, block)} == \
         {key: r.status for key, r in unmoved.items() if key not in (norm, block)}
-    assert results["/GPTStyle/GPTBlock.0"].status == unmoved["/GPTStyle/GPTBlock.0"].status
     assert any(r.status == carry_check.VERIFIED for r in results.values())
 
 

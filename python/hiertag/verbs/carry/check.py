@@ -424,10 +424,6 @@ class Proof:
             margins.append(nearest_other / distance if distance > 0 else float("inf"))
         return margins
 
-    def _worst_margin(self, name, original):
-        """(the least of _margins, the index of its input set)."""
-        return min((margin, input_set) for input_set, margin in enumerate(self._margins(name, original)))
-
     def _identifies(self, name, original):
         """Whether transformed value `name` is original value `original` on
         values: within float32 rounding for a tool that keeps values; for one
@@ -543,8 +539,9 @@ class Proof:
             standing = next((name for name in self.t_values if self.c.corr(name) == gone[0] and
                              self._agreement(name, gone[0]) <= self.tolerance), None)
             if self.method == BY_CORRESPONDENCE and standing is not None:
-                margin, input_set = self._worst_margin(standing, gone[0])
-                predicted = predicted_margin(self._margins(standing, gone[0]))
+                margins = self._margins(standing, gone[0])
+                margin, input_set = min((margin, input_set) for input_set, margin in enumerate(margins))
+                predicted = predicted_margin(margins)
                 return CallResult(key, DECLARED, TOOL, f"{self.by} changed its values past telling its boundary "
                                                        f"apart: what stands for '{gone[0]}', which it {side} in the "
                                                        "tagged model, is not at least "
