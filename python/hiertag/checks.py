@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 import weakref
+from collections import defaultdict
 
 import numpy as np
 import onnx
@@ -466,11 +467,13 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes, known=None)
     outputs_declared = {o.name: o for o in graph.output}
     order = list(dict.fromkeys([*outputs_declared, *names]))
     wanted = set(order)
-    segment_of, last_read, reads, constants = {}, {}, [], {}
+    # What a segment reads is listed again when it runs, and the value types
+    # are found by position: tables of every node's reads or every ValueInfoProto
+    # by name are each as large as the values held at depth.
+    segment_of, last_read, constants = {}, {}, {}
     for index, node in enumerate(graph.node):
         segment = index // segment_nodes
-        reads.append(list(dict.fromkeys(_implicit_inputs(node))))
-        for name in reads[-1]:
+        for name in _implicit_inputs(node):
             last_read[name] = segment
         for name in node.output:
             if name:
@@ -479,13 +482,16 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes, known=None)
             constants[node.output[0]] = node
     inputs = {i.name: i for i in graph.input}
     initializers = {i.name: i for i in graph.initializer}
-    described = {v.name: v for v in graph.value_info}
+    described = defaultdict(list)  # {segment: positions in value_info of the values it makes}
+    for position, info in enumerate(graph.value_info):
+        if info.name in segment_of:
+            described[segment_of[info.name]].append(position)
     computed, found = {}, {}
     for start in range(0, len(graph.node), segment_nodes):
         segment = start // segment_nodes
         nodes = graph.node[start:start + segment_nodes]
         copied, part_inputs, part_initializers, part_feeds = [], [], [], {}
-        read_here = dict.fromkeys(n for node_reads in reads[start:start + segment_nodes] for n in node_reads)
+        read_here = dict.fromkeys(n for node in nodes for n in _implicit_inputs(node))
         if segment == 0:
             # Every feed and every initializer asked for, read or not: ONNX Runtime
             # checks the feeds, and hands back what is asked as one session does.
@@ -522,7 +528,8 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes, known=None)
         part.graph.input.extend(part_inputs)
         part.graph.initializer.extend(part_initializers)
         part.graph.output.extend(outputs_declared.get(n) or onnx.ValueInfoProto(name=n) for n in outputs)
-        part.graph.value_info.extend(described[n] for n in made if n in described)
+        types = {info.name: info for info in map(graph.value_info.__getitem__, described.pop(segment, ()))}
+        part.graph.value_info.extend(types[n] for n in made if n in types)
         try:
             values = _session_values(part, (), part_feeds, data_folder)
         except Exception:  # ONNX Runtime's error on a part: the whole model's is the one to report
