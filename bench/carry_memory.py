@@ -10,7 +10,7 @@ peak and its whole stack within hiertag.
 GNU time's peak (bench/tool_costs.py) is the figure to hold a target to: the
 sampler misses what lives for less than 10 ms, cannot see inside a call to
 the core, and its own samples add a few MiB. What this adds is where: which
-step to make smaller. README "Costs" has the figures at 825 layers."""
+step to make smaller. README "Scale" (under Reliability) has the figures at 825 layers."""
 
 import os
 import sys
