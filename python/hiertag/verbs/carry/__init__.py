@@ -153,8 +153,6 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
     carrier = Carrier(original, model, by, data_folders)
     carrier.run()
     table = carrier.table
-    _record_types(model, carrier.c)
-    carrier.c.release_inferred()
 
     @functools.cache  # made when a nested node first asks
     def original_makers():
@@ -210,6 +208,10 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
         proof = check.Proof(original, model, carrier.c, feeds, by, carrier.regions, data_folders)
     except (check.Unrelated, check.CannotRun) as error:
         raise CarryError(str(error)) from None
+    # The types carry recorded go in after the check, which holds values then
+    # (the check's ONNX Runtime infers its own); the run's after those.
+    model.graph.MergeFromString(carrier.c.types)
+    carrier.c.types = None
     _record_run_types(model, proof)
     declared = proof.records(carrier.pass_name)
     if declared:
@@ -264,23 +266,6 @@ def _table_for(model, text):
             else:
                 del entry["folded_into"]
     return core.write_module_table(table) if changed else text
-
-
-def _record_types(model, correspondence):
-    """`extract` types a module's boundary values from the file or ONNX's own
-    inference, which knows no contrib op: record the types inference found
-    here, and for a value the original has, unchanged, the original's type,
-    unless the tool changed element types (fp16) where both models say."""
-    typed = {info.name for info in [*model.graph.input, *model.graph.output, *model.graph.value_info]}
-    made = set(correspondence.t.made())
-    found = {name: info for name, info in correspondence.t_inferred.items() if name not in typed and name in made}
-    original = correspondence.o_inferred
-    retyped = any(original[name].type.tensor_type.elem_type != info.type.tensor_type.elem_type
-                  for name, info in correspondence.t_inferred.items() if name in original)
-    if not retyped:
-        found.update({name: original[name] for name in made
-                      if name not in typed and name not in found and name in original and correspondence.known(name)})
-    model.graph.value_info.extend(found[name] for name in sorted(found))
 
 
 def _record_run_types(model, proof):

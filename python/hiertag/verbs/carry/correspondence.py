@@ -52,23 +52,22 @@ class Correspondence:
         names, shapes = {}, {}  # one string per name, one tuple per shape, for the tables and the node entries
         self.o = Graph(original)
         self.t = Graph(transformed)
-        self.o_inferred = _inferred_values(original, names, data_folders[0])
-        self.o_shapes, self.o_types = _value_shapes(self.o_inferred, shapes)
-        self.t_inferred = _inferred_values(transformed, names, data_folders[1])
-        self.t_shapes, _ = _value_shapes(self.t_inferred, shapes)
+        o_inferred = _inferred_values(original, names, data_folders[0])
+        self.o_shapes, self.o_types = _value_shapes(o_inferred, shapes)
+        t_inferred = _inferred_values(transformed, names, data_folders[1])
+        self.t_shapes, _ = _value_shapes(t_inferred, shapes)
         self.reshaped = {name for name, shape in self.t_shapes.items()
                          if name in self.o_shapes and not _same_shape(self.o_shapes[name], shape)}
+        # Inference's results (a ValueInfoProto for every value of both models)
+        # are let go of here, before matching: what carry records of them is
+        # kept serialized until the check is done.
+        self.types = _types_to_record(transformed, self, o_inferred, t_inferred)
+        del o_inferred, t_inferred
         self.o_props = [checks.node_props(node, names) for node in self.o.nodes]
         self.matched = {}
         self._corr = {}
         self._walks = {}
         self._match()
-
-    def release_inferred(self):
-        """Lets go of shape inference's results once carry recorded its types:
-        a type for every value of both models, while the value check after it
-        runs ONNX Runtime sessions."""
-        self.o_inferred = self.t_inferred = None
 
     def release_matching(self):
         """Lets go of what only matching and placing read (Carrier.release_placing)."""
@@ -348,6 +347,27 @@ class Correspondence:
             # into another node's, which reads other values).
             found = makers | self.o.descending(found, ins)
         return found
+
+
+def _types_to_record(model, correspondence, o_inferred, t_inferred):
+    """What carry records in `model`'s value_info, as a serialized GraphProto
+    holding those ValueInfoProtos alone (sorted by name), for
+    `model.graph.MergeFromString` once carry's check is done (a type for
+    nearly every value, held as protobuf through the check, was as large as
+    the values it holds). `extract` types a module's boundary values from the
+    file or ONNX's own inference, which knows no contrib op: the types
+    inference found here, and for a value the original has, unchanged, the
+    original's type, unless the tool changed element types (fp16) where both
+    models say."""
+    typed = {info.name for info in [*model.graph.input, *model.graph.output, *model.graph.value_info]}
+    made = set(correspondence.t.made())
+    found = {name: info for name, info in t_inferred.items() if name not in typed and name in made}
+    retyped = any(o_inferred[name].type.tensor_type.elem_type != info.type.tensor_type.elem_type
+                  for name, info in t_inferred.items() if name in o_inferred)
+    if not retyped:
+        found.update({name: o_inferred[name] for name in made
+                      if name not in typed and name not in found and name in o_inferred and correspondence.known(name)})
+    return onnx.GraphProto(value_info=[found[name] for name in sorted(found)]).SerializeToString()
 
 
 def _onnx_inferred(model):
