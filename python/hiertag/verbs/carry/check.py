@@ -71,6 +71,7 @@ from hiertag import checks, core
 
 VERIFIED, DECLARED, EXPORT, NEVER_RAN, NO_NODES = "verified", "declared", "export", "never ran", "no nodes"
 TOOL, CARRY = "tool", "carry"
+ORIGINAL, TRANSFORMED = "original", "transformed"  # the models of the pair
 BY_VALUE, BY_CORRESPONDENCE = "by value", "by correspondence"
 # Outputs further apart than this share of their magnitude, for most of their
 # elements (checks.median_disagreement), are another model's; also the bound,
@@ -296,7 +297,7 @@ class Proof:
         self.t_members, self.t_bounds = t.members, t.bounds
         self.outputs = {o.name for o in carried.graph.output}
         self.unrunnable = None
-        self._searched = False
+        self._searched, self._search_shapes = set(), None
         self._nearest = {}
         self.unrun_input_sets = []
         self._run_both()
@@ -348,23 +349,32 @@ class Proof:
         else:
             self.method, self.tolerance = BY_CORRESPONDENCE, UNRELATED
 
-    def _search_all_values(self):
-        """For a declared call's cause: every value of both main graphs whose
-        shape is one a boundary value has (or unknown), run once more."""
-        if self._searched:
-            return
-        self._searched = True
-        shapes = {np.shape(v) for v in [*self.o_values.values(), *self.t_values.values()]}
+    def _search_all_values(self, sides=(ORIGINAL, TRANSFORMED)):
+        """For a declared call's cause: every value of a model's main graph
+        whose shape is one a boundary value has (or unknown), run once more;
+        each model only when a question asks for its values (a value the tool
+        removed is sought among the transformed model's alone: the original
+        need not run again, at depth the larger run). The shapes are those of
+        the values held before either ran."""
+        if self._search_shapes is None:
+            self._search_shapes = {np.shape(v) for v in [*self.o_values.values(), *self.t_values.values()]}
+        shapes = self._search_shapes
 
         def wanted(names, inferred):
             return {n for n in names if inferred.get(n) is None or None in inferred[n] or inferred[n] in shapes}
-        o_names = wanted(set(self.c.o.made()) - self.c.o.weights, self.c.o_shapes) - set(self.o_values)
-        t_names = wanted(set(self.c.t.made()) - self.c.t.weights, self.c.t_shapes) - set(self.t_values)
-        try:
-            self.o_values.update(_run(self.original, self.feeds, o_names, self.o_data))
-            self.t_values.update(_run(self.carried, self.feeds, t_names, self.t_data, known=self.o_values))
-        except RuntimeError:  # a value ONNX Runtime cannot expose: the causes rest on the values at hand
-            pass
+        for side in sides:
+            if side in self._searched:
+                continue
+            self._searched.add(side)
+            try:
+                if side == ORIGINAL:
+                    names = wanted(set(self.c.o.made()) - self.c.o.weights, self.c.o_shapes) - set(self.o_values)
+                    self.o_values.update(_run(self.original, self.feeds, names, self.o_data))
+                else:
+                    names = wanted(set(self.c.t.made()) - self.c.t.weights, self.c.t_shapes) - set(self.t_values)
+                    self.t_values.update(_run(self.carried, self.feeds, names, self.t_data, known=self.o_values))
+            except RuntimeError:  # a value ONNX Runtime cannot expose: the causes rest on the values at hand
+                pass
 
     def _run_drawn_input_sets(self):
         """Both files on INPUT_SETS - 1 more input sets (drawn_inputs), every
@@ -511,7 +521,6 @@ class Proof:
         crossed it in the tagged model: the tool's cause when no value of the
         transformed model is it any more (folded into weights, removed);
         carry's when one is and crosses elsewhere."""
-        self._search_all_values()
         side = "received" if lost in o_inputs else "handed out"
         if not self._has_counterpart(lost):
             return CallResult(key, DECLARED, TOOL, f"{self.by} removed or converted its boundary: '{lost}', a value "
@@ -530,7 +539,6 @@ class Proof:
         rewired them: a transpose pushed across the boundary); carry's when
         they do (carry placed the call's own computation outside it, or
         another's inside)."""
-        self._search_all_values()
         name, reads = problem
         node = self._node_of(name) if name else ""
         gone = [value for value in o_inputs + o_outputs if not self._has_counterpart(value)]
@@ -577,6 +585,8 @@ class Proof:
                    for index in readers)
 
     def _has_counterpart(self, original):
+        """Whether a value of the transformed model is `original` (all of them searched)."""
+        self._search_all_values((TRANSFORMED,))
         shape = np.shape(self.o_values.get(original))
         return any(np.shape(value) == shape and self._identifies(name, original)
                    for name, value in self.t_values.items())
@@ -586,6 +596,7 @@ class Proof:
         stands_for = self.c.corr(name)
         if self._identifies(name, stands_for):
             return stands_for
+        self._search_all_values((ORIGINAL,))
         shape = np.shape(self.t_values.get(name))
         return next((original for original, value in sorted(self.o_values.items())
                      if np.shape(value) == shape and self._identifies(name, original)), None)
