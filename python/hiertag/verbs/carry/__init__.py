@@ -150,6 +150,9 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
         raise CarryError(str(error)) from None
     if model.graph.node and not _shares_a_value(model, original):
         raise CarryError("the transformed model has no value the tagged model has: not made from it")
+    # The original's boundaries are read first, while carry holds least: the
+    # room the core's parse of the model leaves is what matching fills later.
+    boundaries = check.Boundaries(original)
     carrier = Carrier(original, model, by, data_folders)
     carrier.run()
     table = carrier.table
@@ -205,7 +208,7 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
     if feeds is None:
         feeds, _ = check.generated_inputs(original)
     try:
-        proof = check.Proof(original, model, carrier.c, feeds, by, carrier.regions, data_folders)
+        proof = check.Proof(original, model, carrier.c, feeds, by, carrier.regions, data_folders, boundaries)
     except (check.Unrelated, check.CannotRun) as error:
         raise CarryError(str(error)) from None
     # The types carry recorded go in after the check, which holds values then

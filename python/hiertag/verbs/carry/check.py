@@ -279,9 +279,13 @@ class Boundaries:
 class Proof:
     """The check of every module call of a carried file (module docstring)."""
 
-    def __init__(self, original, carried, correspondence, feeds, by, regions=None, data_folders=(None, None)):
+    def __init__(self, original, carried, correspondence, feeds, by, regions=None, data_folders=(None, None),
+                 original_boundaries=None):
         """`carried`: the transformed model with carry's tags and its fused
-        records; `correspondence`: carry's (correspondence.Correspondence); `feeds`:
+        records; `correspondence`: carry's (correspondence.Correspondence);
+        `original_boundaries`: Boundaries(original), when read before (the
+        core's parse of a model is a moment as large as the values the check
+        holds); `feeds`:
         arrays for the original's graph inputs (generated_inputs); `regions`:
         {transformed node index: the original nodes it stands for}, carry's;
         `data_folders`: where the external data of the original and of the
@@ -289,7 +293,7 @@ class Proof:
         self.original, self.carried, self.c, self.by, self.feeds = original, carried, correspondence, by, feeds
         self.regions = regions or {}
         self.o_data, self.t_data = data_folders
-        o, t = Boundaries(original), Boundaries(carried)
+        o, t = original_boundaries or Boundaries(original), Boundaries(carried)
         self.table = t.table
         self.at_export = o.rewritten
         self.fused = {key: reason for key, reason in t.rewritten.items() if key not in self.at_export}
