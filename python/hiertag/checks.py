@@ -398,8 +398,8 @@ def intermediate_values(model, feeds, names, data_folder=None, segment_nodes=SEG
     off so every node runs; `data_folder` as for unoptimized_session_options).
     `known`: {name: array}, values computed before (another model's): a value
     equal to the one of its name there, in type, shape and every element, is
-    handed back as that array, so the two are held once (hiertag carry holds
-    every value of both models, most of them the same).
+    handed back as that array, so the two are held once (hiertag carry's check
+    by correspondence holds every value of both models, most of them the same).
 
     The main graph runs in segments of `segment_nodes` nodes in file order:
     each segment a model of those nodes, whose inputs are the graph inputs and
@@ -419,19 +419,38 @@ def intermediate_values(model, feeds, names, data_folder=None, segment_nodes=SEG
     when a value crossing a cut is not a tensor, or is a float16 or bfloat16
     one, when the feeds are not exactly the graph's feedable inputs, or when a
     segment cannot run."""
+    found = {}
+    for values in values_as_computed(model, feeds, names, data_folder, segment_nodes):
+        found.update(held_once(values, known))
+    return {name: found[name] for name in dict.fromkeys([*(o.name for o in model.graph.output), *names])}
+
+
+def values_as_computed(model, feeds, names, data_folder=None, segment_nodes=SEGMENT_NODES):
+    """intermediate_values as its segments compute them: yields {name: value}
+    dicts, each value of the graph outputs and `names` in one of them, so a
+    caller can compare values and let go of them as they come rather than
+    hold every one (hiertag carry's check). One dict where intermediate_values
+    runs one session. ONNX Runtime's error is raised as intermediate_values
+    raises it, possibly after some dicts came: a segment that cannot run gives
+    way to the one session, which hands on the values that have not come."""
     graph = model.graph
     if len(graph.node) <= segment_nodes or graph.sparse_initializer or not _feeds_fit(model, feeds):
-        return _held_once(_session_values(model, names, feeds, data_folder), known)
+        yield _session_values(model, names, feeds, data_folder)
+        return
+    came = set()
     try:
-        return _segment_values(model, feeds, names, data_folder, segment_nodes, known)
+        for values in _segments(model, feeds, names, data_folder, segment_nodes):
+            came.update(values)
+            yield values
     except _CannotSegment:
-        return _held_once(_session_values(model, names, feeds, data_folder), known)
+        yield {name: value for name, value in _session_values(model, names, feeds, data_folder).items()
+               if name not in came}
 
 
-def _held_once(values, known):
+def held_once(values, known):
     """`values` with each one equal to the array of its name in `known` (in
     type, shape and every element, NaNs in the same places) replaced by that
-    array (intermediate_values)."""
+    array, so the two are held once (intermediate_values)."""
     if not known:
         return values
     for name, value in values.items():
@@ -461,8 +480,9 @@ def _feeds_fit(model, feeds):
     return set(feeds) <= feedable and inputs - initializers <= set(feeds)
 
 
-def _segment_values(model, feeds, names, data_folder, segment_nodes, known=None):
-    """intermediate_values in segments (raises _CannotSegment)."""
+def _segments(model, feeds, names, data_folder, segment_nodes):
+    """values_as_computed in segments: {name: value} of what each segment
+    computes of the outputs and `names` (raises _CannotSegment)."""
     graph = model.graph
     outputs_declared = {o.name: o for o in graph.output}
     order = list(dict.fromkeys([*outputs_declared, *names]))
@@ -486,7 +506,7 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes, known=None)
     for position, info in enumerate(graph.value_info):
         if info.name in segment_of:
             described[segment_of[info.name]].append(position)
-    computed, found = {}, {}
+    computed = {}
     for start in range(0, len(graph.node), segment_nodes):
         segment = start // segment_nodes
         nodes = graph.node[start:start + segment_nodes]
@@ -535,12 +555,13 @@ def _segment_values(model, feeds, names, data_folder, segment_nodes, known=None)
         except Exception:  # ONNX Runtime's error on a part: the whole model's is the one to report
             raise _CannotSegment from None
         computed.update(values)
-        found.update(_held_once({n: v for n, v in values.items() if n in wanted}, known))
+        found = {n: v for n, v in values.items() if n in wanted}
         for name in [n for n in computed if last_read.get(n, -1) <= segment]:
             del computed[name]
-    if wanted - found.keys():  # made by no node, fed by none: the one session reports it as the model's error
+        wanted -= found.keys()
+        yield found
+    if wanted:  # made by no node, fed by none: the one session reports it as the model's error
         raise _CannotSegment
-    return {name: found[name] for name in order}
 
 
 def _hold_weights(model, data_folder):
@@ -568,10 +589,10 @@ def _session_values(model, names, feeds, data_folder=None):
     """{output: value} of one ONNX Runtime session, optimizations off, on
     `model` with `names` added to its outputs. Each tensor is copied into an
     array of its own: ONNX Runtime hands back arrays over its own tensors,
-    which the array keeps alive at several kB each whatever their size (carry
-    holds every value of both models: on the 200-layer decoder, 24k values of
-    23 MB of elements, its peak heap was 268 MB with ONNX Runtime's tensors
-    and is 210 MB with copies, by heaptrack)."""
+    which the array keeps alive at several kB each whatever their size (when
+    carry held every value of both models: on the 200-layer decoder, 24k values
+    of 23 MB of elements, its peak heap was 268 MB with ONNX Runtime's tensors
+    and 210 MB with copies, by heaptrack)."""
     import onnxruntime
     probe = with_outputs(model, names)
     if data_folder is not None:

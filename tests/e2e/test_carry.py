@@ -200,6 +200,54 @@ def test_a_call_whose_received_value_the_tool_folded_into_weights_is_declared_as
     assert refused.returncode == 2 and not (workdir / "layer.onnx").exists()
 
 
+class _Everything:
+    """A set holding every name."""
+
+    def __contains__(self, name):
+        return True
+
+
+@pytest.mark.parametrize("name,tool,kept", [("funnel", "ort-basic", True), ("resnet", "ort-all", False),
+                                            ("bert", "quantize", False)])
+def test_the_check_holds_what_crosses_a_boundary_and_finds_what_holding_every_value_finds(cells, workdir, name, tool,
+                                                                                         kept, monkeypatch):
+    # By value, the check lets go of each value it measured the tool's drift on, and answers a declared
+    # call's cause as the values are computed again (funnel: a value folded into weights; resnet: values in
+    # another layout); by correspondence it holds them all again. The file carried is the one carry writes
+    # holding every value of both models. `kept`: the tool kept values no boundary has (ONNX Runtime's basic
+    # level; its full level fuses them away).
+    cells(name, tool)
+
+    def carried_by(hold_every_value):
+        proofs = []
+        make, measure = carry_check.Proof.__init__, carry_check._Measure.__init__
+
+        def recorded(self, *arguments, **options):
+            proofs.append(self)
+            make(self, *arguments, **options)
+
+        def holding(self, o_held, t_held, kept):
+            measure(self, _Everything(), _Everything(), kept)
+        with monkeypatch.context() as patch:
+            patch.setattr(carry_check.Proof, "__init__", recorded)
+            if hold_every_value:
+                patch.setattr(carry_check._Measure, "__init__", holding)
+            model, summary = carry.carry(onnx.load(workdir / f"{name}.onnx"),
+                                         onnx.load(workdir / f"{name}.{tool}.onnx"), tool)
+        return model.SerializeToString(), summary, proofs[0]
+
+    lean, lean_summary, proof = carried_by(False)
+    held, held_summary, holding = carried_by(True)
+    assert lean == held and lean_summary == held_summary and lean_summary["calls"]["verified"]
+    if proof.method == carry_check.BY_VALUE:
+        assert lean_summary["declared"]
+        crossing = {n for ins, outs in proof.t_bounds.values() for n in ins + outs}
+        crossing |= {o.name for o in proof.carried.graph.output} | {i.name for i in proof.carried.graph.input}
+        assert set(proof.t_values) <= crossing
+    if kept:
+        assert len(proof.t_values) < len(holding.t_values) and len(proof.o_values) < len(holding.o_values)
+
+
 def test_a_fusion_across_two_blocks_leaves_neither_block_claimed(workdir):
     # onnxruntime.transformers fuses each GPT-2 block's last residual Add with
     # the next block's LayerNorm (SkipLayerNormalization): neither block hands

@@ -5,9 +5,11 @@ carry (hiertag.verbs.carry) places every node of a transformed model by
 correspondence with the tagged original; a placement is an inference, and a
 wrong one would move a module call's boundary (README "Module boundaries") to
 values the call never received or handed out. Here both files run once in
-ONNX Runtime, optimizations off, on the same generated inputs, every value
-the check needs exposed as an output, and each module call's boundary in the
-carried file is held against the same call's boundary in the original:
+ONNX Runtime, optimizations off, on the same generated inputs, side by side
+a segment at a time, every value the check needs exposed as an output (what
+crosses a boundary held, the rest measured as it comes and let go of), and
+each module call's boundary in the carried file is held against the same
+call's boundary in the original:
 
   verified   every value crossing the carried boundary is a specific value
              crossing the original boundary on the same side (the original
@@ -251,6 +253,131 @@ def _run(model, feeds, names, data_folder=None, known=None):
         raise RuntimeError(lines[-1] if lines else type(error).__name__) from None
 
 
+class _OriginalFailed(RuntimeError):
+    """ONNX Runtime cannot run the tagged model (its error's last line)."""
+
+
+class _AsComputed:
+    """One model's values of `names` as its segments compute them
+    (checks.values_as_computed), the feeds cast to its input types; its
+    error's last line as a RuntimeError."""
+
+    def __init__(self, model, feeds, names, data_folder):
+        types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in model.graph.input}
+        fed = {name: feeds[name].astype(types[name]) for name in types if name in feeds}
+        self._values = checks.values_as_computed(model, fed, sorted(names), data_folder)
+        self.done = False
+
+    def take(self):
+        """The next {name: value}; {} once every one came (`done`)."""
+        if self.done:
+            return {}
+        try:
+            return next(self._values)
+        except StopIteration:
+            self.done = True
+            return {}
+        except Exception as error:  # ONNX Runtime's Fail, InvalidArgument, InvalidGraph, ...: the model
+            self.done = True
+            lines = str(error).strip().splitlines()
+            raise RuntimeError(lines[-1] if lines else type(error).__name__) from None
+
+    def values(self):
+        while True:
+            values = self.take()
+            if self.done:
+                return
+            yield values
+
+
+class _Measure:
+    """The first run of both models (Proof._run_both), side by side: the
+    values named in `o_held` and `t_held` are kept; each value named in
+    `kept`, which both models make, is measured against its counterpart once
+    both came (checks.disagreement, into `drifts`) and let go of unless held;
+    `shapes`, the shape of every value that came. The model the other waits
+    on runs its next segment, so few values wait. The tagged model's error
+    raises _OriginalFailed; the transformed model's is `unrunnable`, the
+    tagged one running on."""
+
+    def __init__(self, o_held, t_held, kept):
+        self.o_held, self.t_held, self.kept = o_held, t_held, kept
+        self.o_values, self.t_values, self.drifts, self.shapes = {}, {}, [], set()
+        self.unrunnable = None
+        self._o_waiting, self._t_waiting = {}, {}
+
+    def run(self, original, transformed):
+        while not original.done or not (transformed.done or self.unrunnable is not None):
+            t_running = not transformed.done and self.unrunnable is None
+            if not original.done and (len(self._t_waiting) >= len(self._o_waiting) or not t_running):
+                try:
+                    values = original.take()
+                except RuntimeError as error:
+                    raise _OriginalFailed(str(error)) from None
+                self._came(values, self.o_held, self.o_values, self._o_waiting, self._t_waiting, True)
+            if t_running and (len(self._o_waiting) >= len(self._t_waiting) or original.done):
+                try:
+                    values = transformed.take()
+                except RuntimeError as error:
+                    self.unrunnable, self._o_waiting, self.kept = str(error), {}, set()
+                    continue
+                self._came(values, self.t_held, self.t_values, self._t_waiting, self._o_waiting, False)
+        # A value the tool left as it was is held once for both models.
+        checks.held_once(self.t_values, self.o_values)
+
+    def _came(self, values, held, into, waiting, other, original):
+        for name, value in values.items():
+            self.shapes.add(np.shape(value))
+            if name in held:
+                into[name] = value
+            if name not in self.kept:
+                continue
+            if name not in other:
+                waiting[name] = value
+                continue
+            o_value, t_value = (value, other.pop(name)) if original else (other.pop(name), value)
+            if _is_float(o_value):
+                self.drifts.append(checks.disagreement(t_value, o_value))
+
+
+class _Unanswered(Exception):
+    """A call's cause asks of values not held (Proof._ask)."""
+
+
+class _Answers:
+    """Answers to questions of one model's values (Proof._ask), found as its
+    values come (`compare`), by value: for TRANSFORMED, whether any of them
+    agrees with the held original value asked of (of its shape, within the
+    tolerance); for ORIGINAL, the first by name of those agreeing with the
+    held transformed value asked of. `found`: {question: answer}."""
+
+    def __init__(self, proof, side, asked):
+        self.proof, self.side = proof, side
+        self.found = {question: False if side == TRANSFORMED else None for question in asked}
+        # The held value each question is about, by shape.
+        about = proof.o_values if side == TRANSFORMED else proof.t_values
+        self._by_shape = defaultdict(list)
+        for question in asked:
+            if question in about:
+                self._by_shape[np.shape(about[question])].append((question, about[question]))
+
+    def copy(self):
+        other = _Answers.__new__(_Answers)
+        other.proof, other.side, other.found, other._by_shape = self.proof, self.side, dict(self.found), self._by_shape
+        return other
+
+    def compare(self, values):
+        tolerance = self.proof.tolerance
+        for name, value in values.items():
+            for question, asked in self._by_shape.get(np.shape(value), ()):
+                if self.side == TRANSFORMED:
+                    if not self.found[question] and checks.disagreement(value, asked) <= tolerance:
+                        self.found[question] = True
+                elif (self.found[question] is None or name < self.found[question]) and \
+                        checks.disagreement(asked, value) <= tolerance:
+                    self.found[question] = name
+
+
 class CallResult:
     """One module call of the carried file: its status, and for a declared
     call the cause (TOOL or CARRY), the reason and a node it concerns."""
@@ -301,7 +428,10 @@ class Proof:
         self.t_members, self.t_bounds = t.members, t.bounds
         self.outputs = {o.name for o in carried.graph.output}
         self.unrunnable = None
-        self._searched, self._search_shapes = set(), None
+        # Questions about values not held (a check by value), by the model
+        # whose values answer them (_ask).
+        self._answers = {ORIGINAL: {}, TRANSFORMED: {}}  # {question: answer}
+        self._asked = {ORIGINAL: set(), TRANSFORMED: set()}  # questions no run answered yet
         self._nearest = {}
         self.unrun_input_sets = []
         self._run_both()
@@ -310,29 +440,105 @@ class Proof:
         if self.method == BY_CORRESPONDENCE:
             self._search_all_values()
             self._run_drawn_input_sets()
-        self.results = [self._check(tag, call) for tag in self.table
-                        for call in range(checks.call_count(self.table, tag))]
+        self.results = self._check_all()
+
+    def _check_all(self):
+        """Every call's result (_check). A check by value holds only what
+        crosses a boundary: a declared call's cause that asks of other values
+        (_ask) is answered by one run of the model asked of, for every call
+        asking, and those calls are checked again."""
+        keys = [(tag, call) for tag in self.table for call in range(checks.call_count(self.table, tag))]
+        results, pending = {}, keys
+        while pending:
+            asked = []
+            for key in pending:
+                try:
+                    results[key] = self._check(*key)
+                except _Unanswered:
+                    asked.append(key)
+            if asked and not self._answer():  # _Unanswered always asks: a run answers it
+                raise AssertionError("a call waits on no question")
+            pending = asked
+        return [results[key] for key in keys]
+
+    def _ask(self, side, question):
+        """By value: whether a value of the transformed model is the original
+        value `question` (TRANSFORMED), or which value of the original the
+        transformed value `question` is (ORIGINAL: the first by name, or
+        None), over every value of that model a search runs (_search_names)
+        and those held; _Unanswered until a run answered it."""
+        self._ask_all(side, [question])
+        return self._answers[side][question]
+
+    def _ask_all(self, side, questions):
+        """Asks every one of `questions` at once (_ask); _Unanswered unless all are answered."""
+        unanswered = [question for question in questions if question not in self._answers[side]]
+        if unanswered:
+            self._asked[side].update(unanswered)
+            raise _Unanswered
+
+    def _answer(self):
+        """Runs each model asked of (its values of _search_names as they come,
+        let go of once compared: _Answers) and answers what was asked of it;
+        over the values held alone when ONNX Runtime cannot run it so. Whether
+        anything was asked."""
+        asked_any = False
+        for side in (TRANSFORMED, ORIGINAL):
+            asked, self._asked[side] = self._asked[side], set()
+            if not asked:
+                continue
+            asked_any = True
+            model, held, data = ((self.carried, self.t_values, self.t_data) if side == TRANSFORMED else
+                                 (self.original, self.o_values, self.o_data))
+            answers = _Answers(self, side, asked)
+            answers.compare(held)
+            # A value ONNX Runtime cannot expose: the first run's values, then the
+            # causes rest on the values at hand.
+            for names in (self._search_names(side), self._dropped[side] - held.keys()):
+                try:
+                    run = answers.copy()
+                    for values in _AsComputed(model, self.feeds, names, data).values():
+                        run.compare(values)
+                    answers = run
+                    break
+                except RuntimeError:
+                    pass
+            self._answers[side].update(answers.found)
+        return asked_any
 
     def _run_both(self):
-        """Both files on the same inputs: the values crossing every boundary,
-        what carry says they stand for, and the values kept under their
-        original names (which measure the pair's precision)."""
+        """Both files on the same inputs, side by side as their segments
+        compute (_Measure): the values crossing every boundary, what carry
+        says they stand for, and the graph's inputs, held; the values kept
+        under their original names, which measure the pair's precision, let
+        go of once measured (every value of both models, nearly: holding them
+        all was the largest thing carry held). A check by correspondence,
+        which compares with every value, has them run again with the others
+        (_search_all_values); a check by value asks of them as they run again
+        (_check_all)."""
         c = self.c
         kept = {n for n in [*c.t.made(), *c.t.inputs] if c.known(n)}
-        t_wanted = {n for ins, outs in self.t_bounds.values() for n in ins + outs}
-        t_wanted |= {o.name for o in self.carried.graph.output} | kept
-        o_wanted = {n for ins, outs in self.o_bounds.values() for n in ins + outs}
-        o_wanted |= {o.name for o in self.original.graph.output} | kept
-        o_wanted |= {c.corr(n) for n in t_wanted} - {None}
+        t_held = {n for ins, outs in self.t_bounds.values() for n in ins + outs}
+        t_held |= {o.name for o in self.carried.graph.output}
+        t_wanted = t_held | kept
+        t_held |= {n for n in kept if c.t.producer(n) is None}
+        o_held = {n for ins, outs in self.o_bounds.values() for n in ins + outs}
+        o_held |= {o.name for o in self.original.graph.output} | {c.corr(n) for n in t_held} - {None}
+        o_wanted = set(filter(c.o.has_value, o_held | kept | {c.corr(n) for n in kept} - {None}))
+        o_held = {n for n in o_wanted if n in o_held or c.o.producer(n) is None}
+        measure = _Measure(o_held, t_held, kept)
         try:
-            self.o_values = _run(self.original, self.feeds, set(filter(c.o.has_value, o_wanted)), self.o_data)
-        except RuntimeError as error:
+            measure.run(_AsComputed(self.original, self.feeds, o_wanted, self.o_data),
+                        _AsComputed(self.carried, self.feeds, t_wanted, self.t_data))
+        except _OriginalFailed as error:
             raise CannotRun(f"ONNX Runtime cannot run the tagged model: {error}") from None
-        try:
-            # A value the tool left as it was is held once for both models.
-            self.t_values = _run(self.carried, self.feeds, t_wanted, self.t_data, known=self.o_values)
-        except RuntimeError as error:  # no value of it to establish anything with
-            self.unrunnable, self.t_values = str(error), {}
+        self.o_values, self.t_values = measure.o_values, measure.t_values
+        # What a search for a declared call's cause runs again: every value
+        # the first run let go of, and the shapes of every value it made.
+        self._dropped = {ORIGINAL: o_wanted - o_held, TRANSFORMED: t_wanted - t_held}
+        self._search_shapes = measure.shapes
+        if measure.unrunnable is not None:  # no value of it to establish anything with
+            self.unrunnable, self.t_values = measure.unrunnable, {}
             self.method, self.tolerance, self.drift = BY_VALUE, checks.FLOAT32_TOLERANCE, 0.0
             return
         # Most of an output's elements, not its worst: a lower-precision copy of
@@ -342,43 +548,36 @@ class Proof:
             if distance > UNRELATED:
                 raise Unrelated(f"on the same inputs its output '{output.name}' differs from the tagged model's by "
                                 f"{distance:.2g} of its magnitude in most of its elements: not made from it")
-        drifts = [checks.disagreement(self.t_values[n], self.o_values[n]) for n in kept
-                  if _is_float(self.o_values[n])]
         # The median: a few values a tool keeps under their names in another
         # layout (a square tensor transposed) or clamps (fp16's -inf masks) do
         # not make a tool that keeps values look like one that does not.
-        self.drift = float(np.median([d for d in drifts if np.isfinite(d)] or [0.0]))
+        self.drift = float(np.median([d for d in measure.drifts if np.isfinite(d)] or [0.0]))
         if self.drift <= checks.FLOAT32_TOLERANCE:
             self.method, self.tolerance = BY_VALUE, checks.FLOAT32_TOLERANCE
         else:
             self.method, self.tolerance = BY_CORRESPONDENCE, UNRELATED
 
-    def _search_all_values(self, sides=(ORIGINAL, TRANSFORMED)):
-        """For a declared call's cause: every value of a model's main graph
-        whose shape is one a boundary value has (or unknown), run once more;
-        each model only when a question asks for its values (a value the tool
-        removed is sought among the transformed model's alone: the original
-        need not run again, at depth the larger run). The shapes are those of
-        the values held before either ran."""
-        if self._search_shapes is None:
-            self._search_shapes = {np.shape(v) for v in [*self.o_values.values(), *self.t_values.values()]}
-        shapes = self._search_shapes
-
-        def wanted(names, inferred):
-            return {n for n in names if inferred.get(n) is None or None in inferred[n] or inferred[n] in shapes}
-        for side in sides:
-            if side in self._searched:
-                continue
-            self._searched.add(side)
+    def _search_all_values(self):
+        """For a check by correspondence: every value of both main graphs
+        whose shape is one a value of the first run has (or unknown), and those
+        the first run let go of, run once more and held."""
+        for names in (self._search_names, self._dropped.get):
             try:
-                if side == ORIGINAL:
-                    names = wanted(set(self.c.o.made()) - self.c.o.weights, self.c.o_shapes) - set(self.o_values)
-                    self.o_values.update(_run(self.original, self.feeds, names, self.o_data))
-                else:
-                    names = wanted(set(self.c.t.made()) - self.c.t.weights, self.c.t_shapes) - set(self.t_values)
-                    self.t_values.update(_run(self.carried, self.feeds, names, self.t_data, known=self.o_values))
-            except RuntimeError:  # a value ONNX Runtime cannot expose: the causes rest on the values at hand
-                pass
+                self.o_values.update(_run(self.original, self.feeds, names(ORIGINAL), self.o_data))
+                self.t_values.update(_run(self.carried, self.feeds, names(TRANSFORMED) - self.t_values.keys(),
+                                          self.t_data, known=self.o_values))
+                return
+            except RuntimeError:  # a value ONNX Runtime cannot expose: the first run's values, then the causes
+                pass              # rest on the values at hand
+
+    def _search_names(self, side):
+        """The values of one model a search runs: of a shape a value of the
+        first run has (or unknown), or let go of by it; not those held."""
+        graph, shapes, held = ((self.c.o, self.c.o_shapes, self.o_values) if side == ORIGINAL else
+                               (self.c.t, self.c.t_shapes, self.t_values))
+        names = {n for n in set(graph.made()) - graph.weights
+                 if shapes.get(n) is None or None in shapes[n] or shapes[n] in self._search_shapes}
+        return (names | self._dropped[side]) - held.keys()
 
     def _run_drawn_input_sets(self):
         """Both files on INPUT_SETS - 1 more input sets (drawn_inputs), every
@@ -545,6 +744,7 @@ class Proof:
         another's inside)."""
         name, reads = problem
         node = self._node_of(name) if name else ""
+        self._ask_all(TRANSFORMED, o_inputs + o_outputs)
         gone = [value for value in o_inputs + o_outputs if not self._has_counterpart(value)]
         if gone:
             side = "received" if gone[0] in o_inputs else "handed out"
@@ -589,8 +789,9 @@ class Proof:
                    for index in readers)
 
     def _has_counterpart(self, original):
-        """Whether a value of the transformed model is `original` (all of them searched)."""
-        self._search_all_values((TRANSFORMED,))
+        """Whether a value of the transformed model is `original`."""
+        if self.method == BY_VALUE:
+            return self._ask(TRANSFORMED, original)
         shape = np.shape(self.o_values.get(original))
         return any(np.shape(value) == shape and self._identifies(name, original)
                    for name, value in self.t_values.items())
@@ -600,7 +801,8 @@ class Proof:
         stands_for = self.c.corr(name)
         if self._identifies(name, stands_for):
             return stands_for
-        self._search_all_values((ORIGINAL,))
+        if self.method == BY_VALUE:
+            return self._ask(ORIGINAL, name)
         shape = np.shape(self.t_values.get(name))
         return next((original for original, value in sorted(self.o_values.items())
                      if np.shape(value) == shape and self._identifies(name, original)), None)
