@@ -744,7 +744,8 @@ class Proof:
         another's inside)."""
         name, reads = problem
         node = self._node_of(name) if name else ""
-        self._ask_all(TRANSFORMED, o_inputs + o_outputs)
+        if self.method == BY_VALUE:  # the questions of every value at once: one run answers them
+            self._ask_all(TRANSFORMED, o_inputs + o_outputs)
         gone = [value for value in o_inputs + o_outputs if not self._has_counterpart(value)]
         if gone:
             side = "received" if gone[0] in o_inputs else "handed out"
