@@ -240,17 +240,27 @@ def check_io(original, transformed):
                             "not made from it")
 
 
+def _fed(model, feeds):
+    """The feeds cast to the model's input types."""
+    types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in model.graph.input}
+    return {name: feeds[name].astype(types[name]) for name in types if name in feeds}
+
+
+def _model_error(error):
+    """ONNX Runtime's Fail, InvalidArgument, InvalidGraph, ...: the model's
+    error, its last line as a RuntimeError."""
+    lines = str(error).strip().splitlines()
+    return RuntimeError(lines[-1] if lines else type(error).__name__)
+
+
 def _run(model, feeds, names, data_folder=None, known=None):
     """ONNX Runtime values of `names`, the feeds cast to the model's input types
     (`known`: as for checks.intermediate_values); its error's last line as a
     RuntimeError when it cannot run the model."""
-    types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in model.graph.input}
-    fed = {name: feeds[name].astype(types[name]) for name in types if name in feeds}
     try:
-        return checks.intermediate_values(model, fed, sorted(names), data_folder, known=known)
-    except Exception as error:  # ONNX Runtime's Fail, InvalidArgument, InvalidGraph, ...: the model
-        lines = str(error).strip().splitlines()
-        raise RuntimeError(lines[-1] if lines else type(error).__name__) from None
+        return checks.intermediate_values(model, _fed(model, feeds), sorted(names), data_folder, known=known)
+    except Exception as error:
+        raise _model_error(error) from None
 
 
 class _OriginalFailed(RuntimeError):
@@ -263,9 +273,7 @@ class _AsComputed:
     error's last line as a RuntimeError."""
 
     def __init__(self, model, feeds, names, data_folder):
-        types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in model.graph.input}
-        fed = {name: feeds[name].astype(types[name]) for name in types if name in feeds}
-        self._values = checks.values_as_computed(model, fed, sorted(names), data_folder)
+        self._values = checks.values_as_computed(model, _fed(model, feeds), sorted(names), data_folder)
         self.done = False
 
     def take(self):
@@ -277,10 +285,9 @@ class _AsComputed:
         except StopIteration:
             self.done = True
             return {}
-        except Exception as error:  # ONNX Runtime's Fail, InvalidArgument, InvalidGraph, ...: the model
+        except Exception as error:
             self.done = True
-            lines = str(error).strip().splitlines()
-            raise RuntimeError(lines[-1] if lines else type(error).__name__) from None
+            raise _model_error(error) from None
 
     def values(self):
         while True:
