@@ -5,13 +5,13 @@ torch and onnxruntime are imported by the functions that run a model, so the
 verbs that only read files (select, report, graphml, explorer, compare without
 --values) import neither (tests/e2e/test_verbs.py)."""
 
+import array
 import functools
 import json
 import os
 import sys
 import tempfile
 import weakref
-from collections import defaultdict
 
 import numpy as np
 import onnx
@@ -89,7 +89,11 @@ parse_ref = core.parse_call_ref
 
 def node_refs(node):
     """The node's references: its own (tag, hiertag.call), then hiertag.shared_with's."""
-    props = node_props(node)
+    return refs(node_props(node))
+
+
+def refs(props):
+    """node_refs of a node's entries (node_props)."""
     if TAG_KEY not in props:
         return []
     return [(props[TAG_KEY], int(props.get(CALL_KEY, "0")))] + \
@@ -480,6 +484,46 @@ def _feeds_fit(model, feeds):
     return set(feeds) <= feedable and inputs - initializers <= set(feeds)
 
 
+class _Crossings:
+    """Which values of a graph cross from one segment of it into a later one
+    (_segments), found from the last segment back: only those are tabled by
+    name (a table of where every value is made and last read was as large as
+    the values a check holds at depth). `exported[s]`: the values segment s
+    makes that a later one reads; `last_read`: {such a value: the last segment
+    reading it}; `constants`: {such a value a Constant makes: that node's
+    position}; `made`: the names of `wanted` some node makes; `described[s]`:
+    the positions in value_info of the values segment s makes."""
+
+    def __init__(self, graph, segment_nodes, wanted):
+        count = (len(graph.node) + segment_nodes - 1) // segment_nodes
+        self.exported = [set() for _ in range(count)]
+        self.described = [array.array("i") for _ in range(count)]
+        self.last_read, self.constants, self.made = {}, {}, set()
+        position = {info.name: index for index, info in enumerate(graph.value_info)}
+        later = {}  # {value a later segment reads and none after this makes: the last segment reading it}
+        for segment in reversed(range(count)):
+            nodes = graph.node[segment * segment_nodes:(segment + 1) * segment_nodes]
+            made = set()
+            for offset, node in enumerate(nodes):
+                for name in node.output:
+                    if not name:
+                        continue
+                    made.add(name)
+                    if name in wanted:
+                        self.made.add(name)
+                    if name in position:
+                        self.described[segment].append(position.pop(name))
+                    if name in later:
+                        self.exported[segment].add(name)
+                        self.last_read[name] = later.pop(name)
+                        if node.op_type == "Constant":  # in any domain, as ONNX Runtime reads it
+                            self.constants[name] = segment * segment_nodes + offset
+            for node in nodes:
+                for name in _implicit_inputs(node):
+                    if name not in made:
+                        later.setdefault(name, segment)
+
+
 def _segments(model, feeds, names, data_folder, segment_nodes):
     """values_as_computed in segments: {name: value} of what each segment
     computes of the outputs and `names` (raises _CannotSegment)."""
@@ -490,23 +534,10 @@ def _segments(model, feeds, names, data_folder, segment_nodes):
     # What a segment reads is listed again when it runs, and the value types
     # are found by position: tables of every node's reads or every ValueInfoProto
     # by name are each as large as the values held at depth.
-    segment_of, last_read, constants = {}, {}, {}
-    for index, node in enumerate(graph.node):
-        segment = index // segment_nodes
-        for name in _implicit_inputs(node):
-            last_read[name] = segment
-        for name in node.output:
-            if name:
-                segment_of[name] = segment
-        if node.op_type == "Constant" and node.output:  # in any domain, as ONNX Runtime reads it
-            constants[node.output[0]] = node
+    crossings = _Crossings(graph, segment_nodes, wanted)
     inputs = {i.name: i for i in graph.input}
     initializers = {i.name: i for i in graph.initializer}
-    described = defaultdict(list)  # {segment: positions in value_info of the values it makes}
-    for position, info in enumerate(graph.value_info):
-        if info.name in segment_of:
-            described[segment_of[info.name]].append(position)
-    computed = {}
+    computed = {}  # the values a later segment reads
     for start in range(0, len(graph.node), segment_nodes):
         segment = start // segment_nodes
         nodes = graph.node[start:start + segment_nodes]
@@ -518,9 +549,9 @@ def _segments(model, feeds, names, data_folder, segment_nodes):
             read_here.update(dict.fromkeys(feeds))
             read_here.update(dict.fromkeys(n for n in order if n in initializers))
         for name in read_here:
-            if name in constants and segment_of[name] < segment:
-                copied.append(constants[name])
-            elif segment_of.get(name, segment) < segment:
+            if crossings.constants.get(name, start) < start:
+                copied.append(graph.node[crossings.constants[name]])
+            elif name in computed:
                 value = computed[name]
                 try:
                     element = onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
@@ -539,8 +570,9 @@ def _segments(model, feeds, names, data_folder, segment_nodes):
                     part_inputs.append(inputs[name])
             # else made in this segment, or a name of a subgraph's own scope
         made = [n for node in nodes for n in node.output if n]
-        given = [n for n in order if segment == 0 and n in read_here and n not in segment_of]
-        outputs = [n for n in made if n in wanted or last_read.get(n, -1) > segment] + given or made
+        given = [n for n in order if segment == 0 and n in read_here and n not in crossings.made]
+        exported = crossings.exported[segment]
+        outputs = [n for n in made if n in wanted or n in exported] + given or made
         part = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
         part.graph.name = graph.name
         part.graph.node.extend(copied)
@@ -548,7 +580,8 @@ def _segments(model, feeds, names, data_folder, segment_nodes):
         part.graph.input.extend(part_inputs)
         part.graph.initializer.extend(part_initializers)
         part.graph.output.extend(outputs_declared.get(n) or onnx.ValueInfoProto(name=n) for n in outputs)
-        types = {info.name: info for info in map(graph.value_info.__getitem__, described.pop(segment, ()))}
+        types = {info.name: info for info in map(graph.value_info.__getitem__, crossings.described[segment])}
+        crossings.exported[segment] = crossings.described[segment] = None
         part.graph.value_info.extend(types[n] for n in made if n in types)
         try:
             values = _session_values(part, (), part_feeds, data_folder)
@@ -556,8 +589,9 @@ def _segments(model, feeds, names, data_folder, segment_nodes):
             raise _CannotSegment from None
         computed.update(values)
         found = {n: v for n, v in values.items() if n in wanted}
-        for name in [n for n in computed if last_read.get(n, -1) <= segment]:
+        for name in [n for n in computed if crossings.last_read.get(n, -1) <= segment]:
             del computed[name]
+            crossings.last_read.pop(name, None)
         wanted -= found.keys()
         yield found
     if wanted:  # made by no node, fed by none: the one session reports it as the model's error

@@ -73,6 +73,35 @@ def test_segments_compute_what_one_session_does(name, segment, sessions):
     assert_same_values(checks.intermediate_values(model, feeds, few, segment_nodes=segment), wanted)
 
 
+@pytest.mark.parametrize("name,segment", [("scripted_loop", 1), ("t5", 7), ("llama", 40)])
+def test_between_sessions_the_segments_table_only_the_values_crossing_a_cut(name, segment):
+    """What the segments table by name is the values a later segment reads
+    (its nodes or their subgraphs), with the last segment reading each and,
+    for a Constant's, its node: a table of every value was as large as the
+    values carry's check holds."""
+    skip_unless_torch_exports(name)
+    torch_model, args = zoo.ALL[name]()
+    buffer = io.BytesIO()
+    torch.onnx.export(torch_model, args, buffer, dynamo=False, opset_version=OPSET)
+    graph = onnx.load_from_string(buffer.getvalue()).graph
+    made_in, read_in, constants = {}, {}, {}
+    for index, node in enumerate(graph.node):
+        for name_read in checks._implicit_inputs(node):
+            read_in[name_read] = index // segment
+        for output in node.output:
+            made_in[output] = index // segment
+            if node.op_type == "Constant":
+                constants[output] = index
+    crossing = {name: read_in[name] for name, made in made_in.items() if read_in.get(name, -1) > made}
+    wanted = set(list(made_in)[::7])
+    tables = checks._Crossings(graph, segment, wanted)
+    assert tables.last_read == crossing and 0 < len(crossing) < len(made_in)
+    assert tables.exported == [{name for name in crossing if made_in[name] == s}
+                               for s in range(-(-len(graph.node) // segment))]
+    assert tables.constants == {name: constants[name] for name in crossing if name in constants}
+    assert tables.made == wanted
+
+
 @pytest.mark.parametrize("segment", [ONE_SESSION, 40])
 def test_a_value_equal_to_a_known_one_is_handed_back_as_it(segment):
     """`known` (hiertag carry's other model): a value equal to the known one of
