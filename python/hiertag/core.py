@@ -15,6 +15,7 @@ The extension, _core, lies with the other native files (hiertag._native_dirs:
 the package's _native/ when installed, build/ in a checkout)."""
 
 import array
+import functools
 import importlib.machinery
 import importlib.util
 import sys
@@ -149,8 +150,28 @@ def inferred_value_infos(path, **options):
     import onnx
     with tempfile.TemporaryDirectory(prefix="hiertag-inferred-") as directory:
         inferred = Path(directory) / "inferred.onnx"
-        onnx.shape_inference.infer_shapes_path(str(path), str(inferred), **options)
+        try:
+            onnx.shape_inference.infer_shapes_path(str(path), str(inferred), **options)
+        finally:
+            hand_back_freed_memory()
         return onnx.GraphProto.FromString(main_graph_value_infos(inferred.read_bytes()))
+
+
+def hand_back_freed_memory():
+    """Hands the heap the C library holds free back to the system (glibc's
+    malloc_trim; elsewhere nothing). ONNX's C++ shape inference parses the
+    whole model into small allocations and frees them; glibc keeps that room,
+    which Python's small objects (in arenas of their own) do not reuse, so the
+    process's resident set would stay as high as that moment (README "Scale")."""
+    trim = getattr(_c_library(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _c_library():
+    import ctypes
+    return ctypes.CDLL(None)
 
 
 def serialized(model):
