@@ -136,7 +136,7 @@ def _proof(workdir, name, tool, moved_value, to_tag):
     transformed = onnx.load(workdir / f"{name}.{tool}.onnx")
     model, _ = carry.carry(original, transformed, tool)
     wrong = _moved(model, moved_value, to_tag)
-    carrier = carry.Carrier(original, checks.strip_tags(transformed), tool)
+    carrier = carry.Carrier(original, checks.strip_tags(transformed), tool, carry.Tagged(original))
     carrier.run()
     feeds, _ = carry_check.generated_inputs(original)
     return {r.key: r for r in carry_check.Proof(original, wrong, carrier.c, feeds, tool, carrier.regions).results}

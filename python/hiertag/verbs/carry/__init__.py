@@ -74,7 +74,6 @@ object. OUT is written beside itself, then renamed: nothing half-written is
 left. Exit status 0, or 2 with one line on
 stderr."""
 
-import functools
 import json
 import sys
 from collections import defaultdict
@@ -100,6 +99,7 @@ from hiertag.verbs.carry.placement import (
     Placement,
     placement_of_original,
 )
+from hiertag.verbs.carry.tagged import Tagged, nested_nodes, without_entries
 
 
 def _set_props(message, props):
@@ -108,20 +108,13 @@ def _set_props(message, props):
         entry.key, entry.value = key, value
 
 
-def _nested_nodes(node):
-    for attribute in node.attribute:
-        graphs = ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else []) + list(attribute.graphs)
-        for graph in graphs:
-            yield from checks.walk_nodes(graph)
-
-
 def _shares_a_value(model, original):
     """Whether a node of `model`'s main graph makes a value some node of `original` makes."""
     made = {name for node in model.graph.node for name in node.output if name}
     return any(name in made for node in checks.walk_nodes(original.graph) for name in node.output)
 
 
-def carry(original, transformed, by=None, feeds=None, data_folders=(None, None), in_place=False):
+def carry(original, transformed, by=None, feeds=None, data_folders=(None, None), in_place=False, tagged=None):
     """Returns (the transformed model tagged, a summary dict). `original` is the
     tagged model (ModelProto), `transformed` a model a tool made from it (left
     unchanged unless `in_place`); `by` names the transformation in
@@ -134,11 +127,12 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
     when carry fails), and becomes the model returned (its entries stripped and
     carry's written) rather than being copied (a copy is as large as the model
     again, alive until the check is done; `original` itself given as
-    `transformed` is copied all the same).
+    `transformed` is copied all the same); `tagged`: Tagged(original), read
+    before `original` was stripped of its entries (tagged.without_entries),
+    handed over (its node entries are let go of once placed).
     Raises CarryError for models that do not correspond."""
-    props = checks.model_props(original)
-    if core.TABLE_KEY not in props:
-        raise CarryError("the tagged model is not tagged by hiertag (no hiertag.modules in its metadata_props)")
+    tagged = tagged or Tagged(original)
+    props, boundaries, makers = tagged.props, tagged.boundaries, tagged.makers
     by = by or describe_producer(original, transformed) or "the transformation"
     tagged_before = sum(1 for node in checks.walk_nodes(transformed.graph)
                         if any(p.key == core.TAG_KEY for p in node.metadata_props))
@@ -150,24 +144,15 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
         raise CarryError(str(error)) from None
     if model.graph.node and not _shares_a_value(model, original):
         raise CarryError("the transformed model has no value the tagged model has: not made from it")
-    # The original's boundaries are read first, while carry holds least: the
-    # room the core's parse of the model leaves is what matching fills later.
-    boundaries = check.Boundaries(original)
-    carrier = Carrier(original, model, by, data_folders)
+    carrier = Carrier(original, model, by, tagged, data_folders)
+    del tagged
     carrier.run()
     table = carrier.table
 
-    @functools.cache  # made when a nested node first asks
-    def original_makers():
-        """{value: its maker's entries in the original}."""
-        makers = {}
-        for node in checks.walk_nodes(original.graph):
-            props = None
-            for output in node.output:
-                if output:
-                    props = props if props is not None else checks.node_props(node)
-                    makers[output] = props
-        return makers
+    def original_maker(name):
+        """The entries of the original node making `name`, or None."""
+        index = carrier.c.o.producer(name)
+        return carrier.c.o_props[index] if index is not None else makers.get(name)
     counts = defaultdict(int)
     rules = defaultdict(int)
     unplaced = []
@@ -189,8 +174,8 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
         placement = carrier.placements[index]
         _set_props(node, placement.props(table))
         count(node, placement)
-        for inner in _nested_nodes(node):
-            made = [props for props in map(original_makers().get, inner.output) if props is not None]
+        for inner in nested_nodes(node):
+            made = [props for props in map(original_maker, inner.output) if props is not None]
             inner_placement = placement_of_original(made[0]) if made else \
                 Placement(placement.tag, placement.call, category=RULE, rule=ENCLOSING)
             if made:
@@ -199,8 +184,7 @@ def carry(original, transformed, by=None, feeds=None, data_folders=(None, None),
             count(inner, inner_placement)
 
     carrier.release_placing()
-    original_makers.cache_clear()
-    records = _kept_records(original, carrier, model) + records
+    records = _kept_records(props, carrier, model) + records
     _set_props(model, {core.TABLE_KEY: _table_for(model, props[core.TABLE_KEY]),
                        core.FORMAT_VERSION_KEY: core.FORMAT_VERSION})
     # The check reads each call's boundary from the file with its fusions recorded.
@@ -300,10 +284,11 @@ def describe_producer(original, transformed):
     return None
 
 
-def _kept_records(original, carrier, model):
-    """The original's rewrite records: a boundary an export pass removed stays
-    removed. Each names the node now standing for the one it named, or none."""
-    records = json.loads(checks.model_props(original).get(core.REWRITES_KEY, "[]"))
+def _kept_records(props, carrier, model):
+    """The original's rewrite records (`props`: its metadata_props): a boundary
+    an export pass removed stays removed. Each names the node now standing for
+    the one it named, or none."""
+    records = json.loads(props.get(core.REWRITES_KEY, "[]"))
     names = {node.name for node in model.graph.node}
     o_index = {node.name: index for index, node in enumerate(carrier.c.o.nodes)}
     for record in records:
@@ -370,11 +355,16 @@ def run(options):
     # result's are written by verbs.save_model (read in when OUT holds them, else
     # copied file to file into OUT.data).
     original, _ = verbs.load_tagged(options.tagged, weights_in_place=True)
+    try:
+        tagged = Tagged(original)
+    except CarryError as error:
+        verbs.fail(f"{options.tagged} -> {options.transformed}: {error}")
+    original = without_entries(original)  # what carry reads of them is read
     transformed = verbs.load_model(options.transformed, weights_in_place=True)
     by = options.by or describe_producer(original, transformed) or Path(options.transformed).name
     folders = (Path(options.tagged).parent, Path(options.transformed).parent)
     try:
-        model, summary = carry(original, transformed, by, data_folders=folders, in_place=True)
+        model, summary = carry(original, transformed, by, data_folders=folders, in_place=True, tagged=tagged)
     except CarryError as error:
         verbs.fail(f"{options.tagged} -> {options.transformed}: {error}")
     del original, transformed

@@ -10,7 +10,7 @@ from pathlib import Path
 import onnx
 from onnx import external_data_helper
 
-from hiertag import checks, core
+from hiertag import core
 
 
 class Graph:
@@ -46,10 +46,13 @@ class Graph:
 class Correspondence:
     """The transformed model's nodes against the original's (the verb's docstring, hiertag.verbs.carry)."""
 
-    def __init__(self, original, transformed, data_folders=(None, None)):
-        self.table = checks.module_table(original)
-        self.calls = core.CallTable(original)
-        names, shapes = {}, {}  # one string per name, one tuple per shape, for the tables and the node entries
+    def __init__(self, original, transformed, tagged, data_folders=(None, None)):
+        """`tagged`: the original's entries (tagged.Tagged), whose node entries
+        it takes over (release_matching lets go of them)."""
+        self.table, self.calls = tagged.table, tagged.calls
+        self.o_props, tagged.node_props = tagged.node_props, None
+        # One string per name, one tuple per shape, for the tables and the node entries.
+        names, shapes = tagged.names, {}
         self.o = Graph(original)
         self.t = Graph(transformed)
         o_inferred = _inferred_values(original, names, data_folders[0])
@@ -63,7 +66,6 @@ class Correspondence:
         # kept serialized until the check is done.
         self.types = _types_to_record(transformed, self, o_inferred, t_inferred)
         del o_inferred, t_inferred
-        self.o_props = [checks.node_props(node, names) for node in self.o.nodes]
         self.matched = {}
         self._corr = {}
         self._walks = {}

@@ -75,11 +75,12 @@ def placement_of_original(props):
 
 class Carrier:
     """Places every node of `transformed` by correspondence with `original`
-    (`data_folders`: where the weights of models read without them lie)."""
+    (`tagged`: its entries, tagged.Tagged, handed over; `data_folders`: where
+    the weights of models read without them lie)."""
 
-    def __init__(self, original, transformed, by, data_folders=(None, None)):
+    def __init__(self, original, transformed, by, tagged, data_folders=(None, None)):
         self.pass_name = f"carry: {by}"
-        self.c = Correspondence(original, transformed, data_folders)
+        self.c = Correspondence(original, transformed, tagged, data_folders)
         self.table = self.c.table
         self.calls = self.c.calls
         self.root = next(tag for tag in self.table if checks.parent_tag(tag) == "")
@@ -108,7 +109,7 @@ class Carrier:
             return placement
         spanned, callers = [], []
         for index, entries in zip(nodes, props, strict=True):
-            own, *others = checks.node_refs(self.c.o.nodes[index])
+            own, *others = checks.refs(entries)
             makes = any(name in outs for name in self.c.o.nodes[index].output)
             listed = [own] + [checks.parse_ref(text) for text in json.loads(entries.get(core.SPANS_KEY, "[]"))]
             for ref in others:
@@ -244,8 +245,8 @@ class Carrier:
             if t.reads(index):
                 continue
             placement = self.placements[index]
-            before = {checks.node_refs(c.o.nodes[reader])[0] for name in t.nodes[index].output
-                      for reader, _ in c.o.consumers(name) if checks.node_refs(c.o.nodes[reader])}
+            before = {checks.refs(c.o_props[reader])[0] for name in t.nodes[index].output
+                      for reader, _ in c.o.consumers(name) if checks.refs(c.o_props[reader])}
             readers = [self.placements[reader] for name in t.nodes[index].output
                        for reader, _ in t.consumers(name) if reader != index]
             if any(reader.own() not in before and not self.calls.belongs(reader.own(), placement.own())
@@ -317,7 +318,7 @@ class Carrier:
             seen.add((maker, original_maker))
             placement = self.placements[maker]
             own = ref_text(self.table, placement.own())
-            merged = [ref_text(self.table, ref) for ref in checks.node_refs(c.o.nodes[original_maker])]
+            merged = [ref_text(self.table, ref) for ref in checks.refs(c.o_props[original_maker])]
             added = [text for text in merged if text != own and text not in placement.shared]
             if added:
                 placement.shared = placement.shared + tuple(added)
