@@ -55,17 +55,21 @@ class Correspondence:
         names, shapes = tagged.names, {}
         self.o = Graph(original)
         self.t = Graph(transformed)
+        # Inference's results (a ValueInfoProto for every value of a model) are
+        # each let go of once read, the original's before the transformed
+        # model's inference: what carry may record of them is kept serialized,
+        # until the check is done.
         o_inferred = _inferred_values(original, names, data_folders[0])
         self.o_shapes, self.o_types = _value_shapes(o_inferred, shapes)
+        untyped = _untyped(transformed, self.t)
+        o_infos = {name: info.SerializeToString() for name, info in o_inferred.items() if name in untyped}
+        del o_inferred
         t_inferred = _inferred_values(transformed, names, data_folders[1])
         self.t_shapes, _ = _value_shapes(t_inferred, shapes)
         self.reshaped = {name for name, shape in self.t_shapes.items()
                          if name in self.o_shapes and not _same_shape(self.o_shapes[name], shape)}
-        # Inference's results (a ValueInfoProto for every value of both models)
-        # are let go of here, before matching: what carry records of them is
-        # kept serialized until the check is done.
-        self.types = _types_to_record(transformed, self, o_inferred, t_inferred)
-        del o_inferred, t_inferred
+        self.types = _types_to_record(self, untyped, o_infos, t_inferred)
+        del o_infos, t_inferred
         self.matched = {}
         self._corr = {}
         self._walks = {}
@@ -351,24 +355,31 @@ class Correspondence:
         return found
 
 
-def _types_to_record(model, correspondence, o_inferred, t_inferred):
-    """What carry records in `model`'s value_info, as a serialized GraphProto
-    holding those ValueInfoProtos alone (sorted by name), for
-    `model.graph.MergeFromString` once carry's check is done (a type for
+def _untyped(model, graph):
+    """The values `model`'s main graph (`graph`, its Graph) makes that it gives no type."""
+    typed = {info.name for info in [*model.graph.input, *model.graph.output, *model.graph.value_info]}
+    return {name for name in graph.made() if name not in typed}
+
+
+def _types_to_record(correspondence, untyped, o_infos, t_inferred):
+    """What carry records in the transformed model's value_info, as a
+    serialized GraphProto holding those ValueInfoProtos alone (sorted by name),
+    for `model.graph.MergeFromString` once carry's check is done (a type for
     nearly every value, held as protobuf through the check, was as large as
     the values it holds). `extract` types a module's boundary values from the
     file or ONNX's own inference, which knows no contrib op: the types
-    inference found here, and for a value the original has, unchanged, the
-    original's type, unless the tool changed element types (fp16) where both
-    models say."""
-    typed = {info.name for info in [*model.graph.input, *model.graph.output, *model.graph.value_info]}
-    made = set(correspondence.t.made())
-    found = {name: info for name, info in t_inferred.items() if name not in typed and name in made}
-    retyped = any(o_inferred[name].type.tensor_type.elem_type != info.type.tensor_type.elem_type
-                  for name, info in t_inferred.items() if name in o_inferred)
+    inference found here for the values it makes and does not type
+    (`untyped`), and for a value the original has, unchanged, the original's
+    type (`o_infos`: {value: its ValueInfoProto serialized}), unless the tool
+    changed element types (fp16) where both models say."""
+    found = {name: info for name, info in t_inferred.items() if name in untyped}
+    o_types = correspondence.o_types
+    retyped = any(o_types[name] != info.type.tensor_type.elem_type for name, info in t_inferred.items()
+                  if name in o_types)
     if not retyped:
-        found.update({name: o_inferred[name] for name in made
-                      if name not in typed and name not in found and name in o_inferred and correspondence.known(name)})
+        for name in untyped:
+            if name not in found and name in o_infos and correspondence.known(name):
+                found[name] = onnx.ValueInfoProto.FromString(o_infos[name])
     return onnx.GraphProto(value_info=[found[name] for name in sorted(found)]).SerializeToString()
 
 
