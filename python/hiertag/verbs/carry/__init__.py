@@ -368,6 +368,9 @@ def run(options):
     except CarryError as error:
         verbs.fail(f"{options.tagged} -> {options.transformed}: {error}")
     del original, transformed
+    # The check's values and sessions are gone; the room glibc keeps of them
+    # goes back before the model is serialized with its weights read in.
+    core.hand_back_freed_memory()
     verbs.save_model(model, options.output, sources=[options.tagged, options.transformed],
                      data_from=options.transformed)
     if options.json:
