@@ -400,11 +400,12 @@ class Boundaries:
     `bounds`, {(tag, call): (inputs, outputs)}
     (checks.module_boundaries); `members`, the main-graph nodes the file gives
     each call; `rewritten`, {(tag, call): why} for the calls whose boundary a
-    recorded rewrite removed (checks.rewritten_boundaries)."""
+    recorded rewrite removed (checks.rewritten_boundaries). `table`: the
+    model's module table, when already read."""
 
-    def __init__(self, model):
+    def __init__(self, model, table=None):
         data = core.serialized(model)
-        self.table = checks.module_table(model)
+        self.table = checks.module_table(model) if table is None else table
         self.members = {}
         self.bounds = checks.module_boundaries(data, self.members)
         self.rewritten = checks.rewritten_boundaries(data, self.table)

@@ -29,7 +29,7 @@ class Tagged:
         self.table = json.loads(self.props[core.TABLE_KEY])
         # Read first, while carry holds least: the core's parse of the model
         # is a moment as large as what matching holds later.
-        self.boundaries = check.Boundaries(model)
+        self.boundaries = check.Boundaries(model, self.table)
         self.calls = core.CallTable(model)
         self.names = {}
         self.node_props = [checks.node_props(node, self.names) for node in model.graph.node]
